@@ -1,0 +1,184 @@
+"""Declared configuration: each key has a name, type, default, validator and doc (Kafka's ConfigDef).
+
+Values arrive as strings (properties files, the CLI, AlterConfigs) or as Python values (API
+calls); ``ConfigDef.parse`` turns them into typed values or raises ``ConfigError`` naming the key
+and what is wrong with it. ``TOPIC_CONFIGS`` is shared by the controller (validates CreateTopics
+and AlterConfigs), the storage layer (segment, retention and flush policy) and the admin client.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from client.protocol.errors import ConfigError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+Validator = Callable[[Any], "str | None"]  # returns a problem description, or None when valid
+
+
+def at_least(low: int | float) -> Validator:
+    return lambda v: None if v >= low else f"must be >= {low}, got {v}"
+
+
+def between(low: int | float, high: int | float) -> Validator:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}, got {v}"
+
+
+def one_of(*choices: str) -> Validator:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}, got {v!r}"
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: str  # "int", "long", "double", "bool", "string", "list", "password"
+    default: Any
+    doc: str
+    validator: Validator | None = None
+
+    def parse(self, raw: Any) -> Any:
+        """Convert ``raw`` (a string or a Python value) to this key's type and validate it."""
+        try:
+            value = _CONVERTERS[self.type](raw)
+        except (TypeError, ValueError):
+            raise ConfigError(self.name, f"expected {_TYPE_WORDS[self.type]}, got {raw!r}") from None
+        if self.type == "int" and not -2**31 <= value <= INT_MAX:
+            raise ConfigError(self.name, f"{value} does not fit in a 32-bit int")
+        if self.validator is not None and value is not None:
+            problem = self.validator(value)
+            if problem:
+                raise ConfigError(self.name, problem)
+        return value
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise ValueError(raw)
+
+
+def _to_int(raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise TypeError(raw)
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        return int(raw.strip())
+    raise TypeError(raw)
+
+
+def _to_float(raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise TypeError(raw)
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    if isinstance(raw, str):
+        return float(raw.strip())
+    raise TypeError(raw)
+
+
+def _to_list(raw: Any) -> list[str]:
+    if isinstance(raw, str):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    if isinstance(raw, (list, tuple)):
+        return [str(item) for item in raw]
+    raise TypeError(raw)
+
+
+def _to_str(raw: Any) -> str:
+    if isinstance(raw, str):
+        return raw
+    raise TypeError(raw)
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "int": _to_int, "long": _to_int, "double": _to_float, "bool": _to_bool,
+    "string": _to_str, "password": _to_str, "list": _to_list,
+}
+_TYPE_WORDS = {
+    "int": "an integer", "long": "an integer", "double": "a number", "bool": "true or false",
+    "string": "a string", "password": "a string", "list": "a comma-separated list",
+}
+
+
+@dataclass
+class ConfigDef:
+    """A set of declared keys. ``parse`` fills defaults and types; unknown keys are refused."""
+
+    keys: dict[str, ConfigKey] = field(default_factory=dict)
+
+    def define(self, name: str, type: str, default: Any, doc: str,
+               validator: Validator | None = None) -> "ConfigDef":
+        assert type in _CONVERTERS, type
+        assert name not in self.keys, f"{name} defined twice"
+        self.keys[name] = ConfigKey(name, type, default, doc, validator)
+        return self
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.keys
+
+    def names(self) -> Iterable[str]:
+        return self.keys.keys()
+
+    def parse(self, values: Mapping[str, Any], *, allow_unknown: bool = False,
+              fill_defaults: bool = True) -> dict[str, Any]:
+        """Typed values for ``values``; defaults for the keys not given (unless fill_defaults=False)."""
+        out: dict[str, Any] = {}
+        for name, raw in values.items():
+            key = self.keys.get(name)
+            if key is None:
+                if allow_unknown:
+                    out[name] = raw
+                    continue
+                raise ConfigError(name, "unknown configuration key")
+            out[name] = key.parse(raw)
+        if fill_defaults:
+            for name, key in self.keys.items():
+                if name not in out:
+                    if key.default is REQUIRED:
+                        raise ConfigError(name, "is required and was not set")
+                    out[name] = key.default
+        return out
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+# Topic-level configs, with Kafka's names and defaults. The broker-level defaults for some of
+# them (log.retention.ms, log.segment.bytes, ...) are mapped onto these by the server config.
+TOPIC_CONFIGS = (
+    ConfigDef()
+    .define("cleanup.policy", "string", "delete", "Only 'delete' (retention by time and size) is supported.",
+            one_of("delete"))
+    .define("segment.bytes", "int", 1073741824, "Roll a new segment when the active one reaches this size.",
+            at_least(14))
+    .define("segment.ms", "long", 604800000, "Roll a new segment when the active one is this old.",
+            at_least(1))
+    .define("segment.index.bytes", "int", 10485760, "Maximum size of a segment's offset and time index.",
+            at_least(8))
+    .define("index.interval.bytes", "int", 4096, "Bytes of log between two entries of the sparse indexes.",
+            at_least(0))
+    .define("retention.ms", "long", 604800000, "Delete closed segments older than this; -1 keeps forever.",
+            at_least(-1))
+    .define("retention.bytes", "long", -1, "Delete closed segments while the log is larger than this; -1 is no limit.",
+            at_least(-1))
+    .define("max.message.bytes", "int", 1048588, "Largest record batch the log accepts.", at_least(0))
+    .define("min.insync.replicas", "int", 1, "Smallest ISR with which acks=all writes are accepted.",
+            at_least(1))
+    .define("flush.messages", "long", LONG_MAX, "fsync after this many records have been appended.",
+            at_least(1))
+    .define("flush.ms", "long", LONG_MAX, "fsync when the oldest unflushed append is this old.", at_least(0))
+    .define("unclean.leader.election.enable", "bool", False,
+            "Elect a leader from outside the ISR when no ISR member is alive (may lose data).")
+    .define("message.timestamp.type", "string", "CreateTime",
+            "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
+            one_of("CreateTime", "LogAppendTime"))
+)

@@ -1,0 +1,5 @@
+import sys
+
+from raftka.cli import main
+
+sys.exit(main())

@@ -1,0 +1,61 @@
+"""`raftka` console entry point: one command, subcommands for every role and tool.
+
+Each subcommand is a module in `raftka/commands/` with `register(subparsers)`, which adds its
+parser and sets `func` to a callable taking the parsed arguments and returning an exit code.
+Modules import heavy dependencies inside `func`, so `raftka --help` stays fast.
+
+Operating errors (a RaftkaError, a refused connection, a missing file) print one line on stderr
+and exit 1; only a bug shows a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+# Order is the order shown in --help.
+COMMAND_MODULES = (
+    "server",
+    "quorum",
+    "perf",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raftka",
+        description="Raftka: a Kafka-style event streaming platform in Python.",
+    )
+    from raftka import __version__
+    parser.add_argument("--version", action="version", version=f"raftka {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"raftka.commands.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    from client.protocol.errors import RaftkaError
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except RaftkaError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (OSError, TimeoutError) as error:
+        print(f"error: {error.strerror or error if isinstance(error, OSError) else error}"
+              + (f": {error.filename}" if getattr(error, "filename", None) else ""), file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

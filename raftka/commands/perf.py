@@ -1,0 +1,23 @@
+"""`raftka perf ...`: benchmarks, like kafka-producer-perf-test and friends.
+
+Each benchmark is a sub-subcommand; its module registers it in `register_<name>` below.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("perf", help="benchmarks (storage, metadata, ...)")
+    perf = parser.add_subparsers(dest="perf_command", metavar="BENCHMARK")
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+    register_storage(perf)
+
+
+def register_storage(perf: argparse._SubParsersAction) -> None:
+    parser = perf.add_parser("storage", help="partition log append/read rates against the raw disk")
+    parser.set_defaults(func=_not_yet)
+
+
+def _not_yet(args: argparse.Namespace) -> int:
+    raise SystemExit("error: not implemented yet")
