@@ -1,0 +1,445 @@
+"""A small, generic Raft client on pysyncobj: replicate opaque records into a state machine.
+
+Kafka's RaftClient idea: this layer knows nothing about metadata. It replicates ``bytes`` records
+in one total order to every voter and observer and hands each committed record, with its Raft
+index, to a :class:`StateMachine`. Everything pysyncobj-specific stays in this module.
+
+Roles
+    voter     one of the quorum (``controller.quorum.voters``); votes, may lead.
+    observer  a read-only member (``SyncObj(None, voters)``): receives the committed log and
+              snapshots like a follower, never votes. Brokers follow metadata this way.
+
+Threads (measured in shared/NOTES.md)
+    pysyncobj runs every replicated method, every callback and every listener below on ONE tick
+    thread. That thread dies when the thread that created the node exits, so a ``RaftClient`` must
+    be created from the main thread (``__init__`` asserts it). ``StateMachine`` methods and the
+    ``on_commit`` / ``on_leader_change`` listeners run on the tick thread: they must not block and
+    must hand work to an asyncio loop with ``loop.call_soon_threadsafe``. ``submit()`` is the
+    asyncio-side bridge (pysyncobj's ``callback=`` plus ``call_soon_threadsafe``); never use
+    pysyncobj's ``sync=True`` on a loop (it blocks the loop; inside a callback it deadlocks).
+
+Failures
+    A record in flight during a leader change fails (pysyncobj: NOT_LEADER, LEADER_CHANGED,
+    MISSING_LEADER, DISCARDED). ``submit`` raises :class:`NotControllerError` (retriable) for
+    those and :class:`RequestTimedOutError` (retriable, outcome unknown: the record may still
+    commit) on timeout. Either way callers retry, so records must be idempotent.
+
+Durability
+    Journal (``raft.journal``) and snapshot (``raft.snapshot``) live in ``log_dir``. pysyncobj
+    writes the journal through mmap without fsync: it survives a process kill, not an OS crash.
+    Snapshots are taken in-process (``useFork=False``) from ``StateMachine.snapshot()``.
+
+Security
+    The Raft port unpickles what it receives. A ``password`` (the cluster secret) makes pysyncobj
+    check an HMAC (Fernet) before unpickling; it is required whenever any Raft address is not
+    loopback, and the client refuses to start without it (:class:`ConfigError`).
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from client.protocol.errors import (
+    ConfigError, InvalidRequestError, NotControllerError, RequestTimedOutError,
+)
+
+log = logging.getLogger(__name__)
+
+# Tuning measured in shared/NOTES.md: ~1-2 ms commits, ~0.5-0.7 s failover after kill -9.
+RAFT_TUNING: Mapping[str, Any] = {
+    "appendEntriesUseBatch": False,
+    "connectionRetryTime": 0.2,
+    "raftMinTimeout": 0.15,
+    "raftMaxTimeout": 0.45,
+    "appendEntriesPeriod": 0.04,
+    "connectionTimeout": 1.0,
+    "useFork": False,
+}
+# Bound on records queued inside pysyncobj before submit() fails with a retriable error.
+COMMANDS_QUEUE_MAX = 20_000
+# Largest record this layer accepts; the metadata log carries small records.
+RECORD_BYTES_MAX = 1_048_576
+SUBMIT_TIMEOUT_MS_MAX = 300_000
+SECRET_KEY = "controller.quorum.secret"
+
+_RETRY_ELSEWHERE = {
+    FAIL_REASON.MISSING_LEADER: "no leader (election in progress)",
+    FAIL_REASON.DISCARDED: "discarded by a new leader",
+    FAIL_REASON.NOT_LEADER: "leader changed before commit",
+    FAIL_REASON.LEADER_CHANGED: "leader changed before commit",
+    FAIL_REASON.REQUEST_DENIED: "request denied by the Raft layer",
+}
+
+
+class StateMachine(Protocol):
+    """What the Raft layer replicates into. Called on the tick thread only, in log order.
+
+    ``apply`` must be deterministic (same records, same results on every node: no clock reads,
+    no randomness) and must not raise for bad records: return an error result instead, because a
+    raised exception would be swallowed on one node and not on another.
+    """
+
+    def apply(self, record: bytes, index: int) -> Any: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, snapshot: bytes) -> None: ...
+
+
+@dataclass(frozen=True)
+class VoterStatus:
+    node_id: int
+    address: str
+    connected: bool | None  # None: this node itself
+    match_index: int | None  # known only on the leader
+    next_index: int | None
+
+
+@dataclass(frozen=True)
+class RaftStatus:
+    node_id: int | None  # None for an observer
+    role: str  # "leader" | "candidate" | "follower" | "observer"
+    term: int
+    leader_id: int | None
+    leader_address: str | None
+    commit_index: int
+    last_applied_index: int
+    log_length: int
+    has_quorum: bool
+    voters: tuple[VoterStatus, ...] = ()
+    observers: tuple[str, ...] = ()
+    ready: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["voters"] = [dict(v.__dict__) for v in self.voters]
+        out["observers"] = list(self.observers)
+        return out
+
+
+@dataclass
+class RaftConfig:
+    """Everything a RaftClient needs. ``node_id=None`` makes an observer."""
+
+    voters: dict[int, str]  # node id -> "host:port" of its Raft listener
+    node_id: int | None
+    log_dir: str | None  # None: journal and snapshots in memory (observers, tests)
+    password: str | None = None
+    tuning: dict[str, Any] = field(default_factory=dict)  # overrides of RAFT_TUNING
+    # Snapshot (and truncate the journal) after this many entries or seconds.
+    snapshot_min_entries: int = 5000
+    snapshot_min_interval_s: float = 300.0
+
+
+def parse_voters(value: str) -> dict[int, str]:
+    """``"1@127.0.0.1:9301,2@127.0.0.1:9302"`` -> ``{1: "127.0.0.1:9301", ...}`` (Raft ports)."""
+    voters: dict[int, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        node, sep, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not host or not node.strip().isdigit() or not port.isdigit():
+            raise ConfigError("controller.quorum.voters",
+                              f"expected id@host:port entries, got {item!r}")
+        if not 0 < int(port) < 65536:
+            raise ConfigError("controller.quorum.voters", f"port out of range in {item!r}")
+        node_id = int(node)
+        if node_id in voters:
+            raise ConfigError("controller.quorum.voters", f"node id {node_id} listed twice")
+        if address in voters.values():
+            raise ConfigError("controller.quorum.voters", f"address {address} listed twice")
+        voters[node_id] = address
+    if not voters:
+        raise ConfigError("controller.quorum.voters", "no voters given")
+    return voters
+
+
+def is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a DNS name: may resolve to anything
+
+
+def check_secret(voters: Mapping[int, str], password: str | None) -> None:
+    """Refuse a Raft quorum reachable beyond loopback without a secret (pickle on the port)."""
+    exposed = sorted(a for a in voters.values() if not is_loopback(a))
+    if exposed and not password:
+        raise ConfigError(
+            SECRET_KEY,
+            f"required because Raft address(es) {', '.join(exposed)} are not loopback: the Raft "
+            "port unpickles what it receives, so without a secret anyone who can reach it can "
+            "run code on this node (set controller.quorum.secret or controller.quorum.secret.file)")
+
+
+class _Applier(SyncObjConsumer):
+    """pysyncobj consumer: the only replicated method appends one opaque record."""
+
+    def __init__(self, client: "RaftClient") -> None:
+        super().__init__()
+        self._client = client
+
+    @replicated
+    def append(self, record: bytes) -> Any:
+        return self._client._apply(record)
+
+    def _serialize(self) -> Any:
+        return self._client._state_machine.snapshot()
+
+    def _deserialize(self, data: Any) -> None:
+        self._client._restore(data)
+
+
+class RaftClient:
+    """One Raft member (voter or observer) replicating records into ``state_machine``.
+
+    Listeners (tick thread): ``on_commit(index, record, result)`` after each applied record;
+    ``on_leader_change(leader_id, term)`` when the known leader or term changes (leader_id None:
+    no leader known); ``on_restore(last_applied_index)`` after a snapshot replaced the state.
+    """
+
+    def __init__(self, config: RaftConfig, state_machine: StateMachine, *,
+                 on_commit: Callable[[int, bytes, Any], None] | None = None,
+                 on_leader_change: Callable[[int | None, int], None] | None = None,
+                 on_restore: Callable[[int], None] | None = None) -> None:
+        assert threading.current_thread() is threading.main_thread(), \
+            "create RaftClient in the main thread: pysyncobj's tick thread dies with its creator"
+        if config.node_id is not None and config.node_id not in config.voters:
+            raise ConfigError("node.id", f"{config.node_id} is not among controller.quorum.voters "
+                                         f"({', '.join(map(str, sorted(config.voters)))})")
+        check_secret(config.voters, config.password)
+        self.config = config
+        self._state_machine = state_machine
+        self.on_commit = on_commit
+        self.on_leader_change = on_leader_change
+        self.on_restore = on_restore
+        self._address_to_id = {address: node_id for node_id, address in config.voters.items()}
+        self._last_leader: tuple[str | None, int] = (None, -1)
+        self.observer = config.node_id is None
+
+        journal = snapshot = None
+        if config.log_dir is not None:
+            os.makedirs(config.log_dir, exist_ok=True)
+            journal = os.path.join(config.log_dir, "raft.journal")
+            snapshot = os.path.join(config.log_dir, "raft.snapshot")
+        conf = SyncObjConf(
+            **{**RAFT_TUNING, **config.tuning},
+            password=config.password,
+            journalFile=journal,
+            fullDumpFile=snapshot,
+            commandsQueueSize=COMMANDS_QUEUE_MAX,
+            logCompactionMinEntries=config.snapshot_min_entries,
+            logCompactionMinTime=config.snapshot_min_interval_s,
+            dynamicMembershipChange=False,
+        )
+        self._applier = _Applier(self)
+        self_address = None if self.observer else config.voters[config.node_id]
+        others = [a for n, a in sorted(config.voters.items()) if n != config.node_id]
+        self._node = SyncObj(self_address, others, conf=conf, consumers=[self._applier])
+        self._node.addOnTickCallback(self._on_tick)
+
+    # -- tick thread -------------------------------------------------------------------------
+
+    def _apply(self, record: bytes) -> Any:
+        # pysyncobj increments lastApplied after the apply returns: this entry is the next one.
+        index = self._node.raftLastApplied + 1
+        result = self._state_machine.apply(record, index)
+        if self.on_commit is not None:
+            try:
+                self.on_commit(index, record, result)
+            except Exception:  # a listener's bug must not stop replication
+                log.exception("on_commit listener failed at index %d", index)
+        return result
+
+    def _restore(self, data: Any) -> None:
+        self._state_machine.restore(data)
+        if self.on_restore is not None:
+            try:
+                # Not yet updated by pysyncobj at this point; listeners read status() later.
+                self.on_restore(self._node.raftLastApplied)
+            except Exception:
+                log.exception("on_restore listener failed")
+
+    def _on_tick(self) -> None:
+        leader = self._node._getLeader()
+        current = (leader.id if leader is not None else None, self._node.raftCurrentTerm)
+        if current != self._last_leader:
+            self._last_leader = current
+            if self.on_leader_change is not None:
+                try:
+                    self.on_leader_change(self._address_to_id.get(current[0]) if current[0] else None,
+                                          current[1])
+                except Exception:
+                    log.exception("on_leader_change listener failed")
+
+    # -- any thread --------------------------------------------------------------------------
+
+    def submit_with_callback(self, record: bytes, callback: Callable[[Any, Exception | None], None]) -> None:
+        """Append ``record``; ``callback(result, error)`` runs on the tick thread when it commits
+        (error None) or fails (a retriable RaftkaError)."""
+        if not isinstance(record, (bytes, bytearray)):
+            raise InvalidRequestError(f"a Raft record must be bytes, got {type(record).__name__}")
+        if len(record) > RECORD_BYTES_MAX:
+            raise InvalidRequestError(f"Raft record of {len(record)} bytes exceeds {RECORD_BYTES_MAX}")
+
+        def done(result: Any, reason: int) -> None:
+            callback(result, None if reason == FAIL_REASON.SUCCESS else _error_for(reason))
+
+        self._applier.append(bytes(record), callback=done)
+
+    async def submit(self, record: bytes, timeout_ms: int) -> Any:
+        """Append ``record`` and wait (on the running loop) for its commit; returns apply's result.
+
+        Raises NotControllerError when leadership changed or is unknown, RequestTimedOutError
+        after ``timeout_ms`` (the record may still commit later). Both are retriable.
+        """
+        if not 0 < timeout_ms <= SUBMIT_TIMEOUT_MS_MAX:
+            raise InvalidRequestError(f"timeout_ms must be in (0, {SUBMIT_TIMEOUT_MS_MAX}], got {timeout_ms}")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: Exception | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        def on_done(result: Any, error: Exception | None) -> None:
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:
+                pass  # loop closed: nobody waits any more
+
+        self.submit_with_callback(record, on_done)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            raise RequestTimedOutError(
+                f"Raft record not committed within {timeout_ms} ms (it may still commit)") from None
+
+    def submit_sync(self, record: bytes, timeout_ms: int) -> Any:
+        """Blocking submit for plain threads (tests, tools). Never call on an asyncio loop or
+        from a listener: both would deadlock or stall."""
+        if not 0 < timeout_ms <= SUBMIT_TIMEOUT_MS_MAX:
+            raise InvalidRequestError(f"timeout_ms must be in (0, {SUBMIT_TIMEOUT_MS_MAX}], got {timeout_ms}")
+        done = threading.Event()
+        box: list[Any] = [None, None]
+
+        def on_done(result: Any, error: Exception | None) -> None:
+            box[0], box[1] = result, error
+            done.set()
+
+        self.submit_with_callback(record, on_done)
+        if not done.wait(timeout_ms / 1000):
+            raise RequestTimedOutError(f"Raft record not committed within {timeout_ms} ms (it may still commit)")
+        if box[1] is not None:
+            raise box[1]
+        return box[0]
+
+    @property
+    def leader_id(self) -> int | None:
+        leader = self._node._getLeader()
+        return self._address_to_id.get(leader.id) if leader is not None else None
+
+    @property
+    def is_leader(self) -> bool:
+        leader = self._node._getLeader()
+        return (not self.observer and leader is not None
+                and leader.id == self.config.voters[self.config.node_id]
+                and self._node._isReady())
+
+    @property
+    def term(self) -> int:
+        return self._node.raftCurrentTerm
+
+    @property
+    def last_applied_index(self) -> int:
+        return self._node.raftLastApplied
+
+    def is_ready(self) -> bool:
+        """True once this node has applied everything the leader had committed when we joined."""
+        return self._node.isReady()
+
+    def status(self) -> RaftStatus:
+        raw: dict[str, Any] = {}
+        for _ in range(5):  # read from another thread: a dict may change size under us
+            try:
+                raw = self._node.getStatus()
+                break
+            except RuntimeError:
+                time.sleep(0.001)
+        leader = raw.get("leader")
+        leader_address = leader.id if leader is not None else None
+        state = raw.get("state", 0)
+        role = "observer" if self.observer else {0: "follower", 1: "candidate", 2: "leader"}.get(state, "follower")
+        voters = []
+        self_address = None if self.observer else self.config.voters[self.config.node_id]
+        for node_id, address in sorted(self.config.voters.items()):
+            is_self = address == self_address
+            connected = None if is_self else raw.get(f"partner_node_status_server_{address}", 0) == 2
+            match = raw.get(f"match_idx_server_{address}")
+            nxt = raw.get(f"next_node_idx_server_{address}")
+            if is_self:
+                # pysyncobj tracks no match index for itself: its own log end is the answer.
+                match = self._log_end_index()
+            voters.append(VoterStatus(node_id, address, connected, match, nxt))
+        observers = tuple(sorted(k[len("readonly_node_status_server_"):]
+                                 for k in raw if k.startswith("readonly_node_status_server_")))
+        return RaftStatus(
+            node_id=self.config.node_id,
+            role=role,
+            term=int(raw.get("raft_term", 0)),
+            leader_id=self._address_to_id.get(leader_address) if leader_address else None,
+            leader_address=leader_address,
+            commit_index=int(raw.get("commit_idx", 0)),
+            last_applied_index=int(raw.get("last_applied", 0)),
+            log_length=int(raw.get("log_len", 0)),
+            has_quorum=bool(raw.get("has_quorum", False)),
+            voters=tuple(voters),
+            observers=observers,
+            ready=self._node.isReady(),
+        )
+
+    def _log_end_index(self) -> int | None:
+        getter = getattr(self._node, "_SyncObj__getCurrentLogIndex", None)
+        try:
+            return int(getter()) if getter is not None else None
+        except Exception:  # journal being compacted under us: unknown this instant
+            return None
+
+    def wait_ready(self, timeout_ms: int) -> bool:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while time.monotonic() < deadline:
+            if self.is_ready():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def close(self) -> None:
+        """Stop the tick thread and close the Raft port. Idempotent."""
+        try:
+            self._node.destroy()
+        except Exception:
+            log.exception("raft node destroy failed")
+
+
+def _error_for(reason: int) -> Exception:
+    if reason in _RETRY_ELSEWHERE:
+        return NotControllerError(f"Raft record not committed: {_RETRY_ELSEWHERE[reason]}; retry")
+    if reason == FAIL_REASON.QUEUE_FULL:
+        return RequestTimedOutError(f"Raft command queue full ({COMMANDS_QUEUE_MAX} records); retry later")
+    return RequestTimedOutError(f"Raft record outcome unknown (pysyncobj reason {reason}); retry")

@@ -1,0 +1,177 @@
+"""The Raft layer (raft_meta/raft.py) with real processes on 127.0.0.1.
+
+Each test starts tests/procs/raft_node.py processes (one RaftClient each, a list-of-records
+state machine), drives them over stdin, and stops every process by PID in teardown. Ports are
+chosen at run time. Waits poll with generous timeouts: the box is shared and noisy.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from client.protocol.errors import ConfigError
+from raft_meta.raft import RaftClient, RaftConfig, check_secret, parse_voters
+from raftka.cluster import Process, free_ports, project_env, python_argv, stop_all, wait_until
+
+NODE = str(Path(__file__).parent / "procs" / "raft_node.py")
+
+
+class Quorum:
+    def __init__(self, tmp_path: Path, voters: int = 3) -> None:
+        self.tmp_path = tmp_path
+        ports = free_ports(voters)
+        self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        self.ids = list(range(1, voters + 1))
+        self.procs: dict[int | str, Process] = {}
+        self.all_started: list[Process] = []
+
+    def start(self, node_id: int | None, name: str | None = None) -> Process:
+        args = ["--voters", self.voters]
+        key: int | str = node_id if node_id is not None else (name or "observer")
+        if node_id is not None:
+            args += ["--node-id", str(node_id), "--dir", str(self.tmp_path / f"node{node_id}"),
+                     "--snapshot-min-entries", "50"]
+        proc = Process(f"raft-{key}", python_argv(NODE, *args), env=project_env(), stdin=True,
+                       log_path=self.tmp_path / f"{key}.log")
+        proc.wait_for_line(lambda l: '"ready"' in l, timeout_s=30)
+        self.procs[key] = proc
+        self.all_started.append(proc)
+        return proc
+
+    def status(self, key: int | str) -> dict:
+        return self.procs[key].request_json("status")["status"]
+
+    def leader(self, among: list[int] | None = None, timeout_s: float = 20) -> int:
+        """The node id that a live voter reports as leader and that itself says 'leader'."""
+        def find() -> int | None:
+            for node_id in among or self.ids:
+                proc = self.procs.get(node_id)
+                if proc is None or not proc.alive():
+                    continue
+                if self.status(node_id)["role"] == "leader":
+                    return node_id
+            return None
+        return wait_until(find, timeout_s, interval_s=0.1, what="a leader")
+
+    def submit(self, key: int | str, text: str, timeout_s: float = 20) -> int:
+        """Submit until committed (retrying retriable failures); returns the record's index."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answer = self.procs[key].request_json(f"submit {text}")
+            if "ok" in answer:
+                return answer["ok"]
+            assert answer["error"] in ("NOT_CONTROLLER", "REQUEST_TIMED_OUT"), answer
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"submit {text!r} kept failing: {answer}")
+            time.sleep(0.05)
+
+    def records(self, key: int | str) -> list[str]:
+        return self.procs[key].request_json("records")["records"]
+
+
+@pytest.fixture
+def quorum(tmp_path):
+    q = Quorum(tmp_path)
+    yield q
+    stop_all(q.all_started)
+
+
+def test_three_voters_elect_one_leader_and_replicate_in_order(quorum):
+    for node_id in quorum.ids:
+        quorum.start(node_id)
+    leader = quorum.leader()
+    indexes = [quorum.submit(leader, f"r{i}") for i in range(20)]
+    assert indexes == sorted(indexes) and len(set(indexes)) == 20
+    for node_id in quorum.ids:
+        wait_until(lambda: quorum.records(node_id) == [f"r{i}" for i in range(20)], 15,
+                   what=f"node {node_id} has all records")
+    status = quorum.status(leader)
+    assert status["leader_id"] == leader and status["term"] >= 1
+    assert status["commit_index"] >= indexes[-1]
+    # The leader knows how far each follower got.
+    followers = [v for v in status["voters"] if v["node_id"] != leader]
+    wait_until(lambda: all(v["match_index"] is not None and v["match_index"] >= indexes[-1]
+                           for v in quorum.status(leader)["voters"] if v["node_id"] != leader),
+               15, what="followers' match index reaches the last record")
+    assert len(followers) == 2
+
+
+def test_kill_9_of_the_leader_lets_a_new_leader_commit_the_next_record(quorum):
+    for node_id in quorum.ids:
+        quorum.start(node_id)
+    old = quorum.leader()
+    quorum.submit(old, "before")
+    quorum.procs[old].kill()
+    survivors = [n for n in quorum.ids if n != old]
+    new = quorum.leader(among=survivors)
+    assert new != old
+    quorum.submit(survivors[0], "after")  # a follower forwards to the new leader
+    for node_id in survivors:
+        wait_until(lambda: quorum.records(node_id) == ["before", "after"], 15,
+                   what=f"node {node_id} has both records")
+    # The killed node comes back and catches up.
+    quorum.start(old)
+    wait_until(lambda: quorum.records(old) == ["before", "after"], 20, what="restarted node catches up")
+
+
+def test_killing_all_voters_and_restarting_keeps_committed_records_including_snapshots(quorum):
+    for node_id in quorum.ids:
+        quorum.start(node_id)
+    leader = quorum.leader()
+    expected = [f"k{i}" for i in range(120)]  # > snapshot_min_entries: exercises a snapshot
+    for text in expected:
+        quorum.submit(leader, text)
+    for node_id in quorum.ids:
+        wait_until(lambda: quorum.records(node_id) == expected, 15, what=f"node {node_id} applied all")
+    wait_until(lambda: all((quorum.tmp_path / f"node{n}" / "raft.snapshot").exists() for n in quorum.ids),
+               15, what="every voter wrote a snapshot")
+    for node_id in quorum.ids:
+        quorum.procs[node_id].kill()
+    for node_id in quorum.ids:
+        quorum.start(node_id)
+    new = quorum.leader()
+    for node_id in quorum.ids:
+        wait_until(lambda: quorum.records(node_id) == expected, 20, what=f"node {node_id} restored")
+    quorum.submit(new, "after-restart")
+    wait_until(lambda: quorum.records(new)[-1] == "after-restart", 15, what="commit after restart")
+
+
+def test_an_observer_receives_the_committed_log_and_does_not_vote(quorum):
+    for node_id in quorum.ids:
+        quorum.start(node_id)
+    leader = quorum.leader()
+    quorum.submit(leader, "one")
+    observer = quorum.start(None, "observer")
+    quorum.submit(leader, "two")
+    wait_until(lambda: quorum.records("observer") == ["one", "two"], 15, what="observer has the log")
+    status = quorum.status("observer")
+    assert status["role"] == "observer" and status["leader_id"] == leader
+    wait_until(lambda: quorum.status(leader)["observers"], 10, what="leader lists the observer")
+    assert observer.alive()
+
+
+def test_a_non_loopback_raft_address_without_a_secret_is_refused():
+    with pytest.raises(ConfigError) as caught:
+        check_secret(parse_voters("1@10.1.2.3:9301,2@127.0.0.1:9302"), None)
+    assert caught.value.key == "controller.quorum.secret"
+    assert "10.1.2.3:9301" in str(caught.value)
+    check_secret(parse_voters("1@10.1.2.3:9301"), "s3cret")  # with a secret: fine
+    check_secret(parse_voters("1@127.0.0.1:9301,2@localhost:9302"), None)  # loopback: fine
+
+
+@pytest.mark.parametrize("bad", ["", "1@127.0.0.1", "x@127.0.0.1:1", "1@127.0.0.1:1,1@127.0.0.1:2",
+                                 "1@127.0.0.1:99999"])
+def test_malformed_voters_strings_name_the_key(bad):
+    with pytest.raises(ConfigError) as caught:
+        parse_voters(bad)
+    assert caught.value.key == "controller.quorum.voters"
+
+
+def test_a_node_id_missing_from_the_voters_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        RaftClient(RaftConfig(voters={1: "127.0.0.1:20001"}, node_id=7, log_dir=str(tmp_path)),
+                   state_machine=None)  # type: ignore[arg-type]
+    assert caught.value.key == "node.id"
