@@ -227,3 +227,187 @@ def stop_all(processes: Iterable[Process]) -> None:
             process.stop()
         except Exception:
             pass
+
+
+# -- controller quorums ----------------------------------------------------------------------
+
+READY_TIMEOUT_S = 60.0  # a cold Python start on a loaded 2-core box can take seconds
+
+
+@dataclass
+class NodeSpec:
+    """One `raftka server` process: its id, roles, ports and directory."""
+
+    node_id: int
+    roles: tuple[str, ...]
+    raft_port: int | None  # controllers only: the port in controller.quorum.voters
+    controller_port: int | None  # controllers only: the CONTROLLER:// RPC listener
+    broker_port: int | None  # brokers only: the PLAINTEXT:// listener
+    data_dir: Path
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "server.log"
+
+
+def write_properties(path: Path, values: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# written by raftka.cluster"] + [f"{k}={v}" for k, v in values.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+class ControllerCluster:
+    """A quorum of controller processes (and, later, brokers) started from this process.
+
+    Public: ``start(root, voters=3, configs=None)``, ``nodes``, ``process(node_id)``,
+    ``bootstrap_controllers`` ("host:port,..." of the RPC listeners), ``wait_ready(node_id)``,
+    ``kill(node_id)`` (-9), ``pause``/``resume`` (SIGSTOP/SIGCONT), ``stop(node_id)``,
+    ``restart(node_id)``, ``wait_for_leader(timeout_s)``, ``describe_quorum(node_id)``, ``close()``.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], voters: int = 3,
+                 configs: dict[str, Any] | None = None, *, secret: str | None = None) -> None:
+        assert voters in (1, 3, 5) or voters >= 1, voters
+        self.root = Path(root)
+        self.configs = dict(configs or {})
+        self.secret = secret
+        ports = free_ports(2 * voters)
+        self.nodes: dict[int, NodeSpec] = {}
+        for i in range(voters):
+            node_id = i + 1
+            self.nodes[node_id] = NodeSpec(node_id, ("controller",), ports[2 * i], ports[2 * i + 1], None,
+                                           self.root / f"controller-{node_id}")
+        self.processes: dict[int, Process] = {}
+        self.started: list[Process] = []  # every process ever started, for teardown
+
+    @classmethod
+    def start(cls, root: str | os.PathLike[str], voters: int = 3, configs: dict[str, Any] | None = None,
+              *, timeout_s: float = READY_TIMEOUT_S, secret: str | None = None) -> "ControllerCluster":
+        cluster = cls(root, voters, configs, secret=secret)
+        try:
+            for node_id in cluster.nodes:
+                cluster.launch(node_id)
+            for node_id in cluster.nodes:
+                cluster.wait_ready(node_id, timeout_s)
+        except BaseException:
+            cluster.close()
+            raise
+        return cluster
+
+    def __enter__(self) -> "ControllerCluster":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def voters_string(self) -> str:
+        return ",".join(f"{n.node_id}@127.0.0.1:{n.raft_port}" for n in self.nodes.values()
+                        if n.raft_port is not None)
+
+    @property
+    def bootstrap_controllers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.controller_port}" for n in self.nodes.values()
+                        if n.controller_port is not None)
+
+    def controller_address(self, node_id: int) -> tuple[str, int]:
+        port = self.nodes[node_id].controller_port
+        assert port is not None
+        return ("127.0.0.1", port)
+
+    def config_values(self, node_id: int) -> dict[str, Any]:
+        spec = self.nodes[node_id]
+        listeners = []
+        if spec.controller_port is not None:
+            listeners.append(f"CONTROLLER://127.0.0.1:{spec.controller_port}")
+        if spec.broker_port is not None:
+            listeners.append(f"PLAINTEXT://127.0.0.1:{spec.broker_port}")
+        values: dict[str, Any] = {
+            "process.roles": ",".join(spec.roles),
+            "node.id": spec.node_id,
+            "controller.quorum.voters": self.voters_string,
+            "listeners": ",".join(listeners),
+            "log.dirs": str(spec.data_dir / "data"),
+        }
+        if self.secret:
+            values["controller.quorum.secret"] = self.secret
+        values.update(self.configs)
+        values.update(spec.extra)
+        return values
+
+    def launch(self, node_id: int) -> Process:
+        """Write the node's config and start its process (does not wait for readiness)."""
+        spec = self.nodes[node_id]
+        old = self.processes.get(node_id)
+        assert old is None or not old.alive(), f"node {node_id} is still running"
+        write_properties(spec.config_path, self.config_values(node_id))
+        process = Process(f"node-{node_id}", python_argv("-m", "raftka", "server", "--config", str(spec.config_path)),
+                          env=project_env(), log_path=spec.log_path)
+        self.processes[node_id] = process
+        self.started.append(process)
+        return process
+
+    def process(self, node_id: int) -> Process:
+        return self.processes[node_id]
+
+    def wait_ready(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Wait for the node's ready line ("raftka controller N ready ...")."""
+        return self.processes[node_id].wait_for_line(lambda l: " ready " in l and l.startswith("raftka "),
+                                                     timeout_s)
+
+    def kill(self, node_id: int) -> None:
+        self.processes[node_id].kill()
+
+    def pause(self, node_id: int) -> None:
+        self.processes[node_id].pause()
+
+    def resume(self, node_id: int) -> None:
+        self.processes[node_id].resume()
+
+    def stop(self, node_id: int) -> int | None:
+        return self.processes[node_id].stop()
+
+    def restart(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> Process:
+        """Stop (if running) and start again on the same ports and directory; waits for ready."""
+        process = self.processes.get(node_id)
+        if process is not None and process.alive():
+            process.stop()
+        self.launch(node_id)
+        self.wait_ready(node_id, timeout_s)
+        return self.processes[node_id]
+
+    def alive(self, node_id: int) -> bool:
+        process = self.processes.get(node_id)
+        return process is not None and process.alive()
+
+    def describe_quorum(self, node_id: int, timeout_s: float = 5.0) -> dict[str, Any]:
+        """Quorum status as seen by one controller (its DescribeQuorum RPC)."""
+        from raftka.controller_client import describe_quorum
+        host, port = self.controller_address(node_id)
+        return describe_quorum(f"{host}:{port}", timeout_s=timeout_s)
+
+    def leader_id(self, among: Iterable[int] | None = None) -> int | None:
+        """The controller that says it is the active controller right now, or None."""
+        for node_id in among or list(self.nodes):
+            if not self.alive(node_id):
+                continue
+            try:
+                status = self.describe_quorum(node_id, timeout_s=2.0)
+            except Exception:
+                continue
+            if status.get("role") == "leader" and status.get("active"):
+                return node_id
+        return None
+
+    def wait_for_leader(self, timeout_s: float = 30.0, among: Iterable[int] | None = None) -> int:
+        nodes = list(among) if among is not None else None
+        return wait_until(lambda: self.leader_id(nodes), timeout_s, interval_s=0.05, what="an active controller")
+
+    def close(self) -> None:
+        """Stop every process this cluster started (SIGTERM, then SIGKILL), by PID."""
+        stop_all(reversed(self.started))

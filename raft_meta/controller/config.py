@@ -1,0 +1,169 @@
+"""Server configuration (`raftka server --config FILE`): Kafka's property names, declared once.
+
+``load_server_config(path)`` reads a Java-style properties file (``key=value`` or ``key: value``,
+``#``/``!`` comments) and returns a :class:`ServerConfig`; a missing key, an unknown key or a bad
+value raises ``ConfigError`` naming the key.
+
+Ports: ``controller.quorum.voters`` gives each voter's **Raft** port (pysyncobj, `id@host:port`);
+the ``CONTROLLER://host:port`` entry of ``listeners`` is this controller's **RPC** port (the wire
+protocol: BrokerRegistration, CreateTopics, DescribeQuorum, ...). They must differ.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from client.protocol.configs import REQUIRED, ConfigDef, at_least, between
+from client.protocol.errors import ConfigError
+from raft_meta.raft import check_secret, parse_voters
+
+CONFIG_FILE_BYTES_MAX = 1_048_576
+
+
+def _roles(value: list[str]) -> str | None:
+    if not value:
+        return "must name at least one role (broker, controller)"
+    unknown = [r for r in value if r not in ("broker", "controller")]
+    if unknown:
+        return f"unknown role(s) {', '.join(unknown)}; expected broker and/or controller"
+    return None
+
+
+SERVER_CONFIGS = (
+    ConfigDef()
+    .define("process.roles", "list", REQUIRED, "broker, controller, or both (combined mode).", _roles)
+    .define("node.id", "int", REQUIRED, "This node's id; a controller's id is its entry in controller.quorum.voters.",
+            at_least(0))
+    .define("controller.quorum.voters", "string", REQUIRED,
+            "Voters' Raft endpoints: id@host:port,... (Raft ports, not the RPC listener).")
+    .define("controller.listener.names", "list", ["CONTROLLER"], "Listener names used by the controller RPC.")
+    .define("listeners", "list", [], "name://host:port,...; CONTROLLER://host:port is the controller RPC port.")
+    .define("advertised.listeners", "list", [], "Endpoints given to others, when they differ from listeners.")
+    .define("log.dirs", "list", REQUIRED, "Directories for data; the controller keeps its Raft journal and snapshots in the first.")
+    .define("broker.session.timeout.ms", "int", 9000, "A broker without a heartbeat this long is fenced.", at_least(1))
+    .define("broker.heartbeat.interval.ms", "int", 2000, "How often brokers heartbeat to the active controller.",
+            at_least(1))
+    .define("controller.quorum.secret", "password", None,
+            "Cluster secret for the Raft port (required unless every voter address is loopback).")
+    .define("controller.quorum.secret.file", "string", None, "A file whose first line is controller.quorum.secret.")
+    .define("controller.quorum.request.timeout.ms", "int", 5000,
+            "How long the controller waits for a metadata record to commit before answering REQUEST_TIMED_OUT.",
+            between(1, 300_000))
+    .define("metadata.log.snapshot.min.records", "int", 5000,
+            "Snapshot the metadata (and truncate the Raft journal) after this many records.", at_least(2))
+    .define("metadata.log.max.snapshot.interval.ms", "long", 300_000,
+            "Snapshot at least this often when records were appended.", at_least(1000))
+    .define("metadata.fetch.max.records", "int", 5000, "Most records one metadata fetch returns.", at_least(1))
+    .define("connections.max", "int", 1000, "Most concurrent RPC connections one controller accepts.", at_least(1))
+    .define("socket.request.max.bytes", "int", 104_857_600, "Largest request frame accepted.", at_least(1024))
+    .define("num.partitions", "int", 1, "Partitions of a topic created without a count.", at_least(1))
+    .define("default.replication.factor", "int", 1, "Replication factor of a topic created without one.", at_least(1))
+    .define("min.insync.replicas", "int", 1, "Default min.insync.replicas of new topics.", at_least(1))
+    .define("unclean.leader.election.enable", "bool", False, "Default for new topics: elect outside the ISR.")
+    .define("auto.create.topics.enable", "bool", False, "Create a topic when a client first asks for it.")
+    .define("log.retention.ms", "long", 604_800_000, "Default retention.ms of new topics.", at_least(-1))
+    .define("log.retention.bytes", "long", -1, "Default retention.bytes of new topics.", at_least(-1))
+    .define("log.segment.bytes", "int", 1_073_741_824, "Default segment.bytes of new topics.", at_least(14))
+    .define("replica.lag.time.max.ms", "long", 30_000, "A follower not caught up for this long leaves the ISR.",
+            at_least(1))
+)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    values: dict[str, Any]
+    voters: dict[int, str]  # node id -> Raft host:port
+    listeners: dict[str, tuple[str, int]]  # listener name -> (host, port)
+    secret: str | None
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def node_id(self) -> int:
+        return self.values["node.id"]
+
+    @property
+    def roles(self) -> list[str]:
+        return self.values["process.roles"]
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def controller_listener(self) -> tuple[str, int]:
+        name = self.values["controller.listener.names"][0]
+        return self.listeners[name]
+
+    @property
+    def metadata_dir(self) -> str:
+        return os.path.join(self.values["log.dirs"][0], "__cluster_metadata-0")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ConfigError(f"line {number}", f"expected key=value, got {raw!r}")
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def parse_listeners(values: list[str], key: str = "listeners") -> dict[str, tuple[str, int]]:
+    listeners: dict[str, tuple[str, int]] = {}
+    for item in values:
+        name, sep, rest = item.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not name or not colon or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ConfigError(key, f"expected NAME://host:port, got {item!r}")
+        if name in listeners:
+            raise ConfigError(key, f"listener {name} given twice")
+        listeners[name] = (host or "0.0.0.0", int(port))
+    return listeners
+
+
+def server_config(raw: Mapping[str, Any]) -> ServerConfig:
+    values = SERVER_CONFIGS.parse(raw)
+    voters = parse_voters(values["controller.quorum.voters"])
+    listeners = parse_listeners(values["listeners"])
+    secret = values["controller.quorum.secret"]
+    secret_file = values["controller.quorum.secret.file"]
+    if secret_file and not secret:
+        try:
+            with open(secret_file, encoding="utf-8") as f:
+                secret = f.readline().strip()
+        except OSError as error:
+            raise ConfigError("controller.quorum.secret.file", f"cannot read {secret_file}: {error.strerror}") from None
+        if not secret:
+            raise ConfigError("controller.quorum.secret.file", f"{secret_file} is empty")
+    if "controller" in values["process.roles"]:
+        if values["node.id"] not in voters:
+            raise ConfigError("node.id", f"{values['node.id']} is not among controller.quorum.voters "
+                                         f"({', '.join(map(str, sorted(voters)))})")
+        name = values["controller.listener.names"][0]
+        if name not in listeners:
+            raise ConfigError("listeners", f"a controller needs a {name}://host:port listener for its RPC port")
+        rpc = f"{listeners[name][0]}:{listeners[name][1]}"
+        if rpc == voters[values["node.id"]]:
+            raise ConfigError("listeners", f"{name} listener {rpc} is the Raft port of controller.quorum.voters; "
+                                           "the RPC port must differ")
+        check_secret(voters, secret)
+    return ServerConfig(values, voters, listeners, secret)
+
+
+def load_server_config(path: str) -> ServerConfig:
+    try:
+        size = os.path.getsize(path)
+        if size > CONFIG_FILE_BYTES_MAX:
+            raise ConfigError("--config", f"{path} is {size} bytes; at most {CONFIG_FILE_BYTES_MAX}")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as error:
+        raise ConfigError("--config", f"cannot read {path}: {error.strerror}") from None
+    return server_config(parse_properties(text))

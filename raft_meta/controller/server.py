@@ -1,0 +1,90 @@
+"""The controller process: Raft member + metadata state machine + RPC listener.
+
+``run_controller(config)`` must be called from the main thread (pysyncobj's tick thread dies
+with the thread that created it). It:
+
+1. builds the metadata state machine and the Raft client (journal and snapshots in
+   ``<log.dirs[0]>/__cluster_metadata-0``, Raft port from ``controller.quorum.voters``);
+2. starts the RPC server on the ``CONTROLLER://host:port`` listener;
+3. prints ``raftka controller <id> ready raft=<host:port> rpc=<host:port>`` on stdout (the
+   cluster API and scripts wait for it);
+4. serves until SIGTERM/SIGINT, then closes the listener and the Raft node and returns 0.
+
+Readiness means "listening", not "leader elected": use DescribeQuorum to find the leader.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+from raft_meta.controller.config import ServerConfig
+from raft_meta.controller.rpc import RpcServer
+from raft_meta.controller.service import ControllerService
+from raft_meta.controller.state import ControllerStateMachine
+from raft_meta.raft import RaftClient, RaftConfig
+
+log = logging.getLogger(__name__)
+
+
+def build_metadata_machine(config: ServerConfig) -> Any:
+    """The metadata state machine (raft_meta's image + delta replay)."""
+    from raft_meta.controller.metadata_adapter import MetadataStateMachine
+    return MetadataStateMachine(config)
+
+
+def run_controller(config: ServerConfig, *, print_line: Callable[[str], None] | None = None) -> int:
+    assert threading.current_thread() is threading.main_thread()
+    say = print_line or (lambda line: print(line, flush=True))
+    metadata = build_metadata_machine(config)
+    state = ControllerStateMachine(metadata)
+    raft = RaftClient(
+        RaftConfig(
+            voters=config.voters, node_id=config.node_id, log_dir=config.metadata_dir,
+            password=config.secret,
+            snapshot_min_entries=config["metadata.log.snapshot.min.records"],
+            snapshot_min_interval_s=config["metadata.log.max.snapshot.interval.ms"] / 1000,
+        ),
+        state,
+        on_leader_change=lambda leader, term: log.info("leader is now %s (term %d)", leader, term),
+    )
+    try:
+        return asyncio.run(_serve(config, raft, state, say))
+    finally:
+        raft.close()
+
+
+async def _serve(config: ServerConfig, raft: RaftClient, state: ControllerStateMachine,
+                 say: Callable[[str], None]) -> int:
+    service = ControllerService(config, raft, state)
+    attach = getattr(state.metadata, "attach", None)
+    if attach is not None:  # the metadata adapter adds its handlers and active-controller duties
+        attach(service)
+    host, port = config.controller_listener
+    server = RpcServer(service.handle, max_frame_bytes=config["socket.request.max.bytes"],
+                       max_connections=config["connections.max"])
+    await server.start(host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    service.start_background()
+    say(f"raftka controller {config.node_id} ready raft={config.voters[config.node_id]} "
+        f"rpc={host}:{server.port}")
+    await stop.wait()
+    say(f"raftka controller {config.node_id} stopping")
+    await service.close()
+    await server.close()
+    return 0
+
+
+def main_for_tests(argv: list[str]) -> int:  # pragma: no cover - convenience for ad-hoc runs
+    from raft_meta.controller.config import load_server_config
+    return run_controller(load_server_config(argv[0]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main_for_tests(sys.argv[1:]))

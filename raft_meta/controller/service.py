@@ -1,0 +1,199 @@
+"""The controller's RPC service: what one controller answers on its CONTROLLER listener.
+
+Every controller answers DescribeQuorum (its own view of the Raft quorum). Every other API is
+served by the **active controller** only (the Raft leader, once it has applied the log it
+inherited); any other controller answers NOT_CONTROLLER with body
+``{"controller_id": id or -1, "controller_endpoint": "host:port" or None}`` so the caller can go
+straight to the active one.
+
+A decision is a committed record: handlers build metadata records (raft_meta's decision code),
+commit them through Raft (``RaftClient.submit``) and answer only after the commit. A leader
+change during the commit answers NOT_CONTROLLER (retriable); a commit that does not finish in
+``controller.quorum.request.timeout.ms`` answers REQUEST_TIMED_OUT (retriable, the change may
+still happen: records are idempotent, so a retry is safe).
+
+Handlers never raise for bad input: a typed RaftkaError becomes its error code and message in
+the response; anything else is a bug, logged, and answered UNKNOWN_SERVER_ERROR.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from client.protocol import errors
+from client.protocol.errors import InvalidRequestError, NotControllerError, RaftkaError
+from raft_meta.controller.config import ServerConfig
+from raft_meta.controller.state import ControllerStateMachine, controller_record
+from raft_meta.raft import RaftClient
+
+log = logging.getLogger(__name__)
+
+# Kafka's API keys (the wire helper's ApiKey enum carries the same numbers).
+API_FETCH = 1
+API_METADATA = 3
+API_CREATE_TOPICS = 19
+API_DELETE_TOPICS = 20
+API_INIT_PRODUCER_ID = 22
+API_DESCRIBE_CONFIGS = 32
+API_ALTER_CONFIGS = 33
+API_DESCRIBE_QUORUM = 55
+API_ALTER_PARTITION = 56
+API_BROKER_REGISTRATION = 62
+API_BROKER_HEARTBEAT = 63
+
+REGISTER_RETRY_BACKOFF_MS = 200
+REGISTER_ATTEMPTS_MAX = 1000  # ~ minutes of retrying while no leader exists
+
+# Every API the controller listener serves (some only once the metadata handlers are attached).
+CONTROLLER_APIS = frozenset({
+    API_FETCH, API_METADATA, API_CREATE_TOPICS, API_DELETE_TOPICS, API_INIT_PRODUCER_ID,
+    API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION,
+    API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT,
+})
+
+Handler = Callable[[int, dict], Awaitable[tuple[int, dict]]]
+
+
+class ControllerService:
+    """Serves one controller's RPC; the metadata-specific handlers live in ``handlers``."""
+
+    def __init__(self, config: ServerConfig, raft: RaftClient, state: ControllerStateMachine) -> None:
+        self.config = config
+        self.raft = raft
+        self.state = state
+        self.request_timeout_ms: int = config["controller.quorum.request.timeout.ms"]
+        self.handlers: dict[int, Handler] = {API_DESCRIBE_QUORUM: self.describe_quorum}
+        self.any_controller_apis = {API_DESCRIBE_QUORUM}
+        self.started_monotonic = time.monotonic()
+        self._tasks: list[asyncio.Task] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start_background(self) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(self._announce_endpoint()))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _announce_endpoint(self) -> None:
+        """Commit this controller's RPC endpoint (idempotent), retrying until a leader takes it."""
+        host, port = self.config.controller_listener
+        record = controller_record(self.config.node_id, host, port)
+        for _ in range(REGISTER_ATTEMPTS_MAX):
+            if self.state.controllers.get(self.config.node_id) == (host, port):
+                return
+            try:
+                await self.raft.submit(record, self.request_timeout_ms)
+                return
+            except RaftkaError as error:
+                if not error.retriable:
+                    log.error("cannot announce controller endpoint: %s", error)
+                    return
+            await asyncio.sleep(REGISTER_RETRY_BACKOFF_MS / 1000)
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self.raft.is_leader
+
+    def not_controller(self) -> tuple[int, dict]:
+        leader = self.raft.leader_id
+        endpoint = self.state.controllers.get(leader) if leader is not None else None
+        return errors.NOT_CONTROLLER, {
+            "controller_id": leader if leader is not None else -1,
+            "controller_endpoint": f"{endpoint[0]}:{endpoint[1]}" if endpoint else None,
+            "error_message": (f"controller {self.config.node_id} is not the active controller"
+                              + (f"; controller {leader} is" if leader is not None else "; none elected yet")),
+        }
+
+    async def handle(self, api_key: int, api_version: int, body: Any, ctx: Any = None) -> tuple[int, dict]:
+        if api_key in CONTROLLER_APIS and api_key not in self.any_controller_apis and not self.is_active:
+            return self.not_controller()
+        handler = self.handlers.get(api_key)
+        if handler is None:
+            return errors.UNSUPPORTED_VERSION, {
+                "error_message": f"the controller listener does not serve api key {api_key}"}
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            return errors.INVALID_REQUEST, {"error_message": "request body must be a map"}
+        try:
+            return await handler(api_version, body)
+        except NotControllerError:
+            return self.not_controller()
+        except RaftkaError as error:
+            return error.code, {"error_message": error.message}
+        except Exception:
+            log.exception("controller handler for api key %d failed", api_key)
+            return errors.UNKNOWN_SERVER_ERROR, {"error_message": "internal error; see the controller log"}
+
+    async def commit(self, records: list[bytes]) -> list[Any]:
+        """Commit envelope records in order; returns their apply results."""
+        results = []
+        for record in records:
+            results.append(await self.raft.submit(record, self.request_timeout_ms))
+        return results
+
+    # -- DescribeQuorum --------------------------------------------------------------------
+
+    async def describe_quorum(self, api_version: int, body: dict) -> tuple[int, dict]:
+        """Like Kafka's DescribeQuorum, from this controller's point of view.
+
+        Body: {node_id, role, active, leader_id, leader_endpoint, term (Kafka: leader epoch),
+        commit_index, high_watermark (= commit index), last_applied_index, metadata_offset,
+        voters: [{node_id, raft_address, endpoint, connected, log_end_offset, lag}],
+        observers: [{raft_address}]}. A voter's log_end_offset is known only on the leader (its
+        match index); ``lag`` = leader's log end - voter's log end.
+        """
+        status = self.raft.status()
+        leader_endpoint = self.state.controllers.get(status.leader_id) if status.leader_id is not None else None
+        leader_end = next((v.match_index for v in status.voters if v.node_id == status.leader_id), None)
+        voters = []
+        for voter in status.voters:
+            endpoint = self.state.controllers.get(voter.node_id)
+            end = voter.match_index if status.role == "leader" else (
+                voter.match_index if voter.node_id == self.config.node_id else None)
+            voters.append({
+                "node_id": voter.node_id,
+                "raft_address": voter.address,
+                "endpoint": f"{endpoint[0]}:{endpoint[1]}" if endpoint else None,
+                "connected": voter.connected,
+                "log_end_offset": end,
+                "lag": (leader_end - end) if (leader_end is not None and end is not None
+                                               and status.role == "leader") else None,
+            })
+        return errors.NONE, {
+            "node_id": self.config.node_id,
+            "role": status.role,
+            "active": self.is_active,
+            "leader_id": status.leader_id if status.leader_id is not None else -1,
+            "leader_endpoint": f"{leader_endpoint[0]}:{leader_endpoint[1]}" if leader_endpoint else None,
+            "term": status.term,
+            "commit_index": status.commit_index,
+            "high_watermark": status.commit_index,
+            "last_applied_index": status.last_applied_index,
+            "metadata_offset": self.state.offset,
+            "has_quorum": status.has_quorum,
+            "voters": voters,
+            "observers": [{"raft_address": a} for a in status.observers],
+            "uptime_ms": int((time.monotonic() - self.started_monotonic) * 1000),
+        }
+
+
+def require(body: dict, key: str, kind: type | tuple[type, ...], what: str | None = None) -> Any:
+    """``body[key]`` if present and of ``kind``, else InvalidRequestError naming the field."""
+    if key not in body:
+        raise InvalidRequestError(f"missing field {what or key!r}")
+    value = body[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise InvalidRequestError(f"field {what or key!r} has the wrong type ({type(value).__name__})")
+    return value

@@ -1,0 +1,150 @@
+"""The controller process (`raftka server`) and the quorum tooling, with real processes.
+
+Every test starts `python -m raftka server --config ...` processes through raftka.cluster
+(ports chosen at run time, readiness by ready line with a timeout) and stops them by PID.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from client.protocol import errors
+from raftka.cluster import Process, free_ports, project_env, python_argv, wait_until, write_properties
+from raftka.controller_client import controller_request, describe_quorum
+
+
+def test_three_controllers_elect_one_active_controller_and_agree_on_it(controller_cluster):
+    leader = controller_cluster.wait_for_leader(timeout_s=30)
+    views = {n: controller_cluster.describe_quorum(n) for n in controller_cluster.nodes}
+    wait_until(lambda: all(controller_cluster.describe_quorum(n)["leader_id"] == leader
+                           for n in controller_cluster.nodes), 15, what="every controller knows the leader")
+    assert [n for n, v in views.items() if v["active"]] == [leader]
+    # Every controller announced its RPC endpoint through the log: the leader's view lists them.
+    wait_until(lambda: all(v["endpoint"] for v in controller_cluster.describe_quorum(leader)["voters"]),
+               15, what="every voter's endpoint committed")
+
+
+def test_a_non_active_controller_answers_not_controller_with_the_active_ones_endpoint(controller_cluster):
+    leader = controller_cluster.wait_for_leader(timeout_s=30)
+    follower = next(n for n in controller_cluster.nodes if n != leader)
+    host, port = controller_cluster.controller_address(leader)
+    from raft_meta.controller.rpc import call_sync
+
+    def answer():
+        code, body = call_sync("%s:%d" % controller_cluster.controller_address(follower), 19, {"topics": []})
+        return (code, body) if body.get("controller_endpoint") else None
+    code, body = wait_until(answer, 15, what="NOT_CONTROLLER with an endpoint")
+    assert code == errors.NOT_CONTROLLER
+    assert body["controller_id"] == leader and body["controller_endpoint"] == f"{host}:{port}"
+
+
+def test_kill_9_of_the_active_controller_elects_another_that_commits(controller_cluster):
+    old = controller_cluster.wait_for_leader(timeout_s=30)
+    before = controller_cluster.describe_quorum(old)["commit_index"]
+    controller_cluster.kill(old)
+    survivors = [n for n in controller_cluster.nodes if n != old]
+    new = controller_cluster.wait_for_leader(timeout_s=30, among=survivors)
+    assert new != old
+    # The restarted controller re-announces its endpoint: a committed record through the new leader.
+    controller_cluster.restart(old)
+    wait_until(lambda: controller_cluster.describe_quorum(new)["commit_index"] > before, 20,
+               what="a record committed by the new leader")
+    status = wait_until(lambda: (s := controller_cluster.describe_quorum(new))["term"] > 1 and s, 10,
+                        what="a later term")
+    assert status["leader_id"] == new
+
+
+def test_quorum_status_cli_prints_leader_term_and_each_voters_lag(controller_cluster):
+    leader = controller_cluster.wait_for_leader(timeout_s=30)
+    follower = next(n for n in controller_cluster.nodes if n != leader)
+    address = "%s:%d" % controller_cluster.controller_address(follower)
+    wait_until(lambda: describe_quorum(address)["leader_endpoint"], 15, what="leader endpoint known")
+    run = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address,
+                                     "--json"), capture_output=True, text=True, env=project_env(), timeout=60)
+    assert run.returncode == 0, run.stderr
+    status = json.loads(run.stdout)
+    assert status["leader_id"] == leader and status["active"]  # the tool asked the active controller
+    assert len(status["voters"]) == 3 and all(v["lag"] is not None for v in status["voters"])
+    text = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address),
+                          capture_output=True, text=True, env=project_env(), timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert f"ClusterLeaderId:   {leader}" in text.stdout and "LogEndOffset" in text.stdout
+
+
+def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster):
+    leader = controller_cluster.wait_for_leader(timeout_s=30)
+    host, port = controller_cluster.controller_address(leader)
+    bad = socket.create_connection((host, port), timeout=10)
+    good = socket.create_connection((host, port), timeout=10)
+    try:
+        bad.sendall(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")  # a frame of invalid msgpack
+        bad.settimeout(10)
+        assert bad.recv(1024) == b""  # closed by the server
+        huge = socket.create_connection((host, port), timeout=10)
+        huge.sendall(b"\xff\xff\xff\xff")  # a length far above socket.request.max.bytes
+        huge.settimeout(10)
+        assert huge.recv(1024) == b""
+        huge.close()
+        from raft_meta.controller.rpc import encode_frame, decode_payload
+        good.sendall(encode_frame([55, 0, 7, "test", {}]))
+        good.settimeout(10)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            chunk = good.recv(65536)
+            assert chunk, "the good connection was closed too"
+            data += chunk
+        correlation_id, code, body = decode_payload(data[4:], 3, 1 << 20)
+        assert (correlation_id, code, body["leader_id"]) == (7, 0, leader)
+    finally:
+        bad.close()
+        good.close()
+    assert controller_cluster.alive(leader)
+
+
+def test_a_controller_refuses_to_start_on_a_non_loopback_raft_address_without_a_secret(tmp_path):
+    raft_port, rpc_port = free_ports(2)
+    config = tmp_path / "server.properties"
+    write_properties(config, {"process.roles": "controller", "node.id": 1,
+                              "controller.quorum.voters": f"1@0.0.0.0:{raft_port}",
+                              "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d")})
+    run = subprocess.run(python_argv("-m", "raftka", "server", "--config", str(config)),
+                         capture_output=True, text=True, env=project_env(), timeout=60)
+    assert run.returncode == 1
+    assert "controller.quorum.secret" in run.stderr and "not loopback" in run.stderr
+    # With a secret in a file, the same config starts.
+    secret = tmp_path / "secret"
+    secret.write_text("correct horse battery staple\n")
+    write_properties(config, {"process.roles": "controller", "node.id": 1,
+                              "controller.quorum.voters": f"1@0.0.0.0:{raft_port}",
+                              "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d"),
+                              "controller.quorum.secret.file": str(secret)})
+    process = Process("secret-ok", python_argv("-m", "raftka", "server", "--config", str(config)), env=project_env())
+    try:
+        process.wait_for_line(lambda l: " ready " in l, timeout_s=60)
+    finally:
+        process.stop()
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("node.id", "abc", "node.id"),
+    ("controller.quorum.voters", "1@nohost", "controller.quorum.voters"),
+    ("broker.session.timeout.ms", "-5", "broker.session.timeout.ms"),
+    ("no.such.key", "1", "no.such.key"),
+])
+def test_a_bad_server_config_value_names_the_key(tmp_path, key, value, needle):
+    raft_port, rpc_port = free_ports(2)
+    values = {"process.roles": "controller", "node.id": 1, "controller.quorum.voters": f"1@127.0.0.1:{raft_port}",
+              "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d")}
+    values[key] = value
+    config = tmp_path / "server.properties"
+    write_properties(config, values)
+    from raft_meta.controller.config import load_server_config
+    from client.protocol.errors import ConfigError
+    with pytest.raises(ConfigError) as caught:
+        load_server_config(str(config))
+    assert needle in str(caught.value)
