@@ -148,3 +148,25 @@ def test_a_bad_server_config_value_names_the_key(tmp_path, key, value, needle):
     with pytest.raises(ConfigError) as caught:
         load_server_config(str(config))
     assert needle in str(caught.value)
+
+
+def test_any_controller_serves_committed_metadata_records_by_fetch_with_long_poll(controller_cluster):
+    leader = controller_cluster.wait_for_leader(timeout_s=30)
+    from raft_meta.controller.rpc import call_sync
+    for node_id in controller_cluster.nodes:
+        address = "%s:%d" % controller_cluster.controller_address(node_id)
+
+        def three_announcements():
+            code, body = call_sync(address, 1, {"fetch_offset": 0, "max_records": 100})
+            assert code == errors.NONE, body
+            kinds = [record[:1] for _, record in body["records"]]
+            return body if kinds.count(b"C") >= 3 else None
+        body = wait_until(three_announcements, 20, what=f"controller {node_id} serves the announcements")
+        offsets = [o for o, _ in body["records"]]
+        assert offsets == sorted(offsets) and body["high_watermark"] >= offsets[-1]
+        # Nothing new: a long poll waits about max_wait_ms and returns no records.
+        started = time.monotonic()
+        code, empty = call_sync(address, 1, {"fetch_offset": body["high_watermark"], "max_wait_ms": 300})
+        assert code == errors.NONE and empty["records"] == [] and time.monotonic() - started >= 0.25
+    code, body = call_sync("%s:%d" % controller_cluster.controller_address(leader), 1, {"fetch_offset": -1})
+    assert code == errors.INVALID_REQUEST and "fetch_offset" in body["error_message"]

@@ -44,6 +44,8 @@ API_BROKER_REGISTRATION = 62
 API_BROKER_HEARTBEAT = 63
 
 REGISTER_RETRY_BACKOFF_MS = 200
+FETCH_MAX_WAIT_MS_MAX = 10_000
+METADATA_TOPIC = "__cluster_metadata"
 REGISTER_ATTEMPTS_MAX = 1000  # ~ minutes of retrying while no leader exists
 
 # Every API the controller listener serves (some only once the metadata handlers are attached).
@@ -64,15 +66,32 @@ class ControllerService:
         self.raft = raft
         self.state = state
         self.request_timeout_ms: int = config["controller.quorum.request.timeout.ms"]
-        self.handlers: dict[int, Handler] = {API_DESCRIBE_QUORUM: self.describe_quorum}
-        self.any_controller_apis = {API_DESCRIBE_QUORUM}
+        self.handlers: dict[int, Handler] = {API_DESCRIBE_QUORUM: self.describe_quorum,
+                                             API_FETCH: self.fetch_metadata}
+        # Served by every controller (a fetch gets committed records from whoever has them).
+        self.any_controller_apis = {API_DESCRIBE_QUORUM, API_FETCH}
+        self.fetch_max_records: int = config["metadata.fetch.max.records"]
+        self._new_records = asyncio.Event()
         self.started_monotonic = time.monotonic()
         self._tasks: list[asyncio.Task] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start_background(self) -> None:
-        self._tasks.append(asyncio.get_running_loop().create_task(self._announce_endpoint()))
+        loop = asyncio.get_running_loop()
+        self._new_records = asyncio.Event()
+
+        def wake() -> None:
+            event, self._new_records = self._new_records, asyncio.Event()
+            event.set()
+
+        def on_apply(offset: int, kind: Any, result: Any) -> None:  # tick thread
+            try:
+                loop.call_soon_threadsafe(wake)
+            except RuntimeError:
+                pass  # loop closed during shutdown
+        self.state.add_listener(on_apply)
+        self._tasks.append(loop.create_task(self._announce_endpoint()))
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -142,6 +161,46 @@ class ControllerService:
         for record in records:
             results.append(await self.raft.submit(record, self.request_timeout_ms))
         return results
+
+    # -- metadata fetch (brokers and tools follow the committed log) ------------------------
+
+    async def fetch_metadata(self, api_version: int, body: dict) -> tuple[int, dict]:
+        """Fetch on the controller listener: committed metadata-log records after an offset.
+
+        Request {topic: "__cluster_metadata" (optional), fetch_offset: int (last offset the
+        caller has; 0 = nothing), max_records: int, max_wait_ms: int (long poll when nothing is
+        new)}. Response {records: [[offset, bytes]] (envelope records, see state.py),
+        snapshot: bytes or None, snapshot_offset: int, high_watermark: int (this controller's
+        last applied offset), leader_id: int}. When fetch_offset is older than this controller's
+        in-memory window, the answer is the full snapshot as of snapshot_offset (then fetch
+        again from there). Records are committed: a fetcher never sees one that is undone.
+        """
+        topic = body.get("topic", METADATA_TOPIC)
+        if topic != METADATA_TOPIC:
+            return errors.UNKNOWN_TOPIC_OR_PARTITION, {
+                "error_message": f"the controller listener serves only {METADATA_TOPIC}, not {topic!r}"}
+        offset = require(body, "fetch_offset", int)
+        if offset < 0:
+            raise InvalidRequestError(f"fetch_offset must be >= 0, got {offset}")
+        max_records = min(int(body.get("max_records", self.fetch_max_records)), self.fetch_max_records)
+        max_wait_ms = min(max(int(body.get("max_wait_ms", 0)), 0), FETCH_MAX_WAIT_MS_MAX)
+        if max_records < 1:
+            raise InvalidRequestError(f"max_records must be >= 1, got {max_records}")
+        if self.state.offset <= offset and max_wait_ms > 0:
+            waiter = self._new_records
+            try:
+                await asyncio.wait_for(waiter.wait(), max_wait_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+        records, snapshot, snapshot_offset = self.state.records_since(offset, max_records)
+        leader = self.raft.leader_id
+        return errors.NONE, {
+            "records": [[o, r] for o, r in records],
+            "snapshot": snapshot,
+            "snapshot_offset": snapshot_offset,
+            "high_watermark": self.state.offset,
+            "leader_id": leader if leader is not None else -1,
+        }
 
     # -- DescribeQuorum --------------------------------------------------------------------
 

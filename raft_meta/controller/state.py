@@ -21,6 +21,9 @@ Listeners registered with ``add_listener`` run there too and must hand work to t
 """
 from __future__ import annotations
 
+import bisect
+import collections
+import itertools
 import logging
 import threading
 from typing import Any, Callable, Protocol
@@ -33,6 +36,8 @@ KIND_METADATA = b"M"
 KIND_CONTROLLER = b"C"
 SNAPSHOT_VERSION = 1
 SNAPSHOT_BYTES_MAX = 512 * 1024 * 1024
+# Recent committed records kept in memory for metadata fetches; older offsets get a snapshot.
+RECENT_RECORDS_MAX = 50_000
 
 
 class MetadataMachine(Protocol):
@@ -59,18 +64,41 @@ Listener = Callable[[int, "bytes | None", Any], None]  # (offset, record kind or
 class ControllerStateMachine:
     """StateMachine (raft.py) for the controller quorum and its observers."""
 
-    def __init__(self, metadata: MetadataMachine) -> None:
+    def __init__(self, metadata: MetadataMachine, *, recent_records_max: int = RECENT_RECORDS_MAX) -> None:
         self.metadata = metadata
         self.controllers: dict[int, tuple[str, int]] = {}
         self.offset = 0  # Raft index of the last applied record
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()  # guards _listeners only
+        # Held by the tick thread while applying or restoring, and by readers on other threads
+        # (metadata fetch, snapshots for fetchers) so they never see half an apply.
+        self.apply_lock = threading.RLock()
+        # (offset, record) of the records applied after offset ``recent_from``, oldest first.
+        # Raft indexes have gaps (pysyncobj's own no-op and membership entries never reach us).
+        self.recent: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.recent_from = 0
+        self.recent_records_max = recent_records_max
 
     def add_listener(self, listener: Listener) -> None:
         with self._lock:
             self._listeners.append(listener)
 
     def apply(self, record: bytes, index: int) -> Any:
+        with self.apply_lock:
+            result = self._apply_locked(record, index)
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(index, record[:1], result)
+            except Exception:
+                log.exception("metadata listener failed at offset %d", index)
+        return result
+
+    def _apply_locked(self, record: bytes, index: int) -> Any:
+        self.recent.append((index, record))
+        while len(self.recent) > self.recent_records_max:
+            self.recent_from = self.recent.popleft()[0]
         self.offset = index
         kind, payload = record[:1], record[1:]
         result: Any = None
@@ -84,6 +112,23 @@ class ControllerStateMachine:
                 log.warning("skipping undecodable controller record at offset %d", index)
         else:
             log.warning("skipping record of unknown kind %r at offset %d", kind, index)
+        return result
+
+    def records_since(self, offset: int, max_records: int) -> tuple[list[tuple[int, bytes]], bytes | None, int]:
+        """Committed records after ``offset`` (exclusive), oldest first, at most ``max_records``.
+
+        Returns (records, snapshot, snapshot_offset): when ``offset`` is older than the in-memory
+        window, ``snapshot`` is the full state (``snapshot()`` bytes) as of ``snapshot_offset``
+        and ``records`` follow it; otherwise snapshot is None. Safe from any thread.
+        """
+        with self.apply_lock:
+            if offset >= self.offset:
+                return [], None, offset
+            if offset >= self.recent_from:
+                start = bisect.bisect_right(self.recent, offset, key=lambda item: item[0])
+                out = list(itertools.islice(self.recent, start, start + max_records))
+                return out, None, offset
+            return [], self._snapshot_locked(), self.offset
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:
@@ -91,9 +136,11 @@ class ControllerStateMachine:
                 listener(index, kind, result)
             except Exception:
                 log.exception("metadata listener failed at offset %d", index)
-        return result
-
     def snapshot(self) -> bytes:
+        with self.apply_lock:
+            return self._snapshot_locked()
+
+    def _snapshot_locked(self) -> bytes:
         return msgpack.packb({
             "v": SNAPSHOT_VERSION,
             "controllers": {node_id: list(ep) for node_id, ep in self.controllers.items()},
@@ -105,9 +152,12 @@ class ControllerStateMachine:
         data = msgpack.unpackb(snapshot, raw=False, strict_map_key=False,
                                max_bin_len=SNAPSHOT_BYTES_MAX)
         assert data.get("v") == SNAPSHOT_VERSION, f"unknown snapshot version {data.get('v')}"
-        self.controllers = {int(k): (str(v[0]), int(v[1])) for k, v in data["controllers"].items()}
-        self.offset = int(data["offset"])
-        self.metadata.restore(data["metadata"])
+        with self.apply_lock:
+            self.controllers = {int(k): (str(v[0]), int(v[1])) for k, v in data["controllers"].items()}
+            self.offset = int(data["offset"])
+            self.metadata.restore(data["metadata"])
+            self.recent.clear()
+            self.recent_from = self.offset
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:

@@ -1,0 +1,58 @@
+"""The metadata-log envelope (raft_meta/controller/state.py): apply, snapshot, fetch windows."""
+from __future__ import annotations
+
+import msgpack
+
+from raft_meta.controller.state import ControllerStateMachine, controller_record, metadata_record
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+
+    def apply(self, record: bytes, index: int):
+        self.seen.append(record)
+        return len(self.seen)
+
+    def snapshot(self) -> bytes:
+        return msgpack.packb(self.seen)
+
+    def restore(self, snapshot: bytes) -> None:
+        self.seen = list(msgpack.unpackb(snapshot))
+
+
+def test_records_are_routed_by_kind_and_unknown_kinds_are_skipped_not_raised():
+    machine = ControllerStateMachine(Recorder())
+    assert machine.apply(metadata_record(b"a"), 2) == 1
+    assert machine.apply(controller_record(1, "127.0.0.1", 9401), 3) is None
+    assert machine.apply(b"Zjunk", 4) is None
+    assert machine.apply(b"C\xc1", 5) is None  # undecodable controller record: skipped
+    assert machine.metadata.seen == [b"a"]
+    assert machine.controllers == {1: ("127.0.0.1", 9401)} and machine.offset == 5
+
+
+def test_records_since_returns_the_gap_free_tail_then_a_snapshot_once_the_window_moved_on():
+    machine = ControllerStateMachine(Recorder(), recent_records_max=3)
+    for index, text in [(2, b"a"), (3, b"b"), (5, b"c")]:  # Raft indexes have gaps
+        machine.apply(metadata_record(text), index)
+    records, snapshot, _ = machine.records_since(0, 10)
+    assert snapshot is None and [o for o, _ in records] == [2, 3, 5]
+    records, _, _ = machine.records_since(3, 10)
+    assert [o for o, _ in records] == [5]
+    assert machine.records_since(5, 10) == ([], None, 5)
+    machine.apply(metadata_record(b"d"), 6)  # window now (3, 6]: offset 0 needs a snapshot
+    records, snapshot, snapshot_offset = machine.records_since(0, 10)
+    assert records == [] and snapshot is not None and snapshot_offset == 6
+    follower = ControllerStateMachine(Recorder())
+    follower.restore(snapshot)
+    assert follower.metadata.seen == [b"a", b"b", b"c", b"d"] and follower.offset == 6
+    assert [o for o, _ in machine.records_since(3, 1)[0]] == [5]  # max_records respected
+
+
+def test_snapshot_and_restore_round_trip_controllers_and_metadata():
+    machine = ControllerStateMachine(Recorder())
+    machine.apply(controller_record(2, "h", 1), 2)
+    machine.apply(metadata_record(b"x"), 3)
+    copy = ControllerStateMachine(Recorder())
+    copy.restore(machine.snapshot())
+    assert copy.controllers == machine.controllers and copy.metadata.seen == [b"x"] and copy.offset == 3
