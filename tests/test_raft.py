@@ -7,6 +7,7 @@ chosen at run time. Waits poll with generous timeouts: the box is shared and noi
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -175,3 +176,26 @@ def test_a_node_id_missing_from_the_voters_is_refused(tmp_path):
         RaftClient(RaftConfig(voters={1: "127.0.0.1:20001"}, node_id=7, log_dir=str(tmp_path)),
                    state_machine=None)  # type: ignore[arg-type]
     assert caught.value.key == "node.id"
+
+
+@pytest.mark.perf
+def test_failover_time_after_kill_9_of_the_leader_median_over_kills(quorum):
+    """Kill -9 the leader N times; time from the kill to the next record committed through a
+    survivor (which forwards to the new leader). Prints every sample and the median."""
+    kills = int(os.environ.get("RAFTKA_FAILOVER_KILLS", "10"))
+    for node_id in quorum.ids:
+        quorum.start(node_id)
+    samples = []
+    for round_ in range(kills):
+        leader = quorum.leader()
+        quorum.submit(leader, f"warm{round_}")
+        survivor = next(n for n in quorum.ids if n != leader)
+        started = time.monotonic()
+        quorum.procs[leader].kill()
+        quorum.submit(survivor, f"after{round_}", timeout_s=30)
+        samples.append(time.monotonic() - started)
+        quorum.start(leader)
+        wait_until(lambda: quorum.records(leader)[-1:] == [f"after{round_}"], 20, what="restarted node caught up")
+    print(f"\nraft failover samples (s): {[round(s, 3) for s in samples]}")
+    print(f"raft failover median: {statistics.median(samples):.3f} s over {kills} kills")
+    assert all(s < 30 for s in samples)
