@@ -72,6 +72,8 @@ class ControllerService:
         self.any_controller_apis = {API_DESCRIBE_QUORUM, API_FETCH}
         self.fetch_max_records: int = config["metadata.fetch.max.records"]
         self._new_records = asyncio.Event()
+        # Coroutine functions started with the service (e.g. the fencing timer), cancelled at close.
+        self.background_factories: list[Callable[[], Awaitable[None]]] = []
         self.started_monotonic = time.monotonic()
         self._tasks: list[asyncio.Task] = []
 
@@ -92,6 +94,8 @@ class ControllerService:
                 pass  # loop closed during shutdown
         self.state.add_listener(on_apply)
         self._tasks.append(loop.create_task(self._announce_endpoint()))
+        for factory in self.background_factories:
+            self._tasks.append(loop.create_task(factory()))
 
     async def close(self) -> None:
         for task in self._tasks:

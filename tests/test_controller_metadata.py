@@ -1,0 +1,242 @@
+"""Controller metadata RPCs against a real 3-controller quorum (raftka.cluster processes).
+
+The test plays the brokers' part over the wire (BrokerRegistration, BrokerHeartbeat,
+AlterPartition) with `controller_request`, which follows NOT_CONTROLLER answers like a broker
+would. Nothing of ours is mocked. Session timeouts are short so fencing tests stay quick.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+import uuid
+
+import pytest
+
+from client.protocol import errors
+from raftka.cluster import ControllerCluster, wait_until
+from raftka.controller_client import controller_request
+
+CONFIGS = {"broker.session.timeout.ms": 1500, "broker.heartbeat.interval.ms": 300}
+
+
+def rpc(cluster, api_key, body, timeout_s=20.0):
+    return controller_request(cluster.bootstrap_controllers, api_key, body, timeout_s=timeout_s)
+
+
+def ok(cluster, api_key, body, timeout_s=20.0):
+    """The answer body, retrying retriable errors (a leader change) until timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code, out = rpc(cluster, api_key, body, timeout_s=max(1.0, deadline - time.monotonic()))
+        if code == errors.NONE:
+            return out
+        if not errors.for_code(code).retriable or time.monotonic() > deadline:
+            raise AssertionError(f"api {api_key} failed: {errors.name_of(code)} {out}")
+        time.sleep(0.05)
+
+
+class FakeBrokers:
+    """Registers brokers and heartbeats for them from a thread, like broker processes would."""
+
+    def __init__(self, cluster, ids):
+        self.cluster = cluster
+        self.epochs = {}
+        self.beating = set(ids)
+        self.stop = threading.Event()
+        for broker_id in ids:
+            out = ok(cluster, 62, {"broker_id": broker_id, "incarnation_id": uuid.uuid4().hex,
+                                   "listeners": {"PLAINTEXT": f"127.0.0.1:{19000 + broker_id}"}, "rack": None})
+            self.epochs[broker_id] = out["broker_epoch"]
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+        self.thread.start()
+
+    def _beat(self):
+        while not self.stop.wait(0.3):
+            for broker_id in list(self.beating):
+                try:
+                    rpc(self.cluster, 63, {"broker_id": broker_id, "broker_epoch": self.epochs[broker_id],
+                                           "current_metadata_offset": 1 << 40}, timeout_s=2)
+                except Exception:
+                    pass
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+
+
+def metadata(cluster):
+    return ok(cluster, 3, {})
+
+
+def wait_unfenced(cluster, count, timeout_s=20):
+    wait_until(lambda: sum(not b["fenced"] for b in metadata(cluster)["brokers"]) == count, timeout_s,
+               what=f"{count} unfenced brokers")
+
+
+@pytest.fixture
+def cluster(cluster_factory):
+    return cluster_factory(voters=3, configs=CONFIGS)
+
+
+@pytest.fixture
+def brokers(cluster):
+    cluster.wait_for_leader(timeout_s=30)
+    fake = FakeBrokers(cluster, [1, 2, 3])
+    wait_unfenced(cluster, 3)
+    yield fake
+    fake.close()
+
+
+def test_create_topics_places_replicas_round_robin_with_balanced_leaders(cluster, brokers):
+    out = ok(cluster, 19, {"topics": [{"name": "orders", "num_partitions": 6, "replication_factor": 3}]})
+    assert out["topics"][0]["error_code"] == errors.NONE, out
+    topic = next(t for t in metadata(cluster)["topics"] if t["name"] == "orders")
+    leaders = [p["leader_id"] for p in topic["partitions"]]
+    assert sorted(leaders) == [1, 1, 2, 2, 3, 3]
+    for p in topic["partitions"]:
+        assert sorted(p["replica_nodes"]) == [1, 2, 3] and p["isr_nodes"] == p["replica_nodes"]
+        assert p["leader_id"] == p["replica_nodes"][0]  # the preferred leader leads
+
+
+@pytest.mark.parametrize("topic,code,needle", [
+    ({"name": "bad name!", "num_partitions": 1, "replication_factor": 1}, errors.INVALID_TOPIC_EXCEPTION, "bad name!"),
+    ({"name": "..", "num_partitions": 1, "replication_factor": 1}, errors.INVALID_TOPIC_EXCEPTION, ".."),
+    ({"name": "x" * 250, "num_partitions": 1, "replication_factor": 1}, errors.INVALID_TOPIC_EXCEPTION, "249"),
+    ({"name": "zero", "num_partitions": 0, "replication_factor": 1}, errors.INVALID_PARTITIONS, "num_partitions"),
+    ({"name": "wide", "num_partitions": 1, "replication_factor": 4}, errors.INVALID_REPLICATION_FACTOR, "3 unfenced"),
+    ({"name": "cfg", "num_partitions": 1, "replication_factor": 1, "configs": {"retention.mss": "1"}},
+     errors.INVALID_CONFIG, "retention.mss"),
+    ({"name": "cfg2", "num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "soon"}},
+     errors.INVALID_CONFIG, "retention.ms"),
+])
+def test_create_topics_refuses_bad_input_with_a_typed_error_naming_the_problem(cluster, brokers, topic, code, needle):
+    out = ok(cluster, 19, {"topics": [topic, {"name": "fine", "num_partitions": 1, "replication_factor": 1}]})
+    bad, good = out["topics"]
+    assert bad["error_code"] == code, bad
+    assert needle in bad["error_message"]
+    assert good["error_code"] == errors.NONE  # one bad topic does not sink the request
+    names = [t["name"] for t in metadata(cluster)["topics"]]
+    assert "fine" in names and topic["name"] not in names
+
+
+def test_a_malformed_request_body_gets_invalid_request_and_the_controller_keeps_serving(cluster, brokers):
+    code, out = rpc(cluster, 19, {"topics": "not a list"})
+    assert code == errors.INVALID_REQUEST and "topics" in out["error_message"]
+    code, out = rpc(cluster, 62, {"broker_id": "seven"})
+    assert code == errors.INVALID_REQUEST and "broker_id" in out["error_message"]
+    assert ok(cluster, 19, {"topics": [{"name": "after", "num_partitions": 1, "replication_factor": 1}]})
+
+
+def test_a_broker_without_heartbeats_is_fenced_and_loses_leadership_unclean_election_off(cluster, brokers):
+    ok(cluster, 19, {"topics": [{"name": "t3", "num_partitions": 3, "replication_factor": 3},
+                                {"name": "solo", "num_partitions": 3, "replication_factor": 1}]})
+    brokers.beating.discard(2)
+    wait_until(lambda: next(b for b in metadata(cluster)["brokers"] if b["node_id"] == 2)["fenced"], 20,
+               what="broker 2 fenced")
+    topics = {t["name"]: t for t in metadata(cluster)["topics"]}
+    for p in topics["t3"]["partitions"]:
+        assert p["leader_id"] != 2 and 2 not in p["isr_nodes"]
+    solo_on_2 = [p for p in topics["solo"]["partitions"] if p["replica_nodes"] == [2]]
+    assert solo_on_2, "placement put one single-replica partition on broker 2"
+    for p in solo_on_2:  # no other ISR member: offline, the ISR keeps its last member
+        assert p["leader_id"] == -1 and p["isr_nodes"] == [2]
+
+
+def test_alter_partition_refuses_a_stale_partition_epoch_and_accepts_the_current_one(cluster, brokers):
+    ok(cluster, 19, {"topics": [{"name": "isr", "num_partitions": 1, "replication_factor": 3}]})
+    p = next(t for t in metadata(cluster)["topics"] if t["name"] == "isr")["partitions"][0]
+    leader = p["leader_id"]
+    shrunk = [b for b in p["isr_nodes"] if b != leader][:1] + [leader]
+    body = {"broker_id": leader, "broker_epoch": brokers.epochs[leader], "topic": "isr", "partition": 0,
+            "leader_epoch": p["leader_epoch"], "partition_epoch": p["partition_epoch"], "new_isr": shrunk}
+    out = ok(cluster, 56, body)
+    assert out["partition_epoch"] == p["partition_epoch"] + 1 and sorted(out["isr"]) == sorted(shrunk)
+    code, out = rpc(cluster, 56, body)  # same request again: its partition epoch is now stale
+    assert code == errors.INVALID_UPDATE_VERSION and "stale" in out["error_message"]
+    code, _ = rpc(cluster, 56, {**body, "partition_epoch": p["partition_epoch"] + 1,
+                                "leader_epoch": p["leader_epoch"] - 1})
+    assert code == errors.FENCED_LEADER_EPOCH
+
+
+def test_configs_can_be_described_and_altered(cluster, brokers):
+    ok(cluster, 19, {"topics": [{"name": "c", "num_partitions": 1, "replication_factor": 1,
+                                 "configs": {"retention.ms": "1000"}}]})
+    out = ok(cluster, 33, {"resources": [{"resource_type": "topic", "resource_name": "c",
+                                          "configs": {"retention.ms": "2000", "cleanup.policy": "compact"}}]})
+    assert out["responses"][0]["error_code"] == errors.INVALID_CONFIG  # compact is not supported
+    out = ok(cluster, 33, {"resources": [{"resource_type": "topic", "resource_name": "c",
+                                          "configs": {"retention.ms": "2000"}}]})
+    assert out["responses"][0]["error_code"] == errors.NONE
+    described = ok(cluster, 32, {"resources": [{"resource_type": "topic", "resource_name": "c"}]})
+    values = {c["name"]: c["value"] for c in described["results"][0]["configs"]}
+    assert values["retention.ms"] == 2000 and values["segment.bytes"] == 1073741824
+
+
+def test_init_producer_id_hands_out_distinct_ids(cluster, brokers):
+    ids = [ok(cluster, 22, {})["producer_id"] for _ in range(5)]
+    assert len(set(ids)) == 5
+
+
+def test_kill_9_of_the_active_controller_then_the_next_metadata_change_commits(cluster, brokers):
+    old = cluster.wait_for_leader(timeout_s=30)
+    ok(cluster, 19, {"topics": [{"name": "before", "num_partitions": 1, "replication_factor": 3}]})
+    cluster.kill(old)
+    out = ok(cluster, 19, {"topics": [{"name": "after", "num_partitions": 2, "replication_factor": 3}]}, timeout_s=30)
+    assert out["topics"][0]["error_code"] == errors.NONE
+    new = cluster.wait_for_leader(timeout_s=30)
+    assert new != old
+    names = [t["name"] for t in metadata(cluster)["topics"]]
+    assert "before" in names and "after" in names
+
+
+def test_killing_every_controller_and_restarting_keeps_the_metadata(cluster, brokers):
+    ok(cluster, 19, {"topics": [{"name": f"keep{i}", "num_partitions": 2, "replication_factor": 3}
+                                for i in range(5)]})
+    before = metadata(cluster)
+    brokers.close()
+    for node_id in cluster.nodes:
+        cluster.kill(node_id)
+    for node_id in cluster.nodes:
+        cluster.launch(node_id)
+    for node_id in cluster.nodes:
+        cluster.wait_ready(node_id)
+    cluster.wait_for_leader(timeout_s=30)
+    after = metadata(cluster)
+    assert after["topics"] == before["topics"]
+    assert [(b["node_id"], b["broker_epoch"]) for b in after["brokers"]] == \
+           [(b["node_id"], b["broker_epoch"]) for b in before["brokers"]]
+    # And every voter has it, not only the leader: each serves the same committed log.
+    from raft_meta.controller.rpc import call_sync
+
+    def logs_identical():
+        logs = []
+        for node_id in cluster.nodes:
+            code, body = call_sync("%s:%d" % cluster.controller_address(node_id), 1,
+                                   {"fetch_offset": 0, "max_records": 5000})
+            assert code == errors.NONE and body["snapshot"] is None
+            logs.append(body["records"])
+        return len(logs[0]) > 0 and all(log == logs[0] for log in logs)
+    wait_until(logs_identical, 20, what="identical committed logs on every voter")
+
+
+@pytest.mark.perf
+def test_failover_to_next_committed_metadata_change_median_over_kills(cluster, brokers):
+    """kill -9 the active controller; time until the next CreateTopics commits (via any
+    controller, following NOT_CONTROLLER). Prints samples and the median."""
+    kills = int(os.environ.get("RAFTKA_FAILOVER_KILLS", "10"))
+    samples = []
+    for round_ in range(kills):
+        leader = cluster.wait_for_leader(timeout_s=30)
+        ok(cluster, 19, {"topics": [{"name": f"warm{round_}", "num_partitions": 1, "replication_factor": 1}]})
+        started = time.monotonic()
+        cluster.kill(leader)
+        out = ok(cluster, 19, {"topics": [{"name": f"after{round_}", "num_partitions": 1, "replication_factor": 1}]},
+                 timeout_s=60)
+        samples.append(time.monotonic() - started)
+        assert out["topics"][0]["error_code"] == errors.NONE, out
+        cluster.restart(leader)
+        time.sleep(1.0)  # let the restarted voter rejoin before the next kill
+    print(f"\ncontroller failover samples (s): {[round(s, 3) for s in samples]}")
+    print(f"controller failover median: {statistics.median(samples):.3f} s over {kills} kills")
