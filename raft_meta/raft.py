@@ -357,10 +357,14 @@ class RaftClient:
 
     @property
     def is_leader(self) -> bool:
+        """Leader AND has applied its own term's first entry (pysyncobj's no-op), so its state
+        includes every record committed by earlier leaders: only then may it decide (Kafka's
+        active controller waits the same way)."""
         leader = self._node._getLeader()
-        return (not self.observer and leader is not None
-                and leader.id == self.config.voters[self.config.node_id]
-                and self._node._isReady())
+        if self.observer or leader is None or leader.id != self.config.voters[self.config.node_id]:
+            return False
+        noop_index = getattr(self._node, "_SyncObj__noopIDx", None)
+        return noop_index is not None and self._node.raftLastApplied >= noop_index
 
     @property
     def term(self) -> int:
