@@ -78,7 +78,11 @@ class MetadataStateMachine:
         method = getattr(self, f"_apply_{kind}", None)
         if method is None:
             return _err(errors.INVALID_REQUEST, f"unknown metadata record type {kind!r}")
-        image = copy.deepcopy(self.image)  # a failed apply leaves the image untouched
+        # Copy on write: the top-level maps are copied here, a topic or broker entry only when a
+        # method changes it (_topic/_broker). Readers on other threads hold the old image, which
+        # is never mutated; a failed apply leaves self.image as it was.
+        image = {"brokers": dict(self.image["brokers"]), "topics": dict(self.image["topics"]),
+                 "next_producer_id": self.image["next_producer_id"]}
         try:
             result = method(image, record, index)
         except (KeyError, TypeError, ValueError) as error:
@@ -86,6 +90,18 @@ class MetadataStateMachine:
         if not (isinstance(result, dict) and "error" in result):
             self.image = image
         return result
+
+    @staticmethod
+    def _topic(image: dict, name: str) -> dict:
+        topic = copy.deepcopy(image["topics"][name])
+        image["topics"][name] = topic
+        return topic
+
+    @staticmethod
+    def _broker(image: dict, broker_id: int) -> dict:
+        broker = dict(image["brokers"][broker_id])
+        image["brokers"][broker_id] = broker
+        return broker
 
     def _apply_register_broker(self, image: dict, r: dict, index: int) -> dict:
         broker_id = int(r["broker_id"])
@@ -103,7 +119,7 @@ class MetadataStateMachine:
         broker = image["brokers"].get(int(r["broker_id"]))
         if broker is None or broker["broker_epoch"] != r["broker_epoch"]:
             return _err(errors.STALE_BROKER_EPOCH, "unfence for a stale broker epoch")
-        broker["fenced"] = False
+        self._broker(image, int(r["broker_id"]))["fenced"] = False
         return {}
 
     def _apply_fence_broker(self, image: dict, r: dict, index: int) -> dict:
@@ -113,9 +129,12 @@ class MetadataStateMachine:
             return _err(errors.STALE_BROKER_EPOCH, "fence for a stale broker epoch")
         if broker["fenced"]:
             return {}
-        broker["fenced"] = True
+        self._broker(image, broker_id)["fenced"] = True
         live = {b for b, info in image["brokers"].items() if not info["fenced"]}
-        for topic in image["topics"].values():
+        for name, original in list(image["topics"].items()):
+            if not any(p["leader"] == broker_id or broker_id in p["isr"] for p in original["partitions"]):
+                continue
+            topic = self._topic(image, name)
             unclean = topic["configs"].get("unclean.leader.election.enable", False)
             for p in topic["partitions"]:
                 changed = False
@@ -156,9 +175,9 @@ class MetadataStateMachine:
         return {}
 
     def _apply_config_change(self, image: dict, r: dict, index: int) -> dict:
-        topic = image["topics"].get(r["topic"])
-        if topic is None:
+        if r["topic"] not in image["topics"]:
             return _err(errors.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {r['topic']!r}")
+        topic = self._topic(image, r["topic"])
         for key, value in r["configs"].items():
             if value is None:
                 topic["configs"].pop(key, None)
@@ -170,7 +189,7 @@ class MetadataStateMachine:
         topic = image["topics"].get(r["topic"])
         if topic is None or not 0 <= r["partition"] < len(topic["partitions"]):
             return _err(errors.UNKNOWN_TOPIC_OR_PARTITION, "unknown partition")
-        p = topic["partitions"][r["partition"]]
+        p = self._topic(image, r["topic"])["partitions"][r["partition"]]
         if p["partition_epoch"] != r["expected_partition_epoch"]:
             return _err(errors.INVALID_UPDATE_VERSION,
                         f"partition epoch is {p['partition_epoch']}, change expected {r['expected_partition_epoch']}")
