@@ -12,6 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     perf = parser.add_subparsers(dest="perf_command", metavar="BENCHMARK")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     register_storage(perf)
+    from raftka import perf_metadata
+    perf_metadata.register(perf)
 
 
 def register_storage(perf: argparse._SubParsersAction) -> None:
