@@ -170,3 +170,30 @@ def test_any_controller_serves_committed_metadata_records_by_fetch_with_long_pol
         assert code == errors.NONE and empty["records"] == [] and time.monotonic() - started >= 0.25
     code, body = call_sync("%s:%d" % controller_cluster.controller_address(leader), 1, {"fetch_offset": -1})
     assert code == errors.INVALID_REQUEST and "fetch_offset" in body["error_message"]
+
+
+def test_a_paused_active_controller_is_replaced_and_steps_down_when_resumed(controller_cluster):
+    old = controller_cluster.wait_for_leader(timeout_s=30)
+    controller_cluster.pause(old)  # SIGSTOP: alive but silent, like a long GC pause
+    try:
+        survivors = [n for n in controller_cluster.nodes if n != old]
+        new = controller_cluster.wait_for_leader(timeout_s=30, among=survivors)
+    finally:
+        controller_cluster.resume(old)
+    assert new != old
+
+    def one_active():
+        actives = [n for n in controller_cluster.nodes if controller_cluster.describe_quorum(n)["active"]]
+        views = {controller_cluster.describe_quorum(n)["leader_id"] for n in controller_cluster.nodes}
+        return actives == [new] and views == {new}
+    wait_until(one_active, 20, what="the resumed controller follows the new leader")
+
+
+def test_perf_metadata_command_runs_end_to_end_on_a_small_load(tmp_path):
+    run = subprocess.run(python_argv("-m", "raftka", "perf", "metadata", "--kills", "1", "--topics", "5",
+                                     "--changes", "2", "--json"),
+                         capture_output=True, text=True, env=project_env(), timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout[run.stdout.index("{"):])
+    assert result["create"]["partitions"] == 50 and result["restart_s"] > 0
+    assert len(result["failover_s"]["samples"]) == 1 and len(result["propagation_ms"]["samples"]) == 2
