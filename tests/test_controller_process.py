@@ -197,3 +197,16 @@ def test_perf_metadata_command_runs_end_to_end_on_a_small_load(tmp_path):
     result = json.loads(run.stdout[run.stdout.index("{"):])
     assert result["create"]["partitions"] == 50 and result["restart_s"] > 0
     assert len(result["failover_s"]["samples"]) == 1 and len(result["propagation_ms"]["samples"]) == 2
+
+
+def test_quorum_status_lists_metadata_fetchers_as_observers_with_their_lag(controller_cluster):
+    leader = controller_cluster.wait_for_leader(timeout_s=30)
+    address = "%s:%d" % controller_cluster.controller_address(leader)
+    from raft_meta.controller.rpc import call_sync
+    code, body = call_sync(address, 1, {"fetch_offset": 0, "replica_id": 101})
+    assert code == errors.NONE
+    run = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address, "--json"),
+                         capture_output=True, text=True, env=project_env(), timeout=60)
+    status = json.loads(run.stdout)
+    observer = next(o for o in status["observers"] if o.get("replica_id") == 101)
+    assert observer["log_end_offset"] == 0 and observer["lag"] == status["metadata_offset"] > 0

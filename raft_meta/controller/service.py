@@ -45,6 +45,9 @@ API_BROKER_HEARTBEAT = 63
 
 REGISTER_RETRY_BACKOFF_MS = 200
 FETCH_MAX_WAIT_MS_MAX = 10_000
+# A metadata fetcher (broker) not seen for this long drops out of DescribeQuorum's observers.
+OBSERVER_EXPIRY_MS = 30_000
+OBSERVERS_MAX = 10_000
 METADATA_TOPIC = "__cluster_metadata"
 REGISTER_ATTEMPTS_MAX = 1000  # ~ minutes of retrying while no leader exists
 
@@ -72,6 +75,8 @@ class ControllerService:
         self.any_controller_apis = {API_DESCRIBE_QUORUM, API_FETCH}
         self.fetch_max_records: int = config["metadata.fetch.max.records"]
         self._new_records = asyncio.Event()
+        # replica_id -> (last fetch_offset, monotonic seconds): fetchers shown as observers.
+        self.fetchers: dict[int, tuple[int, float]] = {}
         # Coroutine functions started with the service (e.g. the fencing timer), cancelled at close.
         self.background_factories: list[Callable[[], Awaitable[None]]] = []
         self.started_monotonic = time.monotonic()
@@ -173,7 +178,8 @@ class ControllerService:
 
         Request {topic: "__cluster_metadata" (optional), fetch_offset: int (last offset the
         caller has; 0 = nothing), max_records: int, max_wait_ms: int (long poll when nothing is
-        new)}. Response {records: [[offset, bytes]] (envelope records, see state.py),
+        new), replica_id: int (optional: the fetching broker's id; listed as an observer with
+        its lag by DescribeQuorum)}. Response {records: [[offset, bytes]] (envelope records, see state.py),
         snapshot: bytes or None, snapshot_offset: int, high_watermark: int (this controller's
         last applied offset), leader_id: int}. When fetch_offset is older than this controller's
         in-memory window, the answer is the full snapshot as of snapshot_offset (then fetch
@@ -190,6 +196,10 @@ class ControllerService:
         max_wait_ms = min(max(int(body.get("max_wait_ms", 0)), 0), FETCH_MAX_WAIT_MS_MAX)
         if max_records < 1:
             raise InvalidRequestError(f"max_records must be >= 1, got {max_records}")
+        replica_id = body.get("replica_id")
+        if isinstance(replica_id, int) and not isinstance(replica_id, bool) and replica_id >= 0:
+            if replica_id in self.fetchers or len(self.fetchers) < OBSERVERS_MAX:
+                self.fetchers[replica_id] = (offset, time.monotonic())
         if self.state.offset <= offset and max_wait_ms > 0:
             waiter = self._new_records
             try:
@@ -247,9 +257,19 @@ class ControllerService:
             "metadata_offset": self.state.offset,
             "has_quorum": status.has_quorum,
             "voters": voters,
-            "observers": [{"raft_address": a} for a in status.observers],
+            "observers": [{"raft_address": a} for a in status.observers] + self._fetcher_observers(),
             "uptime_ms": int((time.monotonic() - self.started_monotonic) * 1000),
         }
+
+    def _fetcher_observers(self) -> list[dict]:
+        now = time.monotonic()
+        for replica_id, (_, seen) in list(self.fetchers.items()):
+            if (now - seen) * 1000 > OBSERVER_EXPIRY_MS:
+                del self.fetchers[replica_id]
+        return [{"replica_id": replica_id, "raft_address": None, "log_end_offset": offset,
+                 "lag": max(0, self.state.offset - offset),
+                 "last_fetch_ms_ago": int((now - seen) * 1000)}
+                for replica_id, (offset, seen) in sorted(self.fetchers.items())]
 
 
 def require(body: dict, key: str, kind: type | tuple[type, ...], what: str | None = None) -> Any:

@@ -48,7 +48,11 @@ def run_status(args: argparse.Namespace) -> int:
                      _opt(voter["log_end_offset"]), _opt(voter["lag"]),
                      "self" if voter["connected"] is None else str(voter["connected"]).lower()))
     for observer in status["observers"]:
-        rows.append(("-", "Observer", observer["raft_address"], "-", "-", "-", "true"))
+        if observer.get("replica_id") is not None:  # a broker following the log by Fetch
+            rows.append((str(observer["replica_id"]), "Observer", "-", "-", _opt(observer["log_end_offset"]),
+                         _opt(observer["lag"]), "fetching"))
+        else:  # a pysyncobj read-only node
+            rows.append(("-", "Observer", observer["raft_address"], "-", "-", "-", "true"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
