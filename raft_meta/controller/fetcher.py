@@ -1,0 +1,88 @@
+"""Follow the committed metadata log from the controllers (what a broker does), on asyncio.
+
+    state = ControllerStateMachine(MetadataStateMachine())
+    fetcher = MetadataFetcher(["127.0.0.1:9401", ...], state, replica_id=broker_id,
+                              on_update=lambda offset: ...)
+    task = asyncio.create_task(fetcher.run())
+    ...
+    await fetcher.close()
+
+The fetcher long-polls one controller's Fetch (see service.fetch_metadata), applies records to
+``state`` in log order on the event loop thread (no pysyncobj thread involved), restores a
+snapshot when the controller sends one, and calls ``on_update(offset)`` after each batch. Any
+controller serves the same committed log with the same offsets, so on an error it moves to the
+next bootstrap controller (after ``retry_backoff_ms``) and goes on from its own offset.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Sequence
+
+from client.protocol import errors
+from client.protocol.errors import RaftkaError
+from raft_meta.controller.rpc import call
+from raft_meta.controller.state import ControllerStateMachine
+
+log = logging.getLogger(__name__)
+
+API_FETCH = 1
+
+
+class MetadataFetcher:
+    def __init__(self, bootstrap: Sequence[str], state: ControllerStateMachine, *,
+                 replica_id: int | None = None, on_update: Callable[[int], None] | None = None,
+                 max_wait_ms: int = 500, max_records: int = 5000, request_timeout_ms: int = 5000,
+                 retry_backoff_ms: int = 100) -> None:
+        assert bootstrap, "at least one controller address"
+        assert request_timeout_ms > max_wait_ms
+        self.bootstrap = list(bootstrap)
+        self.state = state
+        self.replica_id = replica_id
+        self.on_update = on_update
+        self.max_wait_ms = max_wait_ms
+        self.max_records = max_records
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._next = 0
+        self._closed = asyncio.Event()
+        self.errors_seen = 0  # for tests and metrics
+
+    async def fetch_once(self) -> int:
+        """One fetch from the current controller; returns how many records were applied."""
+        address = self.bootstrap[self._next % len(self.bootstrap)]
+        body = {"fetch_offset": self.state.offset, "max_records": self.max_records,
+                "max_wait_ms": self.max_wait_ms}
+        if self.replica_id is not None:
+            body["replica_id"] = self.replica_id
+        code, out = await call(address, API_FETCH, body, timeout_ms=self.request_timeout_ms)
+        if code != errors.NONE:
+            raise errors.error_for(code, (out or {}).get("error_message"))
+        applied = 0
+        if out.get("snapshot") is not None:
+            self.state.restore(out["snapshot"])
+            applied += 1
+        for offset, record in out["records"]:
+            if offset <= self.state.offset:
+                continue  # already have it (an answer raced with a snapshot)
+            self.state.apply(record, offset)
+            applied += 1
+        if applied and self.on_update is not None:
+            self.on_update(self.state.offset)
+        return applied
+
+    async def run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                await self.fetch_once()
+            except (RaftkaError, OSError) as error:
+                self.errors_seen += 1
+                log.debug("metadata fetch from %s failed: %s", self.bootstrap[self._next % len(self.bootstrap)], error)
+                self._next += 1
+                try:
+                    await asyncio.wait_for(self._closed.wait(), self.retry_backoff_ms / 1000)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def close(self) -> None:
+        self._closed.set()
