@@ -240,3 +240,48 @@ def test_failover_to_next_committed_metadata_change_median_over_kills(cluster, b
         time.sleep(1.0)  # let the restarted voter rejoin before the next kill
     print(f"\ncontroller failover samples (s): {[round(s, 3) for s in samples]}")
     print(f"controller failover median: {statistics.median(samples):.3f} s over {kills} kills")
+
+
+def test_a_returning_broker_brings_offline_partitions_back_and_regains_preferred_leadership(cluster, brokers):
+    ok(cluster, 19, {"topics": [{"name": "pref", "num_partitions": 3, "replication_factor": 3},
+                                {"name": "alone", "num_partitions": 3, "replication_factor": 1}]})
+    brokers.beating.discard(2)
+    wait_until(lambda: next(b for b in metadata(cluster)["brokers"] if b["node_id"] == 2)["fenced"], 20,
+               what="broker 2 fenced")
+    brokers.beating.add(2)  # broker 2 comes back with the same epoch and heartbeats again
+    wait_until(lambda: not next(b for b in metadata(cluster)["brokers"] if b["node_id"] == 2)["fenced"], 20,
+               what="broker 2 unfenced")
+    topics = {t["name"]: t for t in metadata(cluster)["topics"]}
+    for p in topics["alone"]["partitions"]:
+        assert p["leader_id"] == p["replica_nodes"][0] != -1  # back online, led by its only replica
+    # The current leader of a partition whose preferred replica is 2 adds 2 back to the ISR ...
+    index, p = next((i, p) for i, p in enumerate(topics["pref"]["partitions"]) if p["replica_nodes"][0] == 2)
+    assert p["leader_id"] != 2
+    ok(cluster, 56, {"broker_id": p["leader_id"], "broker_epoch": brokers.epochs[p["leader_id"]], "topic": "pref",
+                     "partition": index, "leader_epoch": p["leader_epoch"], "partition_epoch": p["partition_epoch"],
+                     "new_isr": p["isr_nodes"] + [2]})
+    # ... and the controller moves leadership back to the preferred replica, with a new leader epoch.
+    wait_until(lambda: next(t for t in metadata(cluster)["topics"] if t["name"] == "pref")
+               ["partitions"][index]["leader_id"] == 2, 20, what="preferred leader 2 leads again")
+    after = next(t for t in metadata(cluster)["topics"] if t["name"] == "pref")["partitions"][index]
+    assert after["leader_epoch"] > p["leader_epoch"]
+
+
+def test_unclean_leader_election_when_enabled_elects_a_live_replica_outside_the_isr(cluster_factory):
+    cluster = cluster_factory(voters=1, configs={**CONFIGS, "unclean.leader.election.enable": "true"})
+    cluster.wait_for_leader(timeout_s=30)
+    fake = FakeBrokers(cluster, [1, 2])
+    try:
+        wait_unfenced(cluster, 2)
+        ok(cluster, 19, {"topics": [{"name": "u", "num_partitions": 1, "replication_factor": 2}]})
+        p = next(t for t in metadata(cluster)["topics"] if t["name"] == "u")["partitions"][0]
+        leader = p["leader_id"]
+        other = next(b for b in p["replica_nodes"] if b != leader)
+        ok(cluster, 56, {"broker_id": leader, "broker_epoch": fake.epochs[leader], "topic": "u", "partition": 0,
+                         "leader_epoch": p["leader_epoch"], "partition_epoch": p["partition_epoch"],
+                         "new_isr": [leader]})
+        fake.beating.discard(leader)
+        wait_until(lambda: next(t for t in metadata(cluster)["topics"] if t["name"] == "u")
+                   ["partitions"][0]["leader_id"] == other, 20, what="unclean election of the other replica")
+    finally:
+        fake.close()

@@ -50,6 +50,7 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 FENCE_CHECK_INTERVAL_MS = 200
 TOPICS_PER_REQUEST_MAX = 10_000
 PRODUCER_ID_ATTEMPTS_MAX = 20
+PREFERRED_ELECTIONS_PER_PASS = 1000
 
 
 def encode(record: dict) -> bytes:
@@ -119,7 +120,17 @@ class MetadataStateMachine:
         broker = image["brokers"].get(int(r["broker_id"]))
         if broker is None or broker["broker_epoch"] != r["broker_epoch"]:
             return _err(errors.STALE_BROKER_EPOCH, "unfence for a stale broker epoch")
-        self._broker(image, int(r["broker_id"]))["fenced"] = False
+        broker_id = int(r["broker_id"])
+        self._broker(image, broker_id)["fenced"] = False
+        # Offline partitions whose ISR kept this broker get it back as leader.
+        for name, original in list(image["topics"].items()):
+            if not any(p["leader"] == -1 and broker_id in p["isr"] for p in original["partitions"]):
+                continue
+            for p in self._topic(image, name)["partitions"]:
+                if p["leader"] == -1 and broker_id in p["isr"]:
+                    p["leader"] = broker_id
+                    p["leader_epoch"] += 1
+                    p["partition_epoch"] += 1
         return {}
 
     def _apply_fence_broker(self, image: dict, r: dict, index: int) -> dict:
@@ -135,7 +146,8 @@ class MetadataStateMachine:
             if not any(p["leader"] == broker_id or broker_id in p["isr"] for p in original["partitions"]):
                 continue
             topic = self._topic(image, name)
-            unclean = topic["configs"].get("unclean.leader.election.enable", False)
+            # The cluster default travels in the record: configs may differ between controllers.
+            unclean = topic["configs"].get("unclean.leader.election.enable", bool(r.get("unclean_default")))
             for p in topic["partitions"]:
                 changed = False
                 if broker_id in p["isr"] and len(p["isr"]) > 1:
@@ -287,13 +299,17 @@ class ControllerHandlers:
         caught_up = offset >= broker["registered_offset"]
         if body.get("want_fence") or body.get("want_shut_down"):
             if not broker["fenced"]:
-                await self.commit_one({"type": "fence_broker", "broker_id": broker_id, "broker_epoch": epoch})
+                await self.commit_one(self._fence_record(broker_id, epoch))
         elif broker["fenced"] and caught_up:
             await self.commit_one({"type": "unfence_broker", "broker_id": broker_id, "broker_epoch": epoch})
         broker = self.image["brokers"][broker_id]
         return errors.NONE, {"is_caught_up": caught_up, "is_fenced": broker["fenced"],
                              "should_shut_down": bool(body.get("want_shut_down")) and broker["fenced"],
                              "leader_id": self.config.node_id}
+
+    def _fence_record(self, broker_id: int, epoch: int) -> dict:
+        return {"type": "fence_broker", "broker_id": broker_id, "broker_epoch": epoch,
+                "unclean_default": self.config["unclean.leader.election.enable"]}
 
     def _alive(self, broker_id: int) -> bool:
         seen = self.last_heartbeat.get(broker_id)
@@ -312,15 +328,35 @@ class ControllerHandlers:
                 self.active_since = now
                 for broker_id in self.image["brokers"]:
                     self.last_heartbeat[broker_id] = now  # grace
+            await self._elect_preferred_leaders()
             for broker_id, broker in list(self.image["brokers"].items()):
                 if broker["fenced"] or self._alive(broker_id):
                     continue
                 try:
-                    await self.commit_one({"type": "fence_broker", "broker_id": broker_id,
-                                           "broker_epoch": broker["broker_epoch"]})
+                    await self.commit_one(self._fence_record(broker_id, broker["broker_epoch"]))
                     log.info("fenced broker %d: no heartbeat for %d ms", broker_id, self.session_timeout_ms)
                 except RaftkaError as error:
                     log.warning("fencing broker %d failed: %s", broker_id, error)
+
+    async def _elect_preferred_leaders(self) -> None:
+        """Move leadership back to the first replica (the preferred leader) when it is unfenced
+        and in the ISR; at most PREFERRED_ELECTIONS_PER_PASS changes per pass."""
+        image = self.image
+        live = {b for b, info in image["brokers"].items() if not info["fenced"]}
+        done = 0
+        for name, topic in image["topics"].items():
+            for index, p in enumerate(topic["partitions"]):
+                preferred = p["replicas"][0]
+                if p["leader"] == preferred or preferred not in live or preferred not in p["isr"]:
+                    continue
+                try:
+                    await self.commit_one({"type": "partition_change", "topic": name, "partition": index,
+                                           "expected_partition_epoch": p["partition_epoch"], "leader": preferred})
+                except RaftkaError as error:
+                    log.debug("preferred leader election for %s-%d: %s", name, index, error)
+                done += 1
+                if done >= PREFERRED_ELECTIONS_PER_PASS:
+                    return
 
     # CreateTopics {topics: [{name, num_partitions, replication_factor, configs {k: v}}], validate_only}
     async def create_topics(self, version: int, body: dict) -> tuple[int, dict]:
