@@ -210,3 +210,20 @@ def test_quorum_status_lists_metadata_fetchers_as_observers_with_their_lag(contr
     status = json.loads(run.stdout)
     observer = next(o for o in status["observers"] if o.get("replica_id") == 101)
     assert observer["log_end_offset"] == 0 and observer["lag"] == status["metadata_offset"] > 0
+
+
+def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory):
+    import urllib.request
+    from raftka.cluster import ControllerCluster
+    http_port, = free_ports(1)
+    cluster = cluster_factory(voters=1)
+    cluster.stop(1)
+    cluster.nodes[1].extra["listeners"] = (f"CONTROLLER://127.0.0.1:{cluster.nodes[1].controller_port},"
+                                           f"HTTP://127.0.0.1:{http_port}")
+    cluster.restart(1)
+    cluster.wait_for_leader(timeout_s=30)
+    health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http_port}/health", timeout=10).read())
+    assert health["active"] and health["leader_id"] == 1
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    assert 'raftka_controller_active{node="1"} 1' in text
+    assert 'raftka_controller_requests_total{node="1",api_key="55"}' in text  # our DescribeQuorum calls

@@ -72,12 +72,21 @@ async def _serve(config: ServerConfig, raft: RaftClient, state: ControllerStateM
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     service.start_background()
+    http_runner = None
+    http_note = ""
+    if "HTTP" in config.listeners:
+        from raft_meta.controller.http import start_http
+        http_host, http_port = config.listeners["HTTP"]
+        http_runner = await start_http(service, http_host, http_port)
+        http_note = f" http={http_host}:{http_port}"
     say(f"raftka controller {config.node_id} ready raft={config.voters[config.node_id]} "
-        f"rpc={host}:{server.port}")
+        f"rpc={host}:{server.port}{http_note}")
     await stop.wait()
     say(f"raftka controller {config.node_id} stopping")
     await service.close()
     await server.close()
+    if http_runner is not None:
+        await http_runner.cleanup()
     return 0
 
 

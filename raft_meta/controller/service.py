@@ -75,6 +75,8 @@ class ControllerService:
         self.any_controller_apis = {API_DESCRIBE_QUORUM, API_FETCH}
         self.fetch_max_records: int = config["metadata.fetch.max.records"]
         self._new_records = asyncio.Event()
+        self.request_counts: dict[int, int] = {}
+        self.error_counts: dict[int, int] = {}
         # replica_id -> (last fetch_offset, monotonic seconds): fetchers shown as observers.
         self.fetchers: dict[int, tuple[int, float]] = {}
         # Coroutine functions started with the service (e.g. the fencing timer), cancelled at close.
@@ -144,6 +146,14 @@ class ControllerService:
         }
 
     async def handle(self, api_key: int, api_version: int, body: Any, ctx: Any = None) -> tuple[int, dict]:
+        if api_key in CONTROLLER_APIS:  # bounded key set: unknown keys are not counted
+            self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
+        code, out = await self._handle(api_key, api_version, body)
+        if code != errors.NONE and api_key in CONTROLLER_APIS:
+            self.error_counts[api_key] = self.error_counts.get(api_key, 0) + 1
+        return code, out
+
+    async def _handle(self, api_key: int, api_version: int, body: Any) -> tuple[int, dict]:
         if api_key in CONTROLLER_APIS and api_key not in self.any_controller_apis and not self.is_active:
             return self.not_controller()
         handler = self.handlers.get(api_key)
