@@ -227,3 +227,18 @@ def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory)
     text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
     assert 'raftka_controller_active{node="1"} 1' in text
     assert 'raftka_controller_requests_total{node="1",api_key="55"}' in text  # our DescribeQuorum calls
+
+
+def test_an_idle_rpc_connection_is_closed_after_connections_max_idle_ms_and_sigterm_exits_cleanly(cluster_factory):
+    cluster = cluster_factory(voters=1, configs={"connections.max.idle.ms": 300})
+    host, port = cluster.controller_address(1)
+    idle = socket.create_connection((host, port), timeout=10)
+    try:
+        idle.settimeout(10)
+        started = time.monotonic()
+        assert idle.recv(16) == b""  # closed by the controller, not by our 10 s timeout
+        assert time.monotonic() - started < 8
+    finally:
+        idle.close()
+    assert cluster.stop(1) == 0  # SIGTERM: listener and Raft node closed, exit code 0
+    assert "stopping" in cluster.process(1).output()

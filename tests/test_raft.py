@@ -21,8 +21,9 @@ NODE = str(Path(__file__).parent / "procs" / "raft_node.py")
 
 
 class Quorum:
-    def __init__(self, tmp_path: Path, voters: int = 3) -> None:
+    def __init__(self, tmp_path: Path, voters: int = 3, password: str | None = None) -> None:
         self.tmp_path = tmp_path
+        self.password = password
         ports = free_ports(voters)
         self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
         self.ids = list(range(1, voters + 1))
@@ -30,7 +31,7 @@ class Quorum:
         self.all_started: list[Process] = []
 
     def start(self, node_id: int | None, name: str | None = None) -> Process:
-        args = ["--voters", self.voters]
+        args = ["--voters", self.voters] + (["--password", self.password] if self.password else [])
         key: int | str = node_id if node_id is not None else (name or "observer")
         if node_id is not None:
             args += ["--node-id", str(node_id), "--dir", str(self.tmp_path / f"node{node_id}"),
@@ -199,3 +200,35 @@ def test_failover_time_after_kill_9_of_the_leader_median_over_kills(quorum):
     print(f"\nraft failover samples (s): {[round(s, 3) for s in samples]}")
     print(f"raft failover median: {statistics.median(samples):.3f} s over {kills} kills")
     assert all(s < 30 for s in samples)
+
+
+def test_with_a_secret_garbage_and_forged_pickles_on_the_raft_port_change_nothing(tmp_path):
+    import pickle
+    import socket
+    import struct
+    import zlib
+    # Checked when written: without the password the same forged pickle creates the marker file.
+    q = Quorum(tmp_path, password="s3cret-for-test")
+    try:
+        for node_id in q.ids:
+            q.start(node_id)
+        leader = q.leader()
+        q.submit(leader, "one")
+        port = int(q.voters.split(",")[leader - 1].rpartition(":")[2])
+        marker = tmp_path / "pwned"
+
+        class Exploit:
+            def __reduce__(self):
+                return (open, (str(marker), "w"))
+        # pysyncobj's framing: a native-order int32 length, then a zlib-compressed pickle.
+        payloads = [b"\x00" * 64, b"garbage", zlib.compress(pickle.dumps(Exploit()))]
+        for payload in payloads:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(struct.pack("i", len(payload)) + payload)
+                time.sleep(0.3)
+        assert not marker.exists()  # the forged pickle never ran
+        q.submit(leader, "two")
+        for node_id in q.ids:
+            wait_until(lambda: q.records(node_id) == ["one", "two"], 15, what=f"node {node_id} still replicates")
+    finally:
+        stop_all(q.all_started)

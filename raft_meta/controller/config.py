@@ -56,6 +56,7 @@ SERVER_CONFIGS = (
             "Snapshot at least this often when records were appended.", at_least(1000))
     .define("metadata.fetch.max.records", "int", 5000, "Most records one metadata fetch returns.", at_least(1))
     .define("connections.max", "int", 1000, "Most concurrent RPC connections one controller accepts.", at_least(1))
+    .define("connections.max.idle.ms", "long", 600_000, "Close an RPC connection idle this long.", at_least(1))
     .define("socket.request.max.bytes", "int", 104_857_600, "Largest request frame accepted.", at_least(1024))
     .define("num.partitions", "int", 1, "Partitions of a topic created without a count.", at_least(1))
     .define("default.replication.factor", "int", 1, "Replication factor of a topic created without one.", at_least(1))

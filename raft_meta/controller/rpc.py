@@ -46,10 +46,18 @@ def decode_payload(payload: bytes, arity: int, max_frame_bytes: int) -> list:
     return items
 
 
-async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> bytes | None:
-    """One frame's payload, or None at a clean end of stream."""
+async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int,
+                     idle_timeout_ms: int | None = None) -> bytes | None:
+    """One frame's payload, or None at a clean end of stream or after ``idle_timeout_ms``
+    without the start of a frame."""
     try:
-        header = await reader.readexactly(4)
+        if idle_timeout_ms is None:
+            header = await reader.readexactly(4)
+        else:
+            try:
+                header = await asyncio.wait_for(reader.readexactly(4), idle_timeout_ms / 1000)
+            except asyncio.TimeoutError:
+                return None
     except asyncio.IncompleteReadError as error:
         if error.partial:
             raise FrameError("connection closed inside a frame header") from None
@@ -67,8 +75,9 @@ class RpcServer:
     """asyncio server calling ``handle(api_key, api_version, body, ctx)`` per request."""
 
     def __init__(self, handle: Handle, *, max_frame_bytes: int = FRAME_BYTES_MAX_DEFAULT,
-                 max_connections: int = 1000) -> None:
+                 max_connections: int = 1000, idle_timeout_ms: int = 600_000) -> None:
         self.handle = handle
+        self.idle_timeout_ms = idle_timeout_ms
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
         self.connections: set[asyncio.StreamWriter] = set()
@@ -98,7 +107,7 @@ class RpcServer:
         self.connections.add(writer)
         try:
             while True:
-                payload = await read_frame(reader, self.max_frame_bytes)
+                payload = await read_frame(reader, self.max_frame_bytes, self.idle_timeout_ms)
                 if payload is None:
                     return
                 api_key, api_version, correlation_id, client_id, body = decode_payload(

@@ -65,7 +65,8 @@ async def _serve(config: ServerConfig, raft: RaftClient, state: ControllerStateM
         attach(service)
     host, port = config.controller_listener
     server = RpcServer(service.handle, max_frame_bytes=config["socket.request.max.bytes"],
-                       max_connections=config["connections.max"])
+                       max_connections=config["connections.max"],
+                       idle_timeout_ms=config["connections.max.idle.ms"])
     await server.start(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
