@@ -62,6 +62,9 @@ RAFT_TUNING: Mapping[str, Any] = {
     "appendEntriesPeriod": 0.04,
     "connectionTimeout": 1.0,
     "useFork": False,
+    # A leader cut off from the majority steps down after this (pysyncobj's default is 30 s),
+    # so a partitioned old leader answers NOT_CONTROLLER instead of timing callers out.
+    "leaderFallbackTimeout": 3.0,
 }
 # Bound on records queued inside pysyncobj before submit() fails with a retriable error.
 COMMANDS_QUEUE_MAX = 20_000

@@ -285,3 +285,27 @@ def test_unclean_leader_election_when_enabled_elects_a_live_replica_outside_the_
                    ["partitions"][0]["leader_id"] == other, 20, what="unclean election of the other replica")
     finally:
         fake.close()
+
+
+@pytest.mark.slow
+def test_five_voters_survive_two_kills_and_refuse_to_decide_without_a_majority(cluster_factory):
+    cluster = cluster_factory(voters=5, configs=CONFIGS)
+    leader = cluster.wait_for_leader(timeout_s=30)
+    fake = FakeBrokers(cluster, [1])
+    try:
+        wait_unfenced(cluster, 1)
+        victims = [leader] + [n for n in cluster.nodes if n != leader][:1]
+        for node_id in victims:
+            cluster.kill(node_id)
+        ok(cluster, 19, {"topics": [{"name": "two-down", "num_partitions": 1, "replication_factor": 1}]}, timeout_s=30)
+        third = next(n for n in cluster.nodes if n not in victims and cluster.alive(n))
+        cluster.kill(third)  # 2 of 5 left: no majority, so no decision may commit
+        code, out = rpc(cluster, 19, {"topics": [{"name": "no-quorum", "num_partitions": 1,
+                                                  "replication_factor": 1}]}, timeout_s=8)
+        assert code in (errors.NOT_CONTROLLER, errors.REQUEST_TIMED_OUT) or \
+            out["topics"][0]["error_code"] != errors.NONE, out
+        cluster.restart(third)
+        names = [t["name"] for t in ok(cluster, 3, {}, timeout_s=30)["topics"]]
+        assert "two-down" in names
+    finally:
+        fake.close()
