@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.node import TCPNode
 
 from client.protocol.errors import (
     ConfigError, InvalidRequestError, NotControllerError, RequestTimedOutError,
@@ -137,6 +139,9 @@ class RaftConfig:
     log_dir: str | None  # None: journal and snapshots in memory (observers, tests)
     password: str | None = None
     tuning: dict[str, Any] = field(default_factory=dict)  # overrides of RAFT_TUNING
+    # node id -> "host:port" to dial instead of its voters address (a proxy in chaos tests). The
+    # voter keeps its identity (the voters address) on the wire; only the TCP target changes.
+    dial: dict[int, str] = field(default_factory=dict)
     # Snapshot (and truncate the journal) after this many entries or seconds.
     snapshot_min_entries: int = 5000
     snapshot_min_interval_s: float = 300.0
@@ -185,6 +190,26 @@ def check_secret(voters: Mapping[int, str], password: str | None) -> None:
             f"required because Raft address(es) {', '.join(exposed)} are not loopback: the Raft "
             "port unpickles what it receives, so without a secret anyone who can reach it can "
             "run code on this node (set controller.quorum.secret or controller.quorum.secret.file)")
+
+
+class _DialNode(TCPNode):
+    """A voter whose identity is its voters address but who is reached at ``dial_address``.
+
+    pysyncobj dials ``node.ip``/``node.port`` and identifies peers by ``node.address``.
+    """
+
+    def __init__(self, address: str, dial_address: str) -> None:
+        super().__init__(address)
+        self._dial_host, port = dial_address.rsplit(":", 1)
+        self._dial_port = int(port)
+
+    @property
+    def ip(self) -> str:
+        return globalDnsResolver().resolve(self._dial_host)
+
+    @property
+    def port(self) -> int:
+        return self._dial_port
 
 
 class _Applier(SyncObjConsumer):
@@ -249,7 +274,8 @@ class RaftClient:
         )
         self._applier = _Applier(self)
         self_address = None if self.observer else config.voters[config.node_id]
-        others = [a for n, a in sorted(config.voters.items()) if n != config.node_id]
+        others = [_DialNode(a, config.dial[n]) if n in config.dial else a
+                  for n, a in sorted(config.voters.items()) if n != config.node_id]
         self._node = SyncObj(self_address, others, conf=conf, consumers=[self._applier])
         self._node.addOnTickCallback(self._on_tick)
 

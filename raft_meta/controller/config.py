@@ -37,6 +37,9 @@ SERVER_CONFIGS = (
             at_least(0))
     .define("controller.quorum.voters", "string", REQUIRED,
             "Voters' Raft endpoints: id@host:port,... (Raft ports, not the RPC listener).")
+    .define("controller.quorum.voter.proxies", "string", "",
+            "id@host:port,...: reach these voters' Raft ports through these addresses (proxies in "
+            "fault tests); their identity stays the controller.quorum.voters address.")
     .define("controller.listener.names", "list", ["CONTROLLER"], "Listener names used by the controller RPC.")
     .define("listeners", "list", [], "name://host:port,...; CONTROLLER://host:port is the controller RPC port.")
     .define("advertised.listeners", "list", [], "Endpoints given to others, when they differ from listeners.")
@@ -75,6 +78,7 @@ SERVER_CONFIGS = (
 class ServerConfig:
     values: dict[str, Any]
     voters: dict[int, str]  # node id -> Raft host:port
+    dial: dict[int, str]  # node id -> address to dial instead (controller.quorum.voter.proxies)
     listeners: dict[str, tuple[str, int]]  # listener name -> (host, port)
     secret: str | None
 
@@ -133,6 +137,15 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
     values = SERVER_CONFIGS.parse(raw)
     voters = parse_voters(values["controller.quorum.voters"])
     listeners = parse_listeners(values["listeners"])
+    dial = {}
+    if values["controller.quorum.voter.proxies"].strip():
+        try:
+            dial = parse_voters(values["controller.quorum.voter.proxies"])
+        except ConfigError as error:
+            raise ConfigError("controller.quorum.voter.proxies", error.message.partition(": ")[2]) from None
+        unknown = sorted(set(dial) - set(voters))
+        if unknown:
+            raise ConfigError("controller.quorum.voter.proxies", f"node id(s) {unknown} are not voters")
     secret = values["controller.quorum.secret"]
     secret_file = values["controller.quorum.secret.file"]
     if secret_file and not secret:
@@ -155,7 +168,7 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
             raise ConfigError("listeners", f"{name} listener {rpc} is the Raft port of controller.quorum.voters; "
                                            "the RPC port must differ")
         check_secret(voters, secret)
-    return ServerConfig(values, voters, listeners, secret)
+    return ServerConfig(values, voters, dial, listeners, secret)
 
 
 def load_server_config(path: str) -> ServerConfig:

@@ -44,7 +44,7 @@ def run_controller(config: ServerConfig, *, print_line: Callable[[str], None] | 
     raft = RaftClient(
         RaftConfig(
             voters=config.voters, node_id=config.node_id, log_dir=config.metadata_dir,
-            password=config.secret,
+            password=config.secret, dial=config.dial,
             snapshot_min_entries=config["metadata.log.snapshot.min.records"],
             snapshot_min_interval_s=config["metadata.log.max.snapshot.interval.ms"] / 1000,
         ),
