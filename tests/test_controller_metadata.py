@@ -174,9 +174,64 @@ def test_configs_can_be_described_and_altered(cluster, brokers):
     assert values["retention.ms"] == 2000 and values["segment.bytes"] == 1073741824
 
 
-def test_init_producer_id_hands_out_distinct_ids(cluster, brokers):
+def test_producer_ids_are_distinct_across_blocks_and_a_controller_failover(cluster, brokers):
     ids = [ok(cluster, 22, {})["producer_id"] for _ in range(5)]
-    assert len(set(ids)) == 5
+    block = ok(cluster, 67, {"broker_id": 1, "broker_epoch": brokers.epochs[1]})
+    assert block["producer_id_len"] == 1000
+    broker_ids = set(range(block["producer_id_start"], block["producer_id_start"] + 1000))
+    cluster.kill(cluster.wait_for_leader(timeout_s=30))
+    ids += [ok(cluster, 22, {}, timeout_s=30)["producer_id"] for _ in range(5)]
+    assert len(set(ids)) == 10 and not broker_ids & set(ids)
+    code, _ = rpc(cluster, 67, {"broker_id": 1, "broker_epoch": brokers.epochs[1] + 1})
+    assert code == errors.STALE_BROKER_EPOCH
+
+
+def test_controlled_shutdown_moves_leadership_away_first(cluster, brokers):
+    ok(cluster, 19, {"topics": [{"name": "cs", "num_partitions": 3, "replication_factor": 3}]})
+    led = [p for p in next(t for t in metadata(cluster)["topics"] if t["name"] == "cs")["partitions"]
+           if p["leader_id"] == 3]
+    assert led
+    brokers.beating.discard(3)
+    out = ok(cluster, 63, {"broker_id": 3, "broker_epoch": brokers.epochs[3], "current_metadata_offset": 1 << 40,
+                           "want_shut_down": True})
+    assert out["should_shut_down"] and out["is_fenced"]
+    for p in next(t for t in metadata(cluster)["topics"] if t["name"] == "cs")["partitions"]:
+        assert p["leader_id"] != 3 and 3 not in p["isr_nodes"]
+
+
+def test_deleted_topics_disappear_and_unknown_ones_are_named(cluster, brokers):
+    ok(cluster, 19, {"topics": [{"name": "gone", "num_partitions": 1, "replication_factor": 1}]})
+    out = ok(cluster, 20, {"topic_names": ["gone", "never"]})
+    codes = {r["name"]: r["error_code"] for r in out["responses"]}
+    assert codes == {"gone": errors.NONE, "never": errors.UNKNOWN_TOPIC_OR_PARTITION}
+    assert "gone" not in [t["name"] for t in metadata(cluster)["topics"]]
+    ok(cluster, 19, {"topics": [{"name": "gone", "num_partitions": 2, "replication_factor": 1}]})  # name reusable
+
+
+def test_metadata_survives_a_full_restart_from_snapshots(cluster_factory):
+    cluster = cluster_factory(voters=3, configs={**CONFIGS, "metadata.log.snapshot.min.records": 10})
+    cluster.wait_for_leader(timeout_s=30)
+    fake = FakeBrokers(cluster, [1])
+    try:
+        wait_unfenced(cluster, 1)
+        for i in range(30):
+            ok(cluster, 19, {"topics": [{"name": f"s{i}", "num_partitions": 1, "replication_factor": 1}]})
+        before = metadata(cluster)["topics"]
+        wait_until(lambda: all((cluster.nodes[n].data_dir / "data" / "__cluster_metadata-0" / "raft.snapshot").exists()
+                               for n in cluster.nodes), 20, what="snapshots on every controller")
+    finally:
+        fake.close()
+    for node_id in cluster.nodes:
+        cluster.kill(node_id)
+    for node_id in cluster.nodes:
+        cluster.launch(node_id)
+    for node_id in cluster.nodes:
+        cluster.wait_ready(node_id)
+    cluster.wait_for_leader(timeout_s=30)
+    assert metadata(cluster)["topics"] == before
+    from raft_meta.controller.rpc import call_sync
+    code, body = call_sync("%s:%d" % cluster.controller_address(1), 1, {"fetch_offset": 0})
+    assert code == errors.NONE and body["snapshot"] is not None  # the log before it was compacted
 
 
 def test_kill_9_of_the_active_controller_then_the_next_metadata_change_commits(cluster, brokers):

@@ -243,7 +243,8 @@ class ControllerHandlers:
         self.session_timeout_ms: int = self.config["broker.session.timeout.ms"]
         self.last_heartbeat: dict[int, float] = {}  # broker id -> monotonic seconds
         self.active_since: float | None = None
-        self.producer_ids: dict[int, int] = {}
+        self.id_block: list[int] | None = None  # [next, end) of this controller's producer ids
+        self.id_block_term = -1
         service.handlers.update({
             svc.API_BROKER_REGISTRATION: self.broker_registration,
             svc.API_BROKER_HEARTBEAT: self.broker_heartbeat,
@@ -253,6 +254,7 @@ class ControllerHandlers:
             svc.API_ALTER_CONFIGS: self.alter_configs,
             svc.API_ALTER_PARTITION: self.alter_partition,
             svc.API_INIT_PRODUCER_ID: self.init_producer_id,
+            svc.API_ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
             svc.API_METADATA: self.metadata,
         })
         service.background_factories.append(self.fence_loop)
@@ -514,17 +516,40 @@ class ControllerHandlers:
                                         "expected_partition_epoch": p["partition_epoch"], "isr": new_isr})
         return errors.NONE, result
 
-    # InitProducerId {} -> {producer_id, producer_epoch}
-    async def init_producer_id(self, version: int, body: dict) -> tuple[int, dict]:
+    async def _allocate_block(self, size: int) -> tuple[int, int]:
         for _ in range(PRODUCER_ID_ATTEMPTS_MAX):  # concurrent requests race for the next id
             first = self.image["next_producer_id"]
             try:
                 result = await self.commit_one({"type": "producer_ids", "broker_id": self.config.node_id,
-                                                "first_id": first, "size": 1})
+                                                "first_id": first, "size": size})
             except errors.InvalidUpdateVersionError:
                 continue
-            return errors.NONE, {"producer_id": result["first_id"], "producer_epoch": 0}
-        return errors.REQUEST_TIMED_OUT, {"error_message": "producer id allocation kept racing; retry"}
+            return result["first_id"], result["size"]
+        raise errors.RequestTimedOutError("producer id allocation kept racing; retry")
+
+    # AllocateProducerIds {broker_id, broker_epoch} -> {producer_id_start, producer_id_len}
+    async def allocate_producer_ids(self, version: int, body: dict) -> tuple[int, dict]:
+        """Kafka's AllocateProducerIds: a broker gets a committed block of PRODUCER_ID_BLOCK_SIZE
+        ids and hands them out itself (one Raft commit per block, not per producer)."""
+        from raft_meta.controller.service import require
+        broker_id = require(body, "broker_id", int)
+        broker = self.image["brokers"].get(broker_id)
+        if broker is None or broker["broker_epoch"] != body.get("broker_epoch"):
+            return errors.STALE_BROKER_EPOCH, {"error_message": "stale or unknown broker epoch"}
+        first, size = await self._allocate_block(PRODUCER_ID_BLOCK_SIZE)
+        return errors.NONE, {"producer_id_start": first, "producer_id_len": size}
+
+    # InitProducerId {} -> {producer_id, producer_epoch}
+    async def init_producer_id(self, version: int, body: dict) -> tuple[int, dict]:
+        """Ids from a block this controller allocated (a new active controller starts a new
+        block; ids left in an old one are skipped, never reused)."""
+        if self.id_block is None or self.id_block[0] >= self.id_block[1] or self.id_block_term != self.service.raft.term:
+            first, size = await self._allocate_block(PRODUCER_ID_BLOCK_SIZE)
+            self.id_block = [first, first + size]
+            self.id_block_term = self.service.raft.term
+        producer_id = self.id_block[0]
+        self.id_block[0] += 1
+        return errors.NONE, {"producer_id": producer_id, "producer_epoch": 0}
 
     # Metadata {topics: [...] or None} -> brokers and topics as the committed image says
     async def metadata(self, version: int, body: dict) -> tuple[int, dict]:
