@@ -10,6 +10,8 @@ with the thread that created it). It:
    cluster API and scripts wait for it);
 4. serves until SIGTERM/SIGINT, then closes the listener and the Raft node and returns 0.
 
+Combined mode uses the pieces: ``build_raft`` (main thread) and ``serve_controller`` (on a loop).
+
 Readiness means "listening", not "leader elected": use DescribeQuorum to find the leader.
 """
 from __future__ import annotations
@@ -36,11 +38,10 @@ def build_metadata_machine(config: ServerConfig) -> Any:
     return MetadataStateMachine(config)
 
 
-def run_controller(config: ServerConfig, *, print_line: Callable[[str], None] | None = None) -> int:
+def build_raft(config: ServerConfig) -> tuple[RaftClient, ControllerStateMachine]:
+    """The Raft member and its state machine. Main thread only (pysyncobj's tick thread)."""
     assert threading.current_thread() is threading.main_thread()
-    say = print_line or (lambda line: print(line, flush=True))
-    metadata = build_metadata_machine(config)
-    state = ControllerStateMachine(metadata)
+    state = ControllerStateMachine(build_metadata_machine(config))
     raft = RaftClient(
         RaftConfig(
             voters=config.voters, node_id=config.node_id, log_dir=config.metadata_dir,
@@ -51,14 +52,35 @@ def run_controller(config: ServerConfig, *, print_line: Callable[[str], None] | 
         state,
         on_leader_change=lambda leader, term: log.info("leader is now %s (term %d)", leader, term),
     )
+    return raft, state
+
+
+def run_controller(config: ServerConfig, *, print_line: Callable[[str], None] | None = None) -> int:
+    """The controller-only process: build the Raft member, serve until SIGTERM/SIGINT."""
+    say = print_line or (lambda line: print(line, flush=True))
+    raft, state = build_raft(config)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_controller(config, raft, state, stop, say)
+        return 0
     try:
-        return asyncio.run(_serve(config, raft, state, say))
+        return asyncio.run(main())
     finally:
         raft.close()
 
 
-async def _serve(config: ServerConfig, raft: RaftClient, state: ControllerStateMachine,
-                 say: Callable[[str], None]) -> int:
+async def serve_controller(config: ServerConfig, raft: RaftClient, state: ControllerStateMachine,
+                           stop: asyncio.Event, say: Callable[[str], None]) -> ControllerService:
+    """Serve the controller listeners on the running loop until ``stop`` is set, then close them.
+
+    Combined mode (process.roles=broker,controller) builds the Raft member with ``build_raft``
+    on the main thread, then runs this next to the broker in one event loop; the broker may
+    read ``state`` (committed metadata, applied on the tick thread) through its listeners.
+    """
     service = ControllerService(config, raft, state)
     attach = getattr(state.metadata, "attach", None)
     if attach is not None:  # the metadata adapter adds its handlers and active-controller duties
@@ -68,27 +90,25 @@ async def _serve(config: ServerConfig, raft: RaftClient, state: ControllerStateM
                        max_connections=config["connections.max"],
                        idle_timeout_ms=config["connections.max.idle.ms"])
     await server.start(host, port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     service.start_background()
     http_runner = None
     http_note = ""
-    if "HTTP" in config.listeners:
-        from raft_meta.controller.http import start_http
-        http_host, http_port = config.listeners["HTTP"]
-        http_runner = await start_http(service, http_host, http_port)
-        http_note = f" http={http_host}:{http_port}"
-    say(f"raftka controller {config.node_id} ready raft={config.voters[config.node_id]} "
-        f"rpc={host}:{server.port}{http_note}")
-    await stop.wait()
-    say(f"raftka controller {config.node_id} stopping")
-    await service.close()
-    await server.close()
-    if http_runner is not None:
-        await http_runner.cleanup()
-    return 0
+    try:
+        if "HTTP" in config.listeners:
+            from raft_meta.controller.http import start_http
+            http_host, http_port = config.listeners["HTTP"]
+            http_runner = await start_http(service, http_host, http_port)
+            http_note = f" http={http_host}:{http_port}"
+        say(f"raftka controller {config.node_id} ready raft={config.voters[config.node_id]} "
+            f"rpc={host}:{server.port}{http_note}")
+        await stop.wait()
+        say(f"raftka controller {config.node_id} stopping")
+    finally:
+        await service.close()
+        await server.close()
+        if http_runner is not None:
+            await http_runner.cleanup()
+    return service
 
 
 def main_for_tests(argv: list[str]) -> int:  # pragma: no cover - convenience for ad-hoc runs
