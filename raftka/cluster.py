@@ -411,3 +411,34 @@ class ControllerCluster:
     def close(self) -> None:
         """Stop every process this cluster started (SIGTERM, then SIGKILL), by PID."""
         stop_all(reversed(self.started))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m raftka.cluster --voters 3 --dir DIR``: start a local controller quorum, print
+    its endpoints, and keep it running until Ctrl-C / SIGTERM (then stop every process)."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m raftka.cluster",
+                                     description="Start a local controller quorum for trying Raftka out.")
+    parser.add_argument("--voters", type=int, default=3, choices=[1, 3, 5])
+    parser.add_argument("--dir", required=True, help="directory for configs, logs and data")
+    parser.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with ControllerCluster.start(args.dir, voters=args.voters, timeout_s=args.ready_timeout_s) as cluster:
+        leader = cluster.wait_for_leader(timeout_s=args.ready_timeout_s)
+        print(f"controller quorum ready: voters {cluster.voters_string}", flush=True)
+        print(f"bootstrap controllers (RPC): {cluster.bootstrap_controllers}", flush=True)
+        print(f"active controller: {leader}; logs in {args.dir}/controller-N/server.log", flush=True)
+        print(f"try: raftka quorum status --bootstrap-controller {cluster.bootstrap_controllers.split(',')[0]}",
+              flush=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -242,3 +242,20 @@ def test_an_idle_rpc_connection_is_closed_after_connections_max_idle_ms_and_sigt
         idle.close()
     assert cluster.stop(1) == 0  # SIGTERM: listener and Raft node closed, exit code 0
     assert "stopping" in cluster.process(1).output()
+
+
+def test_the_local_quorum_launcher_starts_a_quorum_and_stops_it_on_sigterm(tmp_path):
+    launcher = Process("launcher", python_argv("-m", "raftka.cluster", "--voters", "3", "--dir", str(tmp_path)),
+                       env=project_env())
+    try:
+        launcher.wait_for_line(lambda l: l.startswith("bootstrap controllers"), timeout_s=60)
+        bootstrap = launcher.wait_for_line(lambda l: l.startswith("bootstrap controllers"), 1).split(": ")[1]
+        status = describe_quorum(bootstrap.split(",")[0])
+        assert status["leader_id"] in (1, 2, 3)
+        pids = [int(p) for p in subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True,
+                                               text=True).stdout.split()]
+        assert len(pids) >= 4  # the launcher and its three controllers
+    finally:
+        assert launcher.stop() == 0
+    wait_until(lambda: not subprocess.run(["pgrep", "-f", f"{tmp_path}/controller-"], capture_output=True).stdout,
+               20, what="every controller stopped with the launcher")
