@@ -71,6 +71,34 @@ SERVER_CONFIGS = (
     .define("log.segment.bytes", "int", 1_073_741_824, "Default segment.bytes of new topics.", at_least(14))
     .define("replica.lag.time.max.ms", "long", 30_000, "A follower not caught up for this long leaves the ISR.",
             at_least(1))
+    # -- broker role (process.roles=broker): Kafka's names ----------------------------------
+    .define("controller.quorum.bootstrap.servers", "list", [],
+            "Brokers: host:port,... of controllers' CONTROLLER (RPC) listeners, to register, heartbeat "
+            "and follow the metadata log (not the Raft ports of controller.quorum.voters).")
+    .define("broker.rack", "string", None, "This broker's rack, given to clients and the controller.")
+    .define("message.max.bytes", "int", 1_048_588,
+            "Largest record batch a broker accepts when the topic sets no max.message.bytes.", at_least(0))
+    .define("replica.fetch.max.bytes", "int", 1_048_576, "Bytes a follower asks for per partition per fetch.",
+            at_least(1))
+    .define("replica.fetch.response.max.bytes", "int", 10_485_760, "Bytes a follower asks for per fetch in all.",
+            at_least(1))
+    .define("replica.fetch.wait.max.ms", "int", 500, "How long a follower's fetch waits at the leader for data.",
+            between(0, 60_000))
+    .define("replica.fetch.min.bytes", "int", 1, "Bytes a follower's fetch waits for at the leader.", at_least(0))
+    .define("replica.fetch.backoff.ms", "int", 100, "Pause after a failed follower fetch.", between(0, 60_000))
+    .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000,
+            "How often a broker writes every partition's high watermark to its checkpoint.", at_least(1))
+    .define("queued.max.requests", "int", 500,
+            "Requests one connection may have in flight before the broker stops reading it (backpressure).",
+            at_least(1))
+    .define("fetch.max.bytes", "int", 57_671_680, "Upper bound on the bytes one Fetch response carries.",
+            at_least(1024))
+    .define("controller.request.timeout.ms", "int", 10_000,
+            "How long a broker waits on a controller RPC (registration, AlterPartition, forwarded admin).",
+            between(1, 300_000))
+    .define("controlled.shutdown.timeout.ms", "int", 5000,
+            "On SIGTERM a broker asks to be fenced first so leadership moves away, waiting at most this long.",
+            between(0, 300_000))
 )
 
 
@@ -101,6 +129,17 @@ class ServerConfig:
     def controller_listener(self) -> tuple[str, int]:
         name = self.values["controller.listener.names"][0]
         return self.listeners[name]
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def advertised_plaintext(self) -> tuple[str, int]:
+        """The PLAINTEXT endpoint given to others: advertised.listeners, else listeners."""
+        advertised = parse_listeners(self.values["advertised.listeners"], "advertised.listeners")
+        host, port = advertised.get("PLAINTEXT") or self.listeners["PLAINTEXT"]
+        return ("127.0.0.1" if host in ("", "0.0.0.0") else host), port
 
     @property
     def metadata_dir(self) -> str:
@@ -168,6 +207,15 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
             raise ConfigError("listeners", f"{name} listener {rpc} is the Raft port of controller.quorum.voters; "
                                            "the RPC port must differ")
         check_secret(voters, secret)
+    if "broker" in values["process.roles"]:
+        if "PLAINTEXT" not in listeners:
+            raise ConfigError("listeners", "a broker needs a PLAINTEXT://host:port listener for clients and followers")
+        advertised = parse_listeners(values["advertised.listeners"], "advertised.listeners")
+        if "PLAINTEXT" in advertised and advertised["PLAINTEXT"][0] in ("", "0.0.0.0"):
+            raise ConfigError("advertised.listeners", "give a host others can dial, not 0.0.0.0")
+        if not values["controller.quorum.bootstrap.servers"] and "controller" not in values["process.roles"]:
+            raise ConfigError("controller.quorum.bootstrap.servers",
+                              "a broker needs the controllers' RPC listeners (host:port,...)")
     return ServerConfig(values, voters, dial, listeners, secret)
 
 
