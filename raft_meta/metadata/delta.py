@@ -1,0 +1,403 @@
+"""MetadataDelta: the changes made by replaying records on top of an image (Kafka's MetadataDelta).
+
+    delta = MetadataDelta(image)
+    result = delta.replay(record, offset)   # {"error": code, "message": ...} when refused
+    new_image = delta.apply()                # unchanged brokers and topics are reused
+
+``replay`` switches on the record type (records.py) and never raises: a record that does not
+apply (stale epoch, unknown topic, unknown type, bad field) returns an error result and leaves
+the delta exactly as it was. ``savepoint()`` / ``rollback(savepoint)`` undo several replays, so a
+log entry of several records applies atomically. Replay reads no clock and no randomness: the
+same records on the same image give the same next image on every voter, observer and broker.
+
+What changed, for brokers reacting to it (``on_metadata_update(delta, image)``):
+``changed_topics`` (created or changed, new value), ``deleted_topics`` (as they were in the base
+image; a topic deleted and re-created under the same name appears in both, with different topic
+ids), ``changed_brokers`` and ``local_changes(broker_id)``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from client.protocol import errors
+from raft_meta.metadata.image import (
+    NO_LEADER, BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map,
+)
+from raft_meta.metadata.records import (
+    PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord,
+    MetadataRecord, MetadataRecordError, PartitionChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord,
+)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class LocalReplicaChanges:
+    """What one broker must become after a delta (Kafka's TopicsDelta.localChanges).
+
+    ``leaders`` / ``followers``: partitions changed by the delta that this broker now leads /
+    follows, with the topic and partition as they are after the delta. ``deletes``: partitions
+    whose replica this broker must drop (topic deleted, or the broker left the replica set).
+    Apply deletes first: a topic deleted and re-created in one delta is in ``deletes`` (the old
+    topic id) and in ``leaders``/``followers`` (the new one).
+    """
+
+    leaders: dict[TopicPartition, tuple[TopicImage, PartitionRegistration]] = field(default_factory=dict)
+    followers: dict[TopicPartition, tuple[TopicImage, PartitionRegistration]] = field(default_factory=dict)
+    deletes: set[TopicPartition] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.leaders or self.followers or self.deletes)
+
+
+def _refuse(code: int, message: str) -> MetadataRecordError:
+    return MetadataRecordError(code, message)
+
+
+class MetadataDelta:
+    """Changes on top of ``image``; see the module docstring. Not thread-safe: one owner."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.offset = image.offset
+        self._topics: dict[str, TopicImage | None] = {}  # None: deleted
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._cluster_configs: Mapping[str, Any] | None = None
+        self._next_producer_id: int | None = None
+        self._undo: list[tuple[str, Any, bool, Any]] = []  # (what, key, was set, old value)
+
+    @classmethod
+    def between(cls, old: MetadataImage, new: MetadataImage) -> "MetadataDelta":
+        """The delta that turns ``old`` into ``new`` (e.g. after a snapshot restore), so that
+        ``changed_topics``, ``deleted_topics`` and ``local_changes`` work as after a replay."""
+        delta = cls(old)
+        delta.offset = new.offset
+        for name, topic in new.topics.items():
+            before = old.topics.get(name)
+            if before is not topic and before != topic:
+                delta._topics[name] = topic
+        for name in old.topics:
+            if name not in new.topics:
+                delta._topics[name] = None
+        for broker_id, broker in new.brokers.items():
+            before = old.brokers.get(broker_id)
+            if before is not broker and before != broker:
+                delta._brokers[broker_id] = broker
+        # A broker never leaves the image (no unregister record), so nothing to delete here.
+        if new.cluster_configs != old.cluster_configs:
+            delta._cluster_configs = new.cluster_configs
+        if new.next_producer_id != old.next_producer_id:
+            delta._next_producer_id = new.next_producer_id
+        return delta
+
+    # -- reading through the delta ---------------------------------------------------------
+
+    def topic(self, name: str) -> TopicImage | None:
+        if name in self._topics:
+            return self._topics[name]
+        return self.image.topics.get(name)
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        if broker_id in self._brokers:
+            return self._brokers[broker_id]
+        return self.image.brokers.get(broker_id)
+
+    def topic_name_by_id(self, topic_id: str) -> str | None:
+        for name, topic in self._topics.items():
+            if topic is not None and topic.topic_id == topic_id:
+                return name
+        name = self.image.topic_names_by_id.get(topic_id)
+        if name is not None and (topic := self.topic(name)) is not None and topic.topic_id == topic_id:
+            return name
+        return None
+
+    @property
+    def next_producer_id(self) -> int:
+        return self.image.next_producer_id if self._next_producer_id is None else self._next_producer_id
+
+    @property
+    def cluster_configs(self) -> Mapping[str, Any]:
+        return self.image.cluster_configs if self._cluster_configs is None else self._cluster_configs
+
+    @property
+    def changed_topics(self) -> Mapping[str, TopicImage]:
+        """Topics created or changed by this delta, as they are after it."""
+        return MappingProxyType({n: t for n, t in self._topics.items() if t is not None})
+
+    @property
+    def deleted_topics(self) -> Mapping[str, TopicImage]:
+        """Topics of the base image that this delta deleted (or replaced by a new topic id)."""
+        out = {}
+        for name, topic in self._topics.items():
+            before = self.image.topics.get(name)
+            if before is not None and (topic is None or topic.topic_id != before.topic_id):
+                out[name] = before
+        return MappingProxyType(out)
+
+    @property
+    def changed_brokers(self) -> Mapping[int, BrokerRegistration]:
+        return MappingProxyType(dict(self._brokers))
+
+    @property
+    def cluster_configs_changed(self) -> bool:
+        return self._cluster_configs is not None
+
+    def is_empty(self) -> bool:
+        return not (self._topics or self._brokers or self._cluster_configs is not None
+                    or self._next_producer_id is not None)
+
+    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
+        """Partitions this delta changed that ``broker_id`` must now lead, follow or delete."""
+        changes = LocalReplicaChanges()
+        for name, before in self.deleted_topics.items():
+            for index, partition in enumerate(before.partitions):
+                if broker_id in partition.replicas:
+                    changes.deletes.add((name, index))
+        for name, topic in self.changed_topics.items():
+            before = self.image.topics.get(name)
+            same_topic = before is not None and before.topic_id == topic.topic_id
+            for index, partition in enumerate(topic.partitions):
+                previous = before.partitions[index] if same_topic and index < len(before.partitions) else None
+                if previous is partition or previous == partition:
+                    continue
+                if broker_id in partition.replicas:
+                    target = changes.leaders if partition.leader == broker_id else changes.followers
+                    target[(name, index)] = (topic, partition)
+                elif previous is not None and broker_id in previous.replicas:
+                    changes.deletes.add((name, index))
+        return changes
+
+    # -- building the next image -----------------------------------------------------------
+
+    def apply(self) -> MetadataImage:
+        """The next image. Brokers, topics and partitions this delta did not touch are reused."""
+        base = self.image
+        brokers = base.brokers
+        if self._brokers:
+            merged = dict(base.brokers)
+            merged.update(self._brokers)
+            brokers = MappingProxyType(merged)
+        topics, names_by_id = base.topics, base.topic_names_by_id
+        if self._topics:
+            new_topics = dict(base.topics)
+            ids = dict(base.topic_names_by_id)
+            for name, topic in self._topics.items():
+                before = base.topics.get(name)
+                if before is not None and ids.get(before.topic_id) == name:
+                    del ids[before.topic_id]
+                if topic is None:
+                    new_topics.pop(name, None)
+                else:
+                    new_topics[name] = topic
+            for name, topic in self._topics.items():
+                if topic is not None:
+                    ids[topic.topic_id] = name
+            topics, names_by_id = MappingProxyType(new_topics), MappingProxyType(ids)
+        return MetadataImage(offset=self.offset, brokers=brokers, topics=topics,
+                             cluster_configs=self.cluster_configs, next_producer_id=self.next_producer_id,
+                             topic_names_by_id=names_by_id)
+
+    # -- undo ------------------------------------------------------------------------------
+
+    def savepoint(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, savepoint: int) -> None:
+        """Undo every change made after ``savepoint`` (offset included)."""
+        while len(self._undo) > savepoint:
+            what, key, was_set, old = self._undo.pop()
+            if what == "topic":
+                if was_set:
+                    self._topics[key] = old
+                else:
+                    self._topics.pop(key, None)
+            elif what == "broker":
+                if was_set:
+                    self._brokers[key] = old
+                else:
+                    self._brokers.pop(key, None)
+            elif what == "cluster_configs":
+                self._cluster_configs = old
+            elif what == "next_producer_id":
+                self._next_producer_id = old
+            elif what == "offset":
+                self.offset = old
+
+    def _set_topic(self, name: str, topic: TopicImage | None) -> None:
+        self._undo.append(("topic", name, name in self._topics, self._topics.get(name)))
+        self._topics[name] = topic
+
+    def _set_broker(self, broker: BrokerRegistration) -> None:
+        key = broker.broker_id
+        self._undo.append(("broker", key, key in self._brokers, self._brokers.get(key)))
+        self._brokers[key] = broker
+
+    # -- replay ----------------------------------------------------------------------------
+
+    def replay(self, record: MetadataRecord, offset: int | None = None) -> dict:
+        """Apply one record at ``offset`` (the log offset; None keeps the delta's offset).
+
+        Returns the record's result (e.g. ``{"broker_epoch": 7}``) or, when it does not apply,
+        ``{"error": code, "message": text}`` with the delta unchanged. Never raises.
+        """
+        savepoint = self.savepoint()
+        if offset is not None:
+            self._undo.append(("offset", None, True, self.offset))
+            self.offset = offset
+        try:
+            handler = _HANDLERS.get(type(record))
+            if handler is None:
+                raise _refuse(errors.INVALID_REQUEST, f"unknown metadata record type {type(record).__name__}")
+            return handler(self, record, self.offset)
+        except MetadataRecordError as error:
+            self.rollback(savepoint)
+            return error.as_result()
+        except Exception as error:  # a bug; must not escape into the Raft tick thread
+            log.exception("replaying %r failed", record)
+            self.rollback(savepoint)
+            return {"error": errors.UNKNOWN_SERVER_ERROR, "message": f"replay failed: {error!r}"}
+
+    def _replay_register_broker(self, r: RegisterBrokerRecord, offset: int) -> dict:
+        if r.broker_id < 0:
+            raise _refuse(errors.INVALID_REQUEST, f"broker id must be >= 0, got {r.broker_id}")
+        current = self.broker(r.broker_id)
+        if current is not None and current.incarnation_id == r.incarnation_id:
+            return {"broker_epoch": current.broker_epoch}  # a retried registration
+        self._set_broker(BrokerRegistration(broker_id=r.broker_id, incarnation_id=r.incarnation_id,
+                                            broker_epoch=offset, endpoints=frozen_map(r.endpoints),
+                                            rack=r.rack, fenced=True))
+        return {"broker_epoch": offset}
+
+    def _current_broker(self, broker_id: int, broker_epoch: int, what: str) -> BrokerRegistration:
+        current = self.broker(broker_id)
+        if current is None:
+            raise _refuse(errors.BROKER_ID_NOT_REGISTERED, f"{what}: broker {broker_id} is not registered")
+        if current.broker_epoch != broker_epoch:
+            raise _refuse(errors.STALE_BROKER_EPOCH,
+                          f"{what}: broker {broker_id} has epoch {current.broker_epoch}, not {broker_epoch}")
+        return current
+
+    def _replay_fence_broker(self, r: FenceBrokerRecord, offset: int) -> dict:
+        current = self._current_broker(r.broker_id, r.broker_epoch, "fence")
+        if not current.fenced:
+            self._set_broker(replace(current, fenced=True))
+        return {}
+
+    def _replay_unfence_broker(self, r: UnfenceBrokerRecord, offset: int) -> dict:
+        current = self._current_broker(r.broker_id, r.broker_epoch, "unfence")
+        if current.fenced:
+            self._set_broker(replace(current, fenced=False))
+        return {}
+
+    def _replay_topic(self, r: TopicRecord, offset: int) -> dict:
+        existing = self.topic(r.name)
+        if existing is not None:
+            if existing.topic_id == r.topic_id:
+                return {"topic_id": existing.topic_id}  # a retried creation
+            raise _refuse(errors.TOPIC_ALREADY_EXISTS, f"topic {r.name!r} already exists")
+        if not r.name or not r.topic_id:
+            raise _refuse(errors.INVALID_REQUEST, "topic name and topic id must be non-empty")
+        other = self.topic_name_by_id(r.topic_id)
+        if other is not None:
+            raise _refuse(errors.INVALID_REQUEST, f"topic id {r.topic_id} is already used by topic {other!r}")
+        if not r.partitions:
+            raise _refuse(errors.INVALID_PARTITIONS, f"topic {r.name!r} needs at least one partition")
+        partitions = []
+        for replicas in r.partitions:
+            if not replicas or len(set(replicas)) != len(replicas) or min(replicas) < 0:
+                raise _refuse(errors.INVALID_REPLICA_ASSIGNMENT,
+                              f"replicas {list(replicas)} of topic {r.name!r}: need distinct broker ids >= 0")
+            partitions.append(PartitionRegistration(replicas=tuple(replicas), isr=tuple(replicas),
+                                                    leader=replicas[0], leader_epoch=0, partition_epoch=0))
+        configs = {k: v for k, v in r.configs.items() if v is not None}
+        self._set_topic(r.name, TopicImage(name=r.name, topic_id=r.topic_id, partitions=tuple(partitions),
+                                           configs=frozen_map(configs)))
+        return {"topic_id": r.topic_id}
+
+    def _replay_remove_topic(self, r: RemoveTopicRecord, offset: int) -> dict:
+        existing = self.topic(r.name)
+        if existing is not None and existing.topic_id == r.topic_id:
+            self._set_topic(r.name, None)
+        return {}  # already gone: a retried deletion
+
+    def _replay_partition_change(self, r: PartitionChangeRecord, offset: int) -> dict:
+        topic = self.topic(r.topic)
+        if topic is None or topic.topic_id != r.topic_id or not 0 <= r.partition < len(topic.partitions):
+            raise _refuse(errors.UNKNOWN_TOPIC_OR_PARTITION,
+                          f"unknown partition {r.topic}-{r.partition} (topic id {r.topic_id})")
+        before = topic.partitions[r.partition]
+        if before.partition_epoch != r.expected_partition_epoch:
+            raise _refuse(errors.INVALID_UPDATE_VERSION,
+                          f"partition epoch of {r.topic}-{r.partition} is {before.partition_epoch}, "
+                          f"the change expected {r.expected_partition_epoch}")
+        isr = before.isr if r.isr is None else tuple(r.isr)
+        leader = before.leader if r.leader is None else r.leader
+        if not isr or len(set(isr)) != len(isr) or not set(isr) <= set(before.replicas):
+            raise _refuse(errors.INVALID_REQUEST,
+                          f"ISR {list(isr)} of {r.topic}-{r.partition} must be distinct replicas of {list(before.replicas)}")
+        if leader != NO_LEADER and leader not in isr:
+            raise _refuse(errors.INVALID_REQUEST,
+                          f"leader {leader} of {r.topic}-{r.partition} must be in the ISR {list(isr)} (or -1)")
+        after = PartitionRegistration(
+            replicas=before.replicas, isr=isr, leader=leader,
+            leader_epoch=before.leader_epoch + (1 if leader != before.leader else 0),
+            partition_epoch=before.partition_epoch + 1)
+        partitions = list(topic.partitions)
+        partitions[r.partition] = after
+        self._set_topic(r.topic, replace(topic, partitions=tuple(partitions)))
+        return {"leader": after.leader, "leader_epoch": after.leader_epoch, "isr": list(after.isr),
+                "partition_epoch": after.partition_epoch}
+
+    def _replay_config(self, r: ConfigRecord, offset: int) -> dict:
+        if r.resource_type == RESOURCE_TOPIC:
+            topic = self.topic(r.resource_name)
+            if topic is None:
+                raise _refuse(errors.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {r.resource_name!r}")
+            self._set_topic(topic.name, replace(topic, configs=_merged(topic.configs, r.configs)))
+        elif r.resource_type == RESOURCE_CLUSTER:
+            self._undo.append(("cluster_configs", None, True, self._cluster_configs))
+            self._cluster_configs = _merged(self.cluster_configs, r.configs)
+        else:
+            raise _refuse(errors.INVALID_REQUEST,
+                          f"config resource type must be {RESOURCE_TOPIC!r} or {RESOURCE_CLUSTER!r}, "
+                          f"got {r.resource_type!r}")
+        return {}
+
+    def _replay_producer_ids(self, r: ProducerIdsRecord, offset: int) -> dict:
+        if not 1 <= r.size <= PRODUCER_ID_BLOCK_SIZE_MAX:
+            raise _refuse(errors.INVALID_REQUEST,
+                          f"producer id block size must be 1..{PRODUCER_ID_BLOCK_SIZE_MAX}, got {r.size}")
+        if r.first_id != self.next_producer_id:
+            raise _refuse(errors.INVALID_UPDATE_VERSION,
+                          f"producer id block from {r.first_id} is not the next one (next id is {self.next_producer_id})")
+        self._undo.append(("next_producer_id", None, True, self._next_producer_id))
+        self._next_producer_id = r.first_id + r.size
+        return {"first_id": r.first_id, "size": r.size}
+
+
+def _merged(configs: Mapping[str, Any], changes: Mapping[str, Any]) -> Mapping[str, Any]:
+    out = dict(configs)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return frozen_map(out)
+
+
+_HANDLERS = {
+    RegisterBrokerRecord: MetadataDelta._replay_register_broker,
+    FenceBrokerRecord: MetadataDelta._replay_fence_broker,
+    UnfenceBrokerRecord: MetadataDelta._replay_unfence_broker,
+    TopicRecord: MetadataDelta._replay_topic,
+    RemoveTopicRecord: MetadataDelta._replay_remove_topic,
+    PartitionChangeRecord: MetadataDelta._replay_partition_change,
+    ConfigRecord: MetadataDelta._replay_config,
+    ProducerIdsRecord: MetadataDelta._replay_producer_ids,
+}
