@@ -1,0 +1,50 @@
+"""Typed per-log configuration, read from TOPIC_CONFIGS (client/protocol/configs.py).
+
+A log gets a mapping of topic configs (already parsed or raw strings); ``LogConfig.from_mapping``
+validates it against the declared keys and fills defaults, so a value of the wrong type or range
+raises ``ConfigError`` naming the key. Keys the log does not use (min.insync.replicas, ...) are
+accepted and ignored; unknown keys are passed through untouched for the layers above.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from client.protocol.configs import TOPIC_CONFIGS
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """The subset of topic configs the partition log acts on (Kafka's names in the comments)."""
+
+    segment_bytes: int = 1073741824          # segment.bytes
+    segment_ms: int = 604800000              # segment.ms
+    segment_index_bytes: int = 10485760      # segment.index.bytes
+    index_interval_bytes: int = 4096         # index.interval.bytes
+    retention_ms: int = 604800000            # retention.ms (-1: keep forever)
+    retention_bytes: int = -1                # retention.bytes (-1: no limit)
+    max_message_bytes: int = 1048588         # max.message.bytes (largest batch accepted)
+    flush_messages: int = 2**63 - 1          # flush.messages
+    flush_ms: int = 2**63 - 1                # flush.ms
+    message_timestamp_type: str = "CreateTime"  # message.timestamp.type
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any] | None) -> "LogConfig":
+        """Validate ``config`` with TOPIC_CONFIGS (ConfigError names a bad key) and build one."""
+        values = TOPIC_CONFIGS.parse(dict(config or {}), allow_unknown=True)
+        return cls(
+            segment_bytes=values["segment.bytes"],
+            segment_ms=values["segment.ms"],
+            segment_index_bytes=values["segment.index.bytes"],
+            index_interval_bytes=values["index.interval.bytes"],
+            retention_ms=values["retention.ms"],
+            retention_bytes=values["retention.bytes"],
+            max_message_bytes=values["max.message.bytes"],
+            flush_messages=values["flush.messages"],
+            flush_ms=values["flush.ms"],
+            message_timestamp_type=values["message.timestamp.type"],
+        )
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"

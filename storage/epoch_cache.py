@@ -1,0 +1,129 @@
+"""The leader-epoch cache: which leader epoch started at which offset, persisted in
+``leader-epoch-checkpoint`` (a text checkpoint, see storage/checkpoint.py, entries
+``epoch start_offset``, replaced atomically on every change).
+
+Followers and new leaders use ``end_offset_for`` (OffsetsForLeaderEpoch) to find where their log
+diverges from the leader's, instead of trusting the high watermark. Entries are kept sorted with
+both epoch and start offset strictly increasing.
+
+After a crash the checkpoint may lag the log (an epoch's first batch was appended but the
+checkpoint not yet replaced): recovery re-assigns from the partitionLeaderEpoch of each
+recovered batch, and truncates entries past the log end offset. A missing or unreadable file is
+rebuilt from the batch headers of the whole log.
+"""
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from pathlib import Path
+from typing import Callable
+
+from storage.checkpoint import CheckpointFile
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+log = logging.getLogger(__name__)
+
+
+class LeaderEpochCache:
+    """epoch -> start offset, with Kafka's end-offset-for-epoch lookup."""
+
+    def __init__(self, directory: Path, log_end_offset: Callable[[], int],
+                 entries: list[tuple[int, int]] | None = None) -> None:
+        self.checkpoint = CheckpointFile(directory / LEADER_EPOCH_CHECKPOINT, 2)
+        self._log_end_offset = log_end_offset
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        for epoch, start in entries or []:
+            self._assign(epoch, start)
+
+    # --- queries -----------------------------------------------------------------------------
+    @property
+    def latest_epoch(self) -> int:
+        """The newest epoch, or -1 when no epoch is known."""
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """All (epoch, start_offset) entries, oldest first."""
+        return list(zip(self._epochs, self._starts))
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch whose range holds ``offset`` (-1 when before the first entry)."""
+        i = bisect_right(self._starts, offset) - 1
+        return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
+
+    def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer for ``requested_epoch``: (epoch, end_offset).
+
+        - requested is the latest epoch: (latest, log end offset);
+        - otherwise the largest known epoch <= requested, and the start offset of the first
+          epoch after it (where the requested epoch's records end on this replica);
+        - requested older than every entry: (requested, start offset of the first entry);
+        - requested newer than the latest, unknown (-1), or no entries: (-1, -1).
+        """
+        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self._epochs[-1]:
+            return requested_epoch, self._log_end_offset()
+        higher = bisect_right(self._epochs, requested_epoch)
+        if higher >= len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            return requested_epoch, self._starts[0]
+        return self._epochs[higher - 1], self._starts[higher]
+
+    # --- changes -----------------------------------------------------------------------------
+    def _assign(self, epoch: int, start_offset: int) -> bool:
+        if epoch < 0:
+            return False
+        if self._epochs:
+            latest = self._epochs[-1]
+            if epoch == latest:
+                return False  # the epoch's first offset is already known
+            if epoch < latest:
+                log.warning("leader epoch %d at offset %d is older than the latest epoch %d; ignored",
+                            epoch, start_offset, latest)
+                return False
+            # A newer epoch starting at or before earlier entries replaces them (they held no
+            # records on this replica).
+            while self._starts and self._starts[-1] >= start_offset:
+                self._epochs.pop()
+                self._starts.pop()
+        self._epochs.append(epoch)
+        self._starts.append(start_offset)
+        return True
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset``; persisted when it changes anything."""
+        if self._assign(epoch, start_offset):
+            self.flush()
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
+        i = bisect_right(self._starts, end_offset - 1)
+        if i < len(self._starts):
+            del self._epochs[i:]
+            del self._starts[i:]
+            self.flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Drop entries wholly below ``start_offset``; the one holding it now starts there."""
+        i = bisect_right(self._starts, start_offset) - 1
+        if i < 0 or (i == 0 and self._starts[0] == start_offset):
+            return
+        epoch = self._epochs[i]
+        del self._epochs[:i + 1]
+        del self._starts[:i + 1]
+        self._epochs.insert(0, epoch)
+        self._starts.insert(0, start_offset)
+        self.flush()
+
+    def clear(self) -> None:
+        self._epochs.clear()
+        self._starts.clear()
+        self.flush()
+
+    def flush(self) -> None:
+        self.checkpoint.write(self.epoch_entries())

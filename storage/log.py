@@ -1,0 +1,753 @@
+"""One partition replica's log: a directory ``<log.dir>/<topic>-<partition>`` of segments.
+
+Layers (each states its own contract): ``Log`` (offsets, epochs, high watermark, recovery,
+retention, flush policy) -> ``LogSegment`` (one ``.log`` file) -> ``OffsetIndex`` /
+``TimeIndex`` (sparse lookup aids) ; beside them ``LeaderEpochCache`` and the checkpoint files.
+
+Files in the partition directory::
+
+    00000000000000000000.log        record batches, byte for byte as produced (+ stamped offsets)
+    00000000000000000000.index      sparse offset -> position index      (rebuilt when bad)
+    00000000000000000000.timeindex  sparse max-timestamp -> offset index (rebuilt when bad)
+    leader-epoch-checkpoint         epoch start offsets                 (atomic replace)
+    replication-offset-checkpoint   the high watermark                  (atomic replace)
+    recovery-point-offset-checkpoint  offsets below it were fsynced      (atomic replace)
+    log-start-offset-checkpoint     first offset still readable          (atomic replace)
+    .clean-shutdown                 present only after a clean close()
+
+Contract:
+- Offsets are contiguous: each batch starts at the previous batch's last offset + 1, from the
+  log start offset to the log end offset (the next offset to assign).
+- An append is all or nothing: every batch is validated (length, magic, CRC, max.message.bytes)
+  before a byte is written, and a failed write is cut back; the caller gets a typed error.
+- A read returns whole batches only, never bytes past the last whole batch, never a batch that
+  failed validation (recovery removed it before the log opened).
+- Durability: ``flush`` fsyncs every segment written since the last flush and moves the recovery
+  point; ``flush.messages`` / ``flush.ms`` decide when it runs (Kafka's default: never, leaving
+  durability to replication; the page cache survives a process crash).
+- Recovery on open: segments wholly below the recovery point are trusted (indexes checked for
+  shape, rebuilt if bad); from the segment holding the recovery point on, every batch is
+  re-validated and the log is cut at the first bad one. A clean close skips that scan.
+
+Thread safety: every public method takes the log's lock, so a broker may read from one thread
+while another appends.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from client.protocol.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    for_code,
+    CODES,
+)
+from client.protocol.records import (
+    LOG_OVERHEAD_BYTES,
+    BatchHeader,
+    assign_offsets,
+    iter_batches,
+    read_header,
+    set_log_append_time,
+    validate_batch,
+    validate_batches,
+)
+from storage.checkpoint import CheckpointError, CheckpointFile, fsync_dir
+from storage.config import LogConfig
+from storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from storage.index import RELATIVE_OFFSET_MAX, IndexError_
+from storage.producer_state import ProducerStateManager
+from storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    AppendedBatch,
+    LogSegment,
+    parse_base_offset,
+)
+
+log = logging.getLogger(__name__)
+
+RecordListTooLargeError = for_code(CODES["RECORD_LIST_TOO_LARGE"])
+
+HW_CHECKPOINT = "replication-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """What an append did. ``duplicate``: an idempotent retry; the offsets are the original ones
+    and nothing was appended."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 under CreateTime
+    record_count: int
+    batch_count: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class FetchData:
+    """Whole batches read from the log. ``first_offset``: base offset of the first batch
+    returned (may be below the fetch offset, which lies inside that batch); the fetch offset
+    itself when ``records`` is empty."""
+
+    records: bytes
+    first_offset: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    """A partition replica's log (see the module docstring). Create with ``Log.open``."""
+
+    def __init__(self, directory: Path, config: LogConfig, *, topic: str, partition: int,
+                 clock_ms: Callable[[], int]) -> None:
+        self.dir = directory
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self.clock_ms = clock_ms
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self._hw_checkpointed = -1
+        self._rp_checkpointed = -1
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock_ms()
+        self._failed: str | None = None
+        self._closed = False
+        self._hw_file = CheckpointFile(directory / HW_CHECKPOINT, 1)
+        self._rp_file = CheckpointFile(directory / RECOVERY_POINT_CHECKPOINT, 1)
+        self._lso_file = CheckpointFile(directory / LOG_START_CHECKPOINT, 1)
+        self.leader_epoch_cache = LeaderEpochCache(directory, lambda: self.log_end_offset)
+        self.producer_state = ProducerStateManager(directory)
+
+    # --- opening -----------------------------------------------------------------------------
+    @classmethod
+    def open(cls, dir: Path, config: Mapping[str, Any] | LogConfig | None = None, *, topic: str,
+             partition: int, clock_ms: Callable[[], int] = _now_ms) -> "Log":
+        """Open (creating if needed) the log in ``dir`` and run recovery. ConfigError for a bad
+        config value, KafkaStorageError when the directory cannot be read or written."""
+        cfg = config if isinstance(config, LogConfig) else LogConfig.from_mapping(config)
+        directory = Path(dir)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self = cls(directory, cfg, topic=topic, partition=partition, clock_ms=clock_ms)
+            self._load()
+        except OSError as error:
+            raise KafkaStorageError(f"cannot open the log in {directory}: {error}",
+                                    topic=topic, partition=partition) from error
+        return self
+
+    def _read_checkpoint(self, file: CheckpointFile, default: int) -> int:
+        try:
+            return file.read_value(default)
+        except CheckpointError as error:
+            log.warning("%s: %s; using %d", self, error, default)
+            return default
+
+    def _new_segment(self, base_offset: int, *, create: bool) -> LogSegment:
+        return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                          index_bytes_max=self.config.segment_index_bytes, create=create)
+
+    def _load(self) -> None:
+        clean = (self.dir / CLEAN_SHUTDOWN_FILE).exists()
+        lso_ckpt = self._read_checkpoint(self._lso_file, 0)
+        rp_ckpt = self._read_checkpoint(self._rp_file, 0)
+        hw_ckpt = self._read_checkpoint(self._hw_file, 0)
+
+        bases: set[int] = set()
+        for entry in os.scandir(self.dir):
+            name = entry.name
+            if name.endswith(".tmp"):
+                os.unlink(entry.path)  # an interrupted atomic write; the old file is intact
+                continue
+            base = parse_base_offset(name)
+            if base is not None and name.endswith(LOG_SUFFIX):
+                bases.add(base)
+        for entry in os.scandir(self.dir):  # indexes and snapshots whose segment is gone
+            base = parse_base_offset(entry.name)
+            if base is not None and base not in bases and entry.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                os.unlink(entry.path)
+
+        segments = [self._new_segment(base, create=False) for base in sorted(bases)]
+        # Segments wholly below the checkpointed log start offset were being deleted.
+        while len(segments) > 1 and segments[1].base_offset <= lso_ckpt:
+            segments.pop(0).delete()
+        if not segments:
+            segments = [self._new_segment(lso_ckpt, create=True)]
+
+        recovered_headers: list[BatchHeader] = []
+        i = 0
+        while i < len(segments):
+            seg = segments[i]
+            is_last = i == len(segments) - 1
+            next_base = None if is_last else segments[i + 1].base_offset
+            trusted = clean or (next_base is not None and next_base <= rp_ckpt)
+            if trusted:
+                try:
+                    seg.load(next_base)
+                except (IndexError_, CorruptRecordError) as error:
+                    log.warning("%s: %s: %s; rebuilding", self, seg.log_path.name, error)
+                    trusted = False
+            if not trusted:
+                result = seg.recover()
+                recovered_headers.extend(result.headers)
+                if result.truncated_bytes:
+                    log.warning("%s: recovery cut %d bytes from %s at position %d: %s", self,
+                                result.truncated_bytes, seg.log_path.name, result.valid_bytes,
+                                result.problem)
+            if next_base is not None and seg.next_offset != next_base:
+                log.warning("%s: %s ends at offset %d but the next segment starts at %d; "
+                            "deleting the %d segment(s) after it", self, seg.log_path.name,
+                            seg.next_offset, next_base, len(segments) - i - 1)
+                for later in segments[i + 1:]:
+                    later.delete()
+                del segments[i + 1:]
+            i += 1
+        self._set_segments(segments)
+
+        leo = self.log_end_offset
+        self.log_start_offset = max(lso_ckpt, segments[0].base_offset)
+        if self.log_start_offset > leo:
+            self.log_start_offset = leo
+
+        # Leader epochs: the checkpoint, then the epochs of every recovered batch.
+        try:
+            entries = self.leader_epoch_cache.checkpoint.read()
+        except CheckpointError as error:
+            log.warning("%s: %s; rebuilding from batch headers", self, error)
+            entries = None
+        if entries is None:
+            self.leader_epoch_cache = LeaderEpochCache(self.dir, lambda: self.log_end_offset)
+            for _, header in self._all_headers():
+                self.leader_epoch_cache._assign(header.partition_leader_epoch, header.base_offset)
+            self.leader_epoch_cache.flush()
+        else:
+            self.leader_epoch_cache = LeaderEpochCache(self.dir, lambda: self.log_end_offset,
+                                                       [(e, s) for e, s in entries])
+            for header in recovered_headers:  # epochs whose checkpoint write a crash pre-empted
+                if header.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
+                    self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+        self.high_watermark = min(max(hw_ckpt, self.log_start_offset), leo)
+        self._hw_checkpointed = hw_ckpt
+
+        self.producer_state.load(self._segments, self._all_headers, leo, self.log_start_offset)
+
+        # Everything now in the files has been validated: make it durable and say so.
+        if not clean:
+            for seg in self._segments:
+                if seg.next_offset > rp_ckpt or seg is self._segments[-1]:
+                    seg.flush()
+        self.recovery_point = leo
+        self._checkpoint_recovery_point()
+        if lso_ckpt != self.log_start_offset or not self._lso_file.path.exists():
+            self._lso_file.write_value(self.log_start_offset)
+        if clean:
+            os.unlink(self.dir / CLEAN_SHUTDOWN_FILE)
+            fsync_dir(self.dir)
+
+    def _all_headers(self) -> Iterable[tuple[int, BatchHeader]]:
+        """(segment index, header) of every batch in the log, oldest first (header reads only)."""
+        for i, seg in enumerate(self._segments):
+            for _, header in seg.scan_headers(0):
+                yield i, header
+
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        self._segments = segments
+        self._bases = [seg.base_offset for seg in segments]
+
+    # --- state -------------------------------------------------------------------------------
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign."""
+        return self._segments[-1].next_offset
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy of the list)."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(seg.size for seg in self._segments)
+
+    def __repr__(self) -> str:
+        return f"Log({self.topic}-{self.partition})"
+
+    def update_config(self, config: Mapping[str, Any] | LogConfig) -> None:
+        """Apply new topic configs (AlterConfigs); ConfigError names a bad key."""
+        cfg = config if isinstance(config, LogConfig) else LogConfig.from_mapping(config)
+        with self._lock:
+            self.config = cfg
+            for seg in self._segments:
+                seg.index_interval_bytes = cfg.index_interval_bytes
+
+    def _error(self, cls: type, message: str) -> Exception:
+        return cls(message, topic=self.topic, partition=self.partition)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise self._error(KafkaStorageError, f"the log in {self.dir} is closed")
+        if self._failed:
+            raise self._error(KafkaStorageError, f"the log in {self.dir} is offline after a disk "
+                              f"error: {self._failed}")
+
+    # --- appends -----------------------------------------------------------------------------
+    def append_as_leader(self, records: bytes, leader_epoch: int) -> AppendInfo:
+        """Validate ``records`` (one or more batches), stamp offsets from the log end offset and
+        ``leader_epoch``, append. Errors (nothing appended): CorruptRecordError, InvalidRecord,
+        MessageTooLargeError (a batch over max.message.bytes), RecordListTooLarge (over
+        segment.bytes), FencedLeaderEpochError (older than the latest epoch), producer-state
+        errors, KafkaStorageError."""
+        with self._lock:
+            self._check_usable()
+            headers = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
+            if len(records) > self.config.segment_bytes:
+                raise self._error(RecordListTooLargeError,
+                                  f"{len(records)} bytes of batches do not fit in a segment "
+                                  f"(segment.bytes={self.config.segment_bytes})")
+            if leader_epoch < self.leader_epoch_cache.latest_epoch:
+                raise self._error(FencedLeaderEpochError,
+                                  f"leader epoch {leader_epoch} is older than the log's latest "
+                                  f"epoch {self.leader_epoch_cache.latest_epoch}")
+            base = self.log_end_offset
+            duplicate = self.producer_state.check_leader_append(headers, base)
+            if duplicate is not None:
+                first, last = duplicate
+                return AppendInfo(first, last, max(h.max_timestamp for h in headers), -1,
+                                  sum(h.record_count for h in headers), len(headers), True)
+            data = assign_offsets(records, base, leader_epoch)
+            append_time = -1
+            if self.config.log_append_time:
+                append_time = self.clock_ms()
+                data = set_log_append_time(data, append_time)
+            return self._append(data, headers, base, leader_epoch, append_time, leader=True)
+
+    def append_as_follower(self, records: bytes) -> AppendInfo:
+        """Append batches copied from the leader, offsets and epochs included. Each batch must
+        pass its CRC and the offsets must continue from the log end offset. Errors as
+        ``append_as_leader``; a gap or overlap in offsets is a CorruptRecordError. max.message.bytes
+        is not checked: the leader accepted the batch (as in Kafka)."""
+        with self._lock:
+            self._check_usable()
+            headers = []
+            pos = 0
+            expected = self.log_end_offset
+            total = len(records)
+            if total == 0:
+                raise CorruptRecordError("the records field holds no record batch",
+                                         topic=self.topic, partition=self.partition)
+            while pos < total:
+                header = validate_batch(records, pos)
+                if header.base_offset != expected:
+                    raise CorruptRecordError(
+                        f"batch at position {pos} starts at offset {header.base_offset}, but the "
+                        f"log ends at {expected}: offsets must be contiguous",
+                        topic=self.topic, partition=self.partition)
+                headers.append(header)
+                expected = header.next_offset
+                pos += header.size
+            if total > self.config.segment_bytes:
+                raise self._error(RecordListTooLargeError,
+                                  f"{total} bytes of batches do not fit in a segment "
+                                  f"(segment.bytes={self.config.segment_bytes})")
+            return self._append(bytes(records), headers, self.log_end_offset, None, -1, leader=False)
+
+    def _append(self, data: bytes, headers: list[BatchHeader], base: int, leader_epoch: int | None,
+                 append_time: int, *, leader: bool) -> AppendInfo:
+        batches = []
+        position = 0
+        offset = base
+        max_ts = -1
+        records = 0
+        for header in headers:
+            last = offset + header.last_offset_delta
+            ts = append_time if append_time >= 0 else header.max_timestamp
+            batches.append(AppendedBatch(position, header.size, offset, last, ts))
+            max_ts = max(max_ts, ts)
+            records += header.record_count
+            position += header.size
+            offset = last + 1
+        last_offset = offset - 1
+        seg = self._maybe_roll(len(data), batches[0].max_timestamp, last_offset)
+        try:
+            seg.append(data, batches)
+        except OSError as error:
+            self._after_write_error(seg, error)
+            raise self._error(KafkaStorageError,
+                              f"could not append {len(data)} bytes to {seg.log_path}: "
+                              f"{error.strerror or error}; nothing was appended") from error
+        # Epochs and producer state follow the bytes now in the log.
+        if leader_epoch is not None:
+            self.leader_epoch_cache.assign(leader_epoch, base)
+        else:
+            for header in headers:
+                self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        self.producer_state.on_append(headers, base)
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(base, last_offset, max_ts, append_time, records, len(headers), False)
+
+    def _after_write_error(self, seg: LogSegment, error: OSError) -> None:
+        try:
+            actual = os.fstat(seg.fd).st_size
+            if actual != seg.size:
+                os.ftruncate(seg.fd, seg.size)
+        except OSError as second:
+            self._failed = f"{error}; then could not cut the partial write: {second}"
+            log.error("%s: %s", self, self._failed)
+
+    def _maybe_roll(self, size: int, first_timestamp: int, last_offset: int) -> LogSegment:
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return seg
+        now = self.clock_ms()
+        reason = None
+        if seg.size + size > self.config.segment_bytes:
+            reason = "segment.bytes"
+        elif seg.indexes_full:
+            reason = "index full"
+        elif last_offset - seg.base_offset > RELATIVE_OFFSET_MAX:
+            reason = "relative offset overflow"
+        else:
+            rolling = seg.rolling_timestamp(now)
+            waited = (first_timestamp if seg.first_batch_timestamp >= 0 and first_timestamp >= 0
+                      else now) - rolling
+            if waited > self.config.segment_ms:
+                reason = "segment.ms"
+        if reason is None:
+            return seg
+        return self._roll(reason)
+
+    def _roll(self, reason: str) -> LogSegment:
+        old = self._segments[-1]
+        base = old.next_offset
+        try:
+            old.on_become_inactive()
+            new = self._new_segment(base, create=True)
+        except OSError as error:
+            raise self._error(KafkaStorageError, f"could not roll a new segment at offset {base} "
+                              f"in {self.dir}: {error.strerror or error}") from error
+        self._segments.append(new)
+        self._bases.append(base)
+        self.producer_state.on_roll(base)
+        log.debug("%s: rolled segment %d (%s)", self, base, reason)
+        return new
+
+    def roll(self) -> None:
+        """Start a new segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_usable()
+            if self._segments[-1].size:
+                self._roll("requested")
+
+    # --- reads -------------------------------------------------------------------------------
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    def read(self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchData:
+        """Whole batches from the one holding ``fetch_offset``, up to ``max_bytes`` (the first
+        batch even when larger, if ``min_one_batch``), excluding batches that reach
+        ``max_offset`` (the high watermark, for consumers). OffsetOutOfRangeError outside
+        [log_start_offset, log_end_offset]; at log_end_offset the records are empty."""
+        with self._lock:
+            self._check_usable()
+            leo = self.log_end_offset
+            if fetch_offset < self.log_start_offset or fetch_offset > leo:
+                raise self._error(OffsetOutOfRangeError,
+                                  f"offset {fetch_offset} is outside the log's range "
+                                  f"[{self.log_start_offset}, {leo}]")
+            limit = leo if max_offset is None else min(max_offset, leo)
+            if fetch_offset >= limit:
+                return FetchData(b"", fetch_offset)
+            chunks: list[bytes] = []
+            first_offset = -1
+            budget = max_bytes
+            i = self._segment_index_for(fetch_offset)
+            try:
+                while i < len(self._segments):
+                    seg = self._segments[i]
+                    i += 1
+                    if seg.size == 0 or seg.next_offset <= fetch_offset:
+                        continue
+                    if first_offset < 0:
+                        found = seg.find(fetch_offset)
+                        if found is None:
+                            continue
+                        position, header = found
+                    else:
+                        position, header = 0, seg.header_at(0)
+                    if header.last_offset >= limit:
+                        break
+                    if header.size > budget:
+                        if first_offset < 0 and min_one_batch:
+                            chunks.append(seg.pread(position, header.size))
+                            first_offset = header.base_offset
+                        break
+                    if first_offset < 0:
+                        first_offset = header.base_offset
+                    data = seg.pread(position, min(budget, seg.size - position))
+                    end = 0
+                    for pos, h in iter_batches(data):
+                        if h.last_offset >= limit:
+                            break
+                        end = pos + h.size
+                    chunks.append(data[:end] if end < len(data) else data)
+                    budget -= end
+                    if position + end < seg.size:
+                        break  # stopped by max_bytes or max_offset, not by the segment's end
+            except CorruptRecordError as error:
+                raise self._error(KafkaStorageError, f"reading offset {fetch_offset}: {error.message}") from error
+            except OSError as error:
+                raise self._error(KafkaStorageError, f"reading offset {fetch_offset} in {self.dir}: "
+                                  f"{error.strerror or error}") from error
+            records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return FetchData(records, first_offset if records else fetch_offset)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch whose max_timestamp >= ``timestamp_ms``,
+        or None when there is none."""
+        with self._lock:
+            self._check_usable()
+            for seg in self._segments:
+                if seg.max_timestamp >= timestamp_ms:
+                    found = seg.find_by_timestamp(timestamp_ms)
+                    if found is not None:
+                        offset, ts = found
+                        return max(offset, self.log_start_offset), ts
+            return None
+
+    # --- high watermark, flush ---------------------------------------------------------------
+    def update_high_watermark(self, hw: int) -> int:
+        """Set the high watermark (clamped to [log_start_offset, log_end_offset]); returns it."""
+        with self._lock:
+            self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+            return self.high_watermark
+
+    def checkpoint_high_watermark(self) -> None:
+        """Write the high watermark to ``replication-offset-checkpoint`` if it changed."""
+        with self._lock:
+            if self.high_watermark == self._hw_checkpointed or self._closed:
+                return
+            try:
+                self._hw_file.write_value(self.high_watermark)
+            except OSError as error:
+                raise self._error(KafkaStorageError, f"could not write {self._hw_file.path}: "
+                                  f"{error.strerror or error}") from error
+            self._hw_checkpointed = self.high_watermark
+
+    def _checkpoint_recovery_point(self) -> None:
+        if self.recovery_point != self._rp_checkpointed:
+            self._rp_file.write_value(self.recovery_point)
+            self._rp_checkpointed = self.recovery_point
+
+    def checkpoint_recovery_point(self) -> None:
+        """Write the recovery point (everything below it has been fsynced) if it changed."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._checkpoint_recovery_point()
+            except OSError as error:
+                raise self._error(KafkaStorageError, f"could not write {self._rp_file.path}: "
+                                  f"{error.strerror or error}") from error
+
+    def flush(self) -> None:
+        """fsync every segment with data at or past the recovery point; move the recovery point
+        to the log end offset. KafkaStorageError on a disk error (the log goes offline)."""
+        with self._lock:
+            self._check_usable()
+            leo = self.log_end_offset
+            try:
+                for seg in self._segments[self._segment_index_for(self.recovery_point):]:
+                    seg.flush()
+            except OSError as error:
+                # After a failed fsync the kernel may have dropped the dirty pages: nothing
+                # written since the last good flush can be trusted any more.
+                self._failed = f"fsync failed: {error.strerror or error}"
+                raise self._error(KafkaStorageError, f"could not flush the log in {self.dir}: "
+                                  f"{error.strerror or error}") from error
+            self.recovery_point = leo
+            self._unflushed_messages = 0
+            self._last_flush_ms = self.clock_ms()
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush when records are waiting and flush.ms has passed since the last flush."""
+        with self._lock:
+            if self._closed or self._failed or not self._unflushed_messages:
+                return False
+            if now_ms - self._last_flush_ms >= self.config.flush_ms:
+                self.flush()
+                return True
+            return False
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    # --- truncation and retention ------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding offsets >= ``offset`` (followers: a divergent tail). A batch
+        straddling ``offset`` goes too, so the log may end below it. Trims the epoch cache, the
+        high watermark, the recovery point and the producer state."""
+        with self._lock:
+            self._check_usable()
+            if offset >= self.log_end_offset:
+                return
+            if offset < self.log_start_offset:
+                self.truncate_fully_and_start_at(offset)
+                return
+            try:
+                i = self._segment_index_for(offset)
+                for seg in self._segments[i + 1:]:
+                    seg.delete()
+                self._set_segments(self._segments[:i + 1])
+                self._segments[-1].truncate_to(offset)
+                # A segment emptied by truncation other than the first goes: the one before
+                # it ends where it began, keeping base offsets unique and contiguous.
+                while len(self._segments) > 1 and self._segments[-1].size == 0:
+                    self._segments[-1].delete()
+                    self._set_segments(self._segments[:-1])
+                leo = self.log_end_offset
+                self.recovery_point = min(self.recovery_point, leo)
+                self._checkpoint_recovery_point()
+                self.high_watermark = min(self.high_watermark, leo)
+                self.leader_epoch_cache.truncate_from_end(leo)
+                self.producer_state.rebuild(self._segments, self._all_headers, leo,
+                                            self.log_start_offset)
+            except OSError as error:
+                self._failed = f"truncation failed: {error}"
+                raise self._error(KafkaStorageError, f"could not truncate the log in {self.dir} "
+                                  f"to {offset}: {error.strerror or error}") from error
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at ``offset`` (a follower far behind the
+        leader's log start offset)."""
+        with self._lock:
+            self._check_usable()
+            try:
+                for seg in self._segments:
+                    seg.delete()
+                self.producer_state.clear()
+                self._set_segments([self._new_segment(offset, create=True)])
+                self.log_start_offset = offset
+                self._lso_file.write_value(offset)
+                self.recovery_point = offset
+                self._checkpoint_recovery_point()
+                self.high_watermark = offset
+                self.checkpoint_high_watermark()
+                self.leader_epoch_cache.clear()
+                self._unflushed_messages = 0
+            except OSError as error:
+                self._failed = f"truncation failed: {error}"
+                raise self._error(KafkaStorageError, f"could not reset the log in {self.dir} "
+                                  f"at {offset}: {error.strerror or error}") from error
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: delete the oldest closed segments past retention.ms (by their largest
+        timestamp) or while the log exceeds retention.bytes; only segments wholly below the
+        high watermark. Advances the log start offset; returns how many were deleted."""
+        with self._lock:
+            if self._closed or self._failed:
+                return 0
+            cfg = self.config
+            total = sum(seg.size for seg in self._segments)
+            count = 0
+            while len(self._segments) - count > 1:
+                seg = self._segments[count]
+                following = self._segments[count + 1]
+                if following.base_offset > self.high_watermark:
+                    break
+                by_time = cfg.retention_ms >= 0 and now_ms - seg.largest_timestamp() > cfg.retention_ms
+                by_size = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
+                if not (by_time or by_size):
+                    break
+                total -= seg.size
+                count += 1
+            if not count:
+                return 0
+            doomed = self._segments[:count]
+            new_start = self._segments[count].base_offset
+            try:
+                # The checkpoint goes first: after a crash, open() deletes what lies below it.
+                self._lso_file.write_value(new_start)
+                self.log_start_offset = new_start
+                self._set_segments(self._segments[count:])
+                for seg in doomed:
+                    seg.delete()
+                self.producer_state.delete_snapshots_below(new_start)
+                self.leader_epoch_cache.truncate_from_start(new_start)
+            except OSError as error:
+                raise self._error(KafkaStorageError, f"retention in {self.dir}: "
+                                  f"{error.strerror or error}") from error
+            log.info("%s: retention deleted %d segment(s); log start offset now %d", self, count,
+                     new_start)
+            return count
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, write every checkpoint, mark the shutdown clean, close the files."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if not self._failed:
+                    self.flush()
+                    self.checkpoint_high_watermark()
+                    self._checkpoint_recovery_point()
+                    self.producer_state.take_snapshot(self.log_end_offset)
+                    fd = os.open(self.dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+                    os.fsync(fd)
+                    os.close(fd)
+                    fsync_dir(self.dir)
+            finally:
+                self._closed = True
+                for seg in self._segments:
+                    try:
+                        seg.close()
+                    except OSError:
+                        pass
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                try:
+                    seg.delete()
+                except OSError:
+                    pass
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,348 @@
+"""One log segment: ``<baseOffset>.log`` plus its ``.index`` and ``.timeindex``.
+
+The ``.log`` file is a plain concatenation of RecordBatch v2 batches (client/protocol/records.py),
+exactly as they travel on the wire; the file name is the segment's base offset, zero-padded to
+20 digits. Each batch is checksummed by its own CRC-32C (attributes to end); baseOffset,
+batchLength and partitionLeaderEpoch are outside the CRC and are checked by structure
+instead (length within the file, offsets contiguous from the segment's base offset).
+
+Contract:
+- ``append`` writes whole batches at the end with positional writes; if the write fails the
+  file is cut back to its previous size, so a failed append leaves nothing behind.
+- Reads (``read``, ``find``, ``scan_headers``) use positional reads of the file and never look
+  past ``size`` (bytes known to be whole batches).
+- ``recover`` re-validates every batch from position 0 (length, magic, CRC, contiguous
+  offsets), rebuilds both indexes, and truncates the file at the first bad byte.
+- ``flush`` fsyncs the log file and both indexes.
+Not thread-safe by itself; ``Log`` serialises access.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from client.protocol.errors import CorruptRecordError
+from client.protocol.records import (
+    BATCH_OVERHEAD_BYTES,
+    LOG_OVERHEAD_BYTES,
+    BatchHeader,
+    read_header,
+    validate_batch,
+)
+from storage.index import IndexError_, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+RECOVERY_CHUNK_BYTES = 8 << 20  # bytes validated per step during recovery
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_base_offset(name: str) -> int | None:
+    stem, dot, _ = name.partition(".")
+    if not dot or len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+class AppendedBatch(NamedTuple):
+    """Where one appended batch sits, for the indexes: position relative to the write."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+class RecoveryResult(NamedTuple):
+    valid_bytes: int
+    truncated_bytes: int
+    next_offset: int
+    headers: list[BatchHeader]
+    problem: str | None
+
+
+class LogSegment:
+    """A segment file and its two sparse indexes (see the module docstring for the contract)."""
+
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
+                 index_bytes_max: int, create: bool) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.index_interval_bytes = index_interval_bytes
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(self.log_path, flags, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.offset_index = OffsetIndex(directory / file_name(base_offset, INDEX_SUFFIX),
+                                        base_offset, index_bytes_max)
+        self.time_index = TimeIndex(directory / file_name(base_offset, TIME_INDEX_SUFFIX),
+                                    base_offset, index_bytes_max)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp = -1  # Kafka rolls by the first batch's timestamp
+        self.created_ms = -1             # ... or by the time of the first append when none
+        self.bytes_since_last_index_entry = 0
+
+    # --- appends -----------------------------------------------------------------------------
+    def append(self, data: bytes, batches: list[AppendedBatch]) -> None:
+        """Write ``data`` (whole batches) at the end; index the batches. OSError leaves the file
+        as it was (the partial write is cut off) and is re-raised."""
+        start = self.size
+        try:
+            view = memoryview(data)
+            pos = start
+            while view:
+                written = os.pwrite(self.fd, view, pos)
+                if written <= 0:
+                    raise OSError(28, "no progress writing the segment (disk full?)")
+                view = view[written:]
+                pos += written
+        except OSError:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass  # the Log marks itself failed; recovery cuts the tail at next open
+            raise
+        self.size = start + len(data)
+        for batch in batches:
+            self._index_batch(start + batch.position, batch.size, batch.base_offset,
+                              batch.max_timestamp)
+        last = batches[-1]
+        self.next_offset = last.last_offset + 1
+
+    def _index_batch(self, position: int, size: int, base_offset: int, max_timestamp: int) -> None:
+        if position == 0:
+            self.first_batch_timestamp = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = base_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.offset_index.full or self.time_index.full
+
+    def rolling_timestamp(self, now_ms: int) -> int:
+        """The time this segment's age is counted from (first batch's timestamp, as Kafka)."""
+        if self.first_batch_timestamp >= 0:
+            return self.first_batch_timestamp
+        if self.created_ms < 0:
+            self.created_ms = now_ms
+        return self.created_ms
+
+    def on_become_inactive(self) -> None:
+        """At roll: make the time index end with the segment's largest timestamp, and write
+        both indexes to their files (fsync comes with the next flush)."""
+        if self.max_timestamp > self.time_index.last_timestamp:
+            self.time_index.timestamps.append(self.max_timestamp)
+            self.time_index.relative_offsets.append(self.offset_of_max_timestamp - self.base_offset)
+        self.offset_index.sync_to_file(fsync=False)
+        self.time_index.sync_to_file(fsync=False)
+
+    # --- reads -------------------------------------------------------------------------------
+    def pread(self, position: int, length: int) -> bytes:
+        """``length`` bytes at ``position`` (fewer only at the end of the file)."""
+        chunks = []
+        while length > 0:
+            chunk = os.pread(self.fd, length, position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            length -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def header_at(self, position: int) -> BatchHeader:
+        return read_header(self.pread(position, BATCH_OVERHEAD_BYTES), 0)
+
+    def scan_headers(self, position: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from ``position`` up to ``end`` (default: size)."""
+        end = self.size if end is None else end
+        while position < end:
+            header = self.header_at(position)
+            yield position, header
+            position += header.batch_length + LOG_OVERHEAD_BYTES
+
+    def find(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        indexed_offset, position = self.offset_index.lookup(offset)
+        for pos, header in self.scan_headers(position):
+            if pos == position and position and header.base_offset != indexed_offset:
+                raise CorruptRecordError(
+                    f"{self.offset_index.path.name} points at offset {header.base_offset}, "
+                    f"expected {indexed_offset}; the index needs a rebuild")
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def find_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch with max_timestamp >= ``timestamp``."""
+        if self.max_timestamp < timestamp:
+            return None
+        start_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(start_offset)
+        for _, header in self.scan_headers(position):
+            if header.max_timestamp >= timestamp:
+                return header.base_offset, header.max_timestamp
+        return None
+
+    def largest_timestamp(self) -> int:
+        """For retention: the largest record timestamp, or the file's mtime when there is none."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    # --- opening and recovery ----------------------------------------------------------------
+    def load(self, next_offset_hint: int | None) -> None:
+        """Trust the segment (it is below the recovery point): load its indexes, find its end.
+
+        ``next_offset_hint`` is the next segment's base offset (None for the last segment,
+        whose tail after the last index entry is scanned). Raises IndexError_ or
+        CorruptRecordError when something does not add up; the caller then runs ``recover``.
+        """
+        if not self.offset_index.path.exists() or not self.time_index.path.exists():
+            raise IndexError_("index file missing")
+        self.offset_index.load(self.size)
+        if self.size == 0:
+            self.next_offset = self.base_offset
+        else:
+            last_offset, position = self.offset_index.last_entry()
+            header = self.header_at(position)
+            if header.base_offset != last_offset:
+                raise IndexError_(f"{self.offset_index.path.name}: last entry points at "
+                                  f"offset {header.base_offset}, not {last_offset}")
+            next_offset = None
+            for pos, header in self.scan_headers(position):
+                if pos + header.batch_length + LOG_OVERHEAD_BYTES > self.size:
+                    raise CorruptRecordError(f"{self.log_path.name}: batch at {pos} runs past the end")
+                next_offset = header.next_offset
+            assert next_offset is not None
+            if next_offset_hint is not None and next_offset > next_offset_hint:
+                raise CorruptRecordError(f"{self.log_path.name}: ends at {next_offset}, "
+                                         f"past the next segment's base {next_offset_hint}")
+            self.next_offset = next_offset
+            self.bytes_since_last_index_entry = self.size - position
+        self.time_index.load(max(self.next_offset, self.base_offset + 1))
+        if self.time_index.timestamps:
+            self.max_timestamp = self.time_index.timestamps[-1]
+            self.offset_of_max_timestamp = self.base_offset + self.time_index.relative_offsets[-1]
+        if self.size:
+            self.first_batch_timestamp = self.header_at(0).max_timestamp
+
+    def recover(self) -> RecoveryResult:
+        """Validate every batch from the start; rebuild the indexes; cut the file after the last
+        good batch. Returns what was kept and why the rest (if any) was cut."""
+        self.offset_index.clear()
+        self.time_index.clear()
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = -1
+        self.bytes_since_last_index_entry = 0
+        expected = self.base_offset
+        headers: list[BatchHeader] = []
+        position = 0
+        problem: str | None = None
+        size = os.fstat(self.fd).st_size
+        if size:
+            with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as mapped:
+                while position < size:
+                    try:
+                        header = validate_batch(mapped, position)
+                    except CorruptRecordError as error:
+                        problem = error.message
+                        break
+                    if header.base_offset != expected:
+                        problem = (f"batch at position {position} has base offset "
+                                   f"{header.base_offset}, expected {expected}")
+                        break
+                    headers.append(header)
+                    self._index_batch(position, header.size, header.base_offset, header.max_timestamp)
+                    expected = header.next_offset
+                    position += header.size
+        truncated = size - position
+        if truncated:
+            os.ftruncate(self.fd, position)
+        self.size = position
+        self.next_offset = expected
+        self.offset_index.rewrite()
+        self.time_index.rewrite()
+        return RecoveryResult(position, truncated, expected, headers, problem)
+
+    # --- truncation, flush, close ------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns bytes removed.
+        The segment then ends at the base offset of the first removed batch."""
+        found = self.find(offset)
+        if found is None:
+            return 0
+        position, header = found
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.next_offset = header.base_offset
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        # Recompute the largest timestamp and the index cadence from what is left.
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        _, last_position = self.offset_index.last_entry()
+        self.bytes_since_last_index_entry = 0
+        for pos, h in self.scan_headers(0):
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp = h.max_timestamp
+                self.offset_of_max_timestamp = h.base_offset
+            if pos >= last_position:
+                self.bytes_since_last_index_entry += h.size
+        if self.size == 0:
+            self.first_batch_timestamp = -1
+            self.created_ms = -1
+        self.offset_index.sync_to_file(fsync=False)
+        self.time_index.sync_to_file(fsync=False)
+        return removed
+
+    def flush(self) -> None:
+        """Make the log file and both indexes durable (fsync)."""
+        os.fsync(self.fd)
+        self.offset_index.sync_to_file(fsync=True)
+        self.time_index.sync_to_file(fsync=True)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                self.offset_index.sync_to_file(fsync=False)
+                self.time_index.sync_to_file(fsync=False)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
