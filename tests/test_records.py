@@ -191,3 +191,187 @@ def test_set_log_append_time_stamps_max_timestamp_and_type_and_recomputes_the_cr
     for h in rec.validate_batches(out):
         assert h.max_timestamp == 123456 and h.timestamp_type == 1
         assert h.compression == rec.COMPRESSION_LZ4
+
+
+# --- builder and decoder ----------------------------------------------------------------------
+
+def build(records, **kwargs) -> bytes:
+    builder = rec.BatchBuilder(**kwargs)
+    for ts, key, value, headers in records:
+        assert builder.append(ts, key, value, headers)
+    return builder.build()
+
+
+def test_a_known_batch_has_exactly_the_documented_bytes():
+    # Two records at base offset 0, timestamps 1000 and 1001, no producer, no compression.
+    # Worked out by hand from the layout in the module docstring; the CRC-32C is pinned.
+    expected = bytes.fromhex(
+        "0000000000000000"  # baseOffset 0
+        "00000048"          # batchLength 72 = 49 header bytes after this field + 23 of records
+        "ffffffff"          # partitionLeaderEpoch -1
+        "02"                # magic 2
+        "1bc2279b"          # crc (CRC-32C of the bytes from attributes on)
+        "0000"              # attributes: no codec, CreateTime
+        "00000001"          # lastOffsetDelta 1
+        "00000000000003e8"  # baseTimestamp 1000
+        "00000000000003e9"  # maxTimestamp 1001
+        "ffffffffffffffff"  # producerId -1
+        "ffff"              # producerEpoch -1
+        "ffffffff"          # baseSequence -1
+        "00000002"          # recordCount 2
+        # record 0: length 7 (zigzag 0x0e), attributes 0, timestampDelta 0, offsetDelta 0,
+        # key null (-1 -> 0x01), value length 1 (0x02) "v", 0 headers
+        "0e" "00" "00" "00" "01" "02" "76" "00"
+        # record 1: length 14, attributes 0, timestampDelta 1 (0x02), offsetDelta 1 (0x02),
+        # key length 1 "k", value null, 2 headers: "h" = "x", "n" = null
+        "1c" "00" "02" "02" "02" "6b" "01" "04" "02" "68" "02" "78" "02" "6e" "01"
+    )
+    got = build([(1000, None, b"v", ()), (1001, b"k", None, [("h", b"x"), ("n", None)])])
+    assert got == expected
+    assert crc32c.crc32c(expected[21:]) == 0x1BC2279B
+    header, records = rec.decode_batch(expected)
+    assert records == [rec.Record(0, 1000, None, b"v", []),
+                       rec.Record(1, 1001, b"k", None, [("h", b"x"), ("n", None)])]
+
+
+def test_varints_match_the_zigzag_encoding():
+    cases = {0: "00", -1: "01", 1: "02", -64: "7f", 63: "7e", 64: "8001", 300: "d804",
+             -(2**31): "ffffffff0f", 2**31 - 1: "feffffff0f"}
+    for n, hexed in cases.items():
+        assert rec.encode_varint(n).hex() == hexed
+        assert rec.decode_varint(bytes.fromhex(hexed), 0) == (n, len(hexed) // 2)
+    assert rec.encode_varlong(-(2**63)).hex() == "ff" * 9 + "01"
+    assert rec.decode_varint(rec.encode_varlong(2**63 - 1), 0, 10) == (2**63 - 1, 10)
+    with pytest.raises(CorruptRecordError):
+        rec.decode_varint(b"\x80\x80\x80\x80\x80\x01", 0)       # six bytes for a varint
+    with pytest.raises(CorruptRecordError):
+        rec.decode_varint(b"\x80", 0)                           # cut off
+    with pytest.raises(ValueError):
+        rec.encode_varint(2**31)
+
+
+def test_builder_size_in_bytes_is_exact_without_compression_and_batch_size_is_honoured():
+    builder = rec.BatchBuilder(batch_size=1000)
+    assert builder.size_in_bytes == 61 and builder.record_count == 0
+    added = 0
+    while builder.append(1, b"key", b"v" * 100):
+        added += 1
+        assert builder.size_in_bytes <= 1000
+    assert added == builder.record_count == 8
+    assert not builder.is_full() or builder.size_in_bytes >= 1000
+    batch = builder.build()
+    assert len(batch) == builder.size_in_bytes
+    assert rec.read_header(batch).record_count == 8
+
+
+def test_the_first_record_is_accepted_even_when_larger_than_batch_size():
+    builder = rec.BatchBuilder(batch_size=100)
+    assert builder.append(1, None, b"x" * 500)
+    assert builder.is_full()
+    assert not builder.append(1, None, b"y")
+    assert len(rec.decode_batch(builder.build())[1]) == 1
+
+
+def test_builder_refuses_bad_arguments():
+    with pytest.raises(ValueError):
+        rec.BatchBuilder(compression_type=rec.COMPRESSION_GZIP)
+    with pytest.raises(ValueError):
+        rec.BatchBuilder(batch_size=0)
+    with pytest.raises(ValueError):
+        rec.BatchBuilder().append(-5, None, b"x")
+    with pytest.raises(ValueError):
+        rec.BatchBuilder().build()
+
+
+def test_builder_writes_producer_fields_and_lz4_in_the_lz4_frame_format():
+    import lz4.frame
+    batch = build([(10, b"a", b"b" * 1000, ())] * 3, compression_type=rec.COMPRESSION_LZ4,
+                  producer_id=7, producer_epoch=2, base_sequence=40, base_offset=5,
+                  partition_leader_epoch=3)
+    header = rec.validate_batch(batch)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence, header.base_offset,
+            header.partition_leader_epoch, header.compression) == (7, 2, 40, 5, 3, 3)
+    assert batch[61:65] == b"\x04\x22\x4d\x18"      # LZ4 frame magic number
+    assert len(batch) < 1000                         # it really is compressed
+    plain = lz4.frame.decompress(batch[61:])
+    assert plain[:2] == rec.encode_varint(len(plain) // 3 - 2)  # each record: 2-byte length
+    assert [r.offset for r in rec.decode_batch(batch)[1]] == [5, 6, 7]
+
+
+def test_log_append_time_gives_every_record_the_batch_max_timestamp():
+    batch = build([(10, None, b"a", ()), (30, None, b"b", ()), (20, None, b"c", ())])
+    assert [r.timestamp for r in rec.decode_batch(batch)[1]] == [10, 30, 20]
+    stamped = rec.set_log_append_time(batch, 99)
+    header, records = rec.decode_batch(stamped)
+    assert header.timestamp_type == 1 and [r.timestamp for r in records] == [99, 99, 99]
+    built = build([(10, None, b"a", ())], timestamp_type=1)
+    assert rec.read_header(built).timestamp_type == 1
+
+
+def test_decode_batch_can_skip_the_crc_check():
+    batch = bytearray(build([(1, None, b"a", ())]))
+    batch[17] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        rec.decode_batch(batch)
+    assert rec.decode_batch(batch, verify_crc=False)[1][0].value == b"a"
+
+
+def test_iter_records_reads_every_whole_batch_skips_control_batches_and_a_partial_tail():
+    a = build([(1, None, b"a", ()), (2, None, b"b", ())], base_offset=0)
+    control = bytearray(build([(3, None, b"marker", ())], base_offset=2))
+    struct.pack_into(">h", control, 21, rec.ATTR_CONTROL | rec.ATTR_TRANSACTIONAL)
+    struct.pack_into(">I", control, 17, crc32c.crc32c(bytes(control[21:])))
+    b = build([(4, b"k", b"c", ())], base_offset=3, compression_type=rec.COMPRESSION_LZ4)
+    buf = a + bytes(control) + b + b[:20]
+    assert [(r.offset, r.value) for r in rec.iter_records(buf)] == [(0, b"a"), (1, b"b"), (3, b"c")]
+
+
+def with_records_section(batch: bytes, section: bytes, record_count: int | None = None) -> bytes:
+    """``batch`` with its records replaced by ``section``; length and CRC made right again."""
+    out = bytearray(batch[:61]) + section
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    if record_count is not None:
+        struct.pack_into(">i", out, 57, record_count)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def test_malformed_records_inside_a_valid_batch_raise_corrupt_record_error():
+    batch = build([(1, b"key", b"value", [("h", b"v")]), (2, None, b"second", ())])
+    section = batch[61:]
+    cases = {
+        "cut off": section[:-3],
+        "trailing byte": section + b"\x00",
+        "record length too large": b"\x7e" + section[1:],
+        "negative key length": section[:4] + rec.encode_varint(-5) + section[5:],
+        "endless varint": b"\xff" * 12,
+        "bad utf-8 header key": section.replace(b"\x02h", b"\x02\xff"),
+    }
+    for what, bad in cases.items():
+        with pytest.raises(CorruptRecordError):
+            rec.decode_batch(with_records_section(batch, bad))
+        print("refused:", what)
+    with pytest.raises(CorruptRecordError, match="declares 3 records but holds 2"):
+        rec.decode_batch(with_records_section(batch, section, record_count=3))
+
+
+def test_lz4_garbage_and_an_lz4_bomb_raise_corrupt_record_error():
+    import lz4.frame
+    batch = build([(1, None, b"a", ())], compression_type=rec.COMPRESSION_LZ4)
+    with pytest.raises(CorruptRecordError, match="do not decompress"):
+        rec.decode_batch(with_records_section(batch, b"not lz4 at all"))
+    with pytest.raises(CorruptRecordError, match="cut off"):
+        rec.decode_batch(with_records_section(batch, batch[61:-4]))
+    bomb = lz4.frame.compress(b"\x00" * (4 << 20))
+    assert len(bomb) < 20_000
+    with pytest.raises(CorruptRecordError, match="more than 1048576 bytes"):
+        rec.decode_batch(with_records_section(batch, bomb), decompressed_bytes_max=1 << 20)
+    assert rec.DECOMPRESSED_BYTES_MAX <= 256 << 20
+
+
+def test_decode_batch_refuses_codecs_raftka_does_not_read():
+    batch = bytearray(build([(1, None, b"a", ())]))
+    struct.pack_into(">h", batch, 21, rec.COMPRESSION_ZSTD)
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    with pytest.raises(CorruptRecordError, match="codec 4"):
+        rec.decode_batch(batch)

@@ -343,3 +343,433 @@ def set_log_append_time(buf, timestamp_ms: int) -> bytes:
             _INT64.pack_into(out, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
             _UINT32.pack_into(out, pos + CRC_OFFSET, _crc(view[pos + ATTRIBUTES_OFFSET:end]))
     return bytes(out)
+
+
+# --- records: varints, builder, decoder ---------------------------------------------------------
+import lz4.frame as _lz4frame  # noqa: E402
+
+# Limits so that bytes from the network cannot make us allocate without bound.
+# Uncompressed records of one lz4 batch: a tiny "lz4 bomb" stops here instead of eating memory.
+DECOMPRESSED_BYTES_MAX: Final = 64 << 20
+HEADERS_PER_RECORD_MAX: Final = 4096
+RECORD_BYTES_MIN: Final = 7   # length, attributes, timestamp, offset, key, value, header count
+
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+
+# Encoded zigzag varints of the small non-negative numbers that fill a typical record (lengths,
+# offset and timestamp deltas): a list lookup instead of a loop per number.
+_SMALL_VARINTS_N: Final = 1 << 14
+
+
+def _encode_zigzag(z: int) -> bytes:
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_SMALL: Final[list[bytes]] = [_encode_zigzag(n << 1) for n in range(_SMALL_VARINTS_N)]
+_NULL_LENGTH: Final = _encode_zigzag(1)   # -1: a null key, value or header value
+_ZERO: Final = b"\x00"
+# The value of each one-byte varint (the byte is below 0x80): zigzag-decoded.
+_ONE_BYTE: Final[list[int]] = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
+# The value of each two-byte varint, indexed by its 14 payload bits ((b1 << 7) | (b0 & 0x7F)).
+_TWO_BYTES: Final[list[int]] = [(z >> 1) ^ -(z & 1) for z in range(1 << 14)]
+
+
+def encode_varint(n: int) -> bytes:
+    """Zigzag varint of a signed 32-bit integer (Kafka's varint)."""
+    if 0 <= n < _SMALL_VARINTS_N:
+        return _SMALL[n]
+    if not -(1 << 31) <= n < (1 << 31):
+        raise ValueError(f"{n} does not fit a varint (signed 32-bit)")
+    return _encode_zigzag(((n << 1) ^ (n >> 31)) & 0xFFFFFFFF)
+
+
+def encode_varlong(n: int) -> bytes:
+    """Zigzag varint of a signed 64-bit integer (Kafka's varlong)."""
+    if 0 <= n < _SMALL_VARINTS_N:
+        return _SMALL[n]
+    if not _INT64_MIN <= n <= _INT64_MAX:
+        raise ValueError(f"{n} does not fit a varlong (signed 64-bit)")
+    return _encode_zigzag(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def decode_varint(data, i: int, max_bytes: int = 5) -> tuple[int, int]:
+    """Read a zigzag varint at ``data[i]``; returns ``(value, next_position)``.
+
+    ``max_bytes`` is 5 for a varint, 10 for a varlong. Raises CorruptRecordError when the
+    varint is longer than that or runs past the end of ``data``.
+    """
+    z = 0
+    shift = 0
+    end = min(len(data), i + max_bytes)
+    while i < end:
+        b = data[i]
+        i += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), i
+        shift += 7
+    raise CorruptRecordError(f"malformed varint at record byte {i}: longer than {max_bytes} "
+                             f"bytes or cut off")
+
+
+class BatchBuilder:
+    """Builds one RecordBatch v2 from records appended one by one (the producer's batch).
+
+    ``append`` returns False when the record would push the batch past ``batch_size`` bytes
+    (estimated before compression); the first record is always accepted, however large, so a
+    big record still gets a batch of its own. ``build()`` returns the finished batch, records
+    compressed as a whole with lz4 in the LZ4 frame format when ``compression_type`` is
+    COMPRESSION_LZ4.
+    """
+
+    __slots__ = ("_compression", "_batch_size", "_producer_id", "_producer_epoch",
+                 "_base_sequence", "_base_offset", "_partition_leader_epoch", "_timestamp_type",
+                 "_parts", "_count", "_size", "_base_ts", "_max_ts")
+
+    def __init__(self, *, compression_type: int = COMPRESSION_NONE, batch_size: int = 16384,
+                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                 base_sequence: int = NO_SEQUENCE, base_offset: int = 0,
+                 partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                 timestamp_type: int = TIMESTAMP_TYPE_CREATE_TIME) -> None:
+        if compression_type not in SUPPORTED_COMPRESSION:
+            raise ValueError(f"compression_type {compression_type!r}: Raftka writes none (0) "
+                             f"and lz4 (3) only")
+        if not 0 < batch_size <= BATCH_BYTES_MAX:
+            raise ValueError(f"batch_size {batch_size!r} must be in [1, {BATCH_BYTES_MAX}]")
+        if timestamp_type not in (TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME):
+            raise ValueError(f"timestamp_type {timestamp_type!r} must be 0 or 1")
+        self._compression = compression_type
+        self._batch_size = batch_size
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        self._base_offset = base_offset
+        self._partition_leader_epoch = partition_leader_epoch
+        self._timestamp_type = timestamp_type
+        self._parts: list[bytes] = []
+        self._count = 0
+        self._size = BATCH_OVERHEAD_BYTES
+        self._base_ts = 0
+        self._max_ts = 0
+
+    @property
+    def record_count(self) -> int:
+        return self._count
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes of the batch so far, before compression (an upper estimate with lz4)."""
+        return self._size
+
+    def is_full(self) -> bool:
+        """True once the batch has reached ``batch_size`` bytes (before compression)."""
+        return self._size >= self._batch_size
+
+    def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None,
+               headers=()) -> bool:
+        """Add a record; False (nothing added) when it would exceed ``batch_size``.
+
+        ``key`` and ``value`` are bytes-like or None; ``headers`` is a sequence of
+        ``(str, bytes | None)`` pairs. Timestamps are milliseconds since the epoch.
+        """
+        count = self._count
+        if count:
+            delta = timestamp_ms - self._base_ts
+        else:
+            if not 0 <= timestamp_ms <= _INT64_MAX:
+                raise ValueError(f"timestamp_ms {timestamp_ms!r} must be in [0, 2**63)")
+            self._base_ts = self._max_ts = timestamp_ms
+            delta = 0
+        small = _SMALL
+        if 0 <= delta < _SMALL_VARINTS_N:
+            ts = small[delta]
+        else:
+            if not 0 <= timestamp_ms <= _INT64_MAX:
+                raise ValueError(f"timestamp_ms {timestamp_ms!r} must be in [0, 2**63)")
+            ts = encode_varlong(delta)
+        if key is None:
+            key_length = _NULL_LENGTH
+            key = b""
+        else:
+            n = len(key)
+            key_length = small[n] if n < _SMALL_VARINTS_N else encode_varint(n)
+        if value is None:
+            value_length = _NULL_LENGTH
+            value = b""
+        else:
+            n = len(value)
+            value_length = small[n] if n < _SMALL_VARINTS_N else encode_varint(n)
+        body = b"".join((_ZERO, ts, small[count] if count < _SMALL_VARINTS_N
+                         else encode_varint(count), key_length, key, value_length, value,
+                         _encode_headers(headers) if headers else _ZERO))
+        n = len(body)
+        length = small[n] if n < _SMALL_VARINTS_N else encode_varint(n)
+        size = self._size + n + len(length)
+        if size > self._batch_size and count:
+            return False
+        if timestamp_ms > self._max_ts:
+            self._max_ts = timestamp_ms
+        self._size = size
+        self._parts += (length, body)
+        self._count = count + 1
+        return True
+
+    def build(self) -> bytes:
+        """The finished batch: header, CRC-32C and (compressed) records."""
+        count = self._count
+        if not count:
+            raise ValueError("a record batch needs at least one record")
+        records = b"".join(self._parts)
+        if self._compression == COMPRESSION_LZ4:
+            if len(records) > DECOMPRESSED_BYTES_MAX:
+                raise MessageTooLargeError(
+                    f"an lz4 batch may hold at most {DECOMPRESSED_BYTES_MAX} bytes of records "
+                    f"before compression, this one holds {len(records)}")
+            records = _lz4_compress(records)
+        attributes = self._compression | (ATTR_TIMESTAMP_TYPE if self._timestamp_type else 0)
+        out = bytearray(BATCH_OVERHEAD_BYTES)
+        _HEADER.pack_into(out, 0, self._base_offset,
+                          BATCH_LENGTH_MIN + len(records), self._partition_leader_epoch, MAGIC, 0,
+                          attributes, count - 1, self._base_ts, self._max_ts, self._producer_id,
+                          self._producer_epoch, self._base_sequence, count)
+        crc = _crc(records, _crc(memoryview(out)[ATTRIBUTES_OFFSET:]))
+        _UINT32.pack_into(out, CRC_OFFSET, crc)
+        out += records
+        return bytes(out)
+
+
+def _encode_headers(headers) -> bytes:
+    if len(headers) > HEADERS_PER_RECORD_MAX:
+        raise ValueError(f"a record may carry at most {HEADERS_PER_RECORD_MAX} headers, "
+                         f"got {len(headers)}")
+    parts = [encode_varint(len(headers))]
+    for name, value in headers:
+        encoded = name.encode("utf-8")
+        parts.append(encode_varint(len(encoded)))
+        parts.append(encoded)
+        if value is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts.append(encode_varint(len(value)))
+            parts.append(bytes(value))
+    return b"".join(parts)
+
+
+def _lz4_compress(data: bytes) -> bytes:
+    # Kafka's lz4 framing: 64 KiB independent blocks, no content size, no checksums beyond the
+    # batch CRC.
+    return _lz4frame.compress(data, block_size=_lz4frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                              content_checksum=False, block_checksum=False, store_size=False)
+
+
+def _lz4_decompress(data, pos: int, decompressed_bytes_max: int) -> bytes:
+    decompressor = _lz4frame.LZ4FrameDecompressor()
+    try:
+        out = decompressor.decompress(data, max_length=decompressed_bytes_max)
+    except RuntimeError as exc:
+        raise CorruptRecordError(f"lz4 records of the batch at position {pos} do not "
+                                 f"decompress: {exc}") from None
+    if not decompressor.eof:
+        if decompressor.needs_input:
+            raise CorruptRecordError(f"lz4 records of the batch at position {pos} are cut off")
+        raise CorruptRecordError(f"lz4 records of the batch at position {pos} decompress to more "
+                                 f"than {decompressed_bytes_max} bytes")
+    if decompressor.unused_data:
+        raise CorruptRecordError(f"{len(decompressor.unused_data)} bytes follow the lz4 frame "
+                                 f"of the batch at position {pos}")
+    return out
+
+
+class Record(NamedTuple):
+    """One decoded record: absolute offset and timestamp, key, value, headers."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+_new_record = tuple.__new__
+
+
+def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
+                 decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX
+                 ) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``pos``: its header and its records, decompressed.
+
+    Under LogAppendTime every record's timestamp is the batch's maxTimestamp. Raises
+    CorruptRecordError for a bad batch or a malformed record inside it (never IndexError).
+    """
+    if verify_crc:
+        header = validate_batch(buf, pos)
+    else:
+        header = read_header(buf, pos)
+        if len(buf) - pos < header.batch_length + LOG_OVERHEAD_BYTES:
+            raise CorruptRecordError(f"record batch at position {pos} is cut off")
+    end = pos + header.batch_length + LOG_OVERHEAD_BYTES
+    with memoryview(buf) as view:
+        data = bytes(view[pos + RECORDS_OFFSET:end])
+    codec = header.attributes & ATTR_COMPRESSION_MASK
+    if codec == COMPRESSION_LZ4:
+        data = _lz4_decompress(data, pos, decompressed_bytes_max)
+    elif codec != COMPRESSION_NONE:
+        raise CorruptRecordError(f"record batch at position {pos} uses compression codec "
+                                 f"{codec}; Raftka reads none (0) and lz4 (3)")
+    try:
+        records = _decode_records(data, header.base_offset, header.base_timestamp)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"record batch at position {pos} (baseOffset "
+                                 f"{header.base_offset}): {exc.message}") from None
+    except (IndexError, ValueError) as exc:
+        raise CorruptRecordError(f"record batch at position {pos} (baseOffset "
+                                 f"{header.base_offset}) holds a malformed record: "
+                                 f"{exc}") from None
+    if len(records) != header.record_count:
+        raise CorruptRecordError(f"record batch at position {pos} declares "
+                                 f"{header.record_count} records but holds {len(records)}")
+    if header.attributes & ATTR_TIMESTAMP_TYPE:
+        stamp = header.max_timestamp
+        records = [_new_record(Record, (r[0], stamp, r[2], r[3], r[4])) for r in records]
+    return header, records
+
+
+def _decode_records(data: bytes, base_offset: int, base_ts: int) -> list[Record]:
+    """Parse the (uncompressed) records section. Bad bytes raise CorruptRecordError,
+    IndexError or ValueError, which the caller turns into CorruptRecordError.
+
+    Hot loop: one- and two-byte varints (nearly all of them) are decoded inline from tables;
+    longer ones go through decode_varint.
+    """
+    out: list[Record] = []
+    append = out.append
+    one = _ONE_BYTE
+    two = _TWO_BYTES
+    new = _new_record
+    record_cls = Record
+    n = len(data)
+    i = 0
+    while i < n:
+        b = data[i]
+        if b < 0x80:
+            length = one[b]
+            i += 1
+        elif data[i + 1] < 0x80:
+            length = two[(data[i + 1] << 7) | (b & 0x7F)]
+            i += 2
+        else:
+            length, i = decode_varint(data, i)
+        end = i + length
+        if length < RECORD_BYTES_MIN - 1 or end > n:
+            raise CorruptRecordError(f"record at byte {i} declares length {length}, "
+                                     f"{n - i} bytes are left")
+        i += 1                     # the record's attributes byte, unused
+        b = data[i]
+        if b < 0x80:
+            ts_delta = one[b]
+            i += 1
+        elif data[i + 1] < 0x80:
+            ts_delta = two[(data[i + 1] << 7) | (b & 0x7F)]
+            i += 2
+        else:
+            ts_delta, i = decode_varint(data, i, 10)
+        b = data[i]
+        if b < 0x80:
+            offset_delta = one[b]
+            i += 1
+        elif data[i + 1] < 0x80:
+            offset_delta = two[(data[i + 1] << 7) | (b & 0x7F)]
+            i += 2
+        else:
+            offset_delta, i = decode_varint(data, i)
+        b = data[i]
+        if b < 0x80:
+            key_length = one[b]
+            i += 1
+        elif data[i + 1] < 0x80:
+            key_length = two[(data[i + 1] << 7) | (b & 0x7F)]
+            i += 2
+        else:
+            key_length, i = decode_varint(data, i)
+        if key_length >= 0:
+            key = data[i:i + key_length]
+            i += key_length
+        elif key_length == -1:
+            key = None
+        else:
+            raise CorruptRecordError(f"record ending at byte {end} has key length {key_length}")
+        b = data[i]
+        if b < 0x80:
+            value_length = one[b]
+            i += 1
+        elif data[i + 1] < 0x80:
+            value_length = two[(data[i + 1] << 7) | (b & 0x7F)]
+            i += 2
+        else:
+            value_length, i = decode_varint(data, i)
+        if value_length >= 0:
+            value = data[i:i + value_length]
+            i += value_length
+        elif value_length == -1:
+            value = None
+        else:
+            raise CorruptRecordError(f"record ending at byte {end} has value length "
+                                     f"{value_length}")
+        if data[i] == 0:
+            headers: list = []
+            i += 1
+        else:
+            headers, i = _decode_headers(data, i, end)
+        if i != end:
+            raise CorruptRecordError(f"record ending at byte {end} has {end - i} bytes more "
+                                     f"or less than its fields")
+        append(new(record_cls, (base_offset + offset_delta, base_ts + ts_delta, key, value,
+                                headers)))
+    return out
+
+
+def _decode_headers(data: bytes, i: int, end: int) -> tuple[list, int]:
+    count, i = decode_varint(data, i)
+    if not 0 <= count <= HEADERS_PER_RECORD_MAX:
+        raise CorruptRecordError(f"record ending at byte {end} declares {count} headers "
+                                 f"(at most {HEADERS_PER_RECORD_MAX})")
+    headers = []
+    for _ in range(count):
+        name_length, i = decode_varint(data, i)
+        if name_length < 0 or i + name_length > end:
+            raise CorruptRecordError(f"record ending at byte {end} has a header key length "
+                                     f"{name_length}")
+        name = data[i:i + name_length].decode("utf-8")
+        i += name_length
+        value_length, i = decode_varint(data, i)
+        if value_length >= 0:
+            if i + value_length > end:
+                raise CorruptRecordError(f"record ending at byte {end} has a header value "
+                                         f"running past its end")
+            value = data[i:i + value_length]
+            i += value_length
+        elif value_length == -1:
+            value = None
+        else:
+            raise CorruptRecordError(f"record ending at byte {end} has a header value length "
+                                     f"{value_length}")
+        headers.append((name, value))
+    return headers, i
+
+
+def iter_records(buf) -> Iterator[Record]:
+    """Every record of every whole batch in ``buf`` (a fetch response's records), CRCs checked.
+
+    Control batches (transaction markers) are skipped, as Kafka's consumer does; a trailing
+    partial batch is ignored.
+    """
+    for pos, header in iter_batches(buf):
+        if header.attributes & ATTR_CONTROL:
+            continue
+        yield from decode_batch(buf, pos)[1]
