@@ -245,6 +245,7 @@ class NodeSpec:
     broker_port: int | None  # brokers only: the PLAINTEXT:// listener
     data_dir: Path
     extra: dict[str, str] = field(default_factory=dict)
+    http_port: int | None = None  # brokers: the HTTP:// side port (/health, /metrics)
 
     @property
     def config_path(self) -> Path:
@@ -327,6 +328,8 @@ class ControllerCluster:
             listeners.append(f"CONTROLLER://127.0.0.1:{spec.controller_port}")
         if spec.broker_port is not None:
             listeners.append(f"PLAINTEXT://127.0.0.1:{spec.broker_port}")
+        if spec.http_port is not None:
+            listeners.append(f"HTTP://127.0.0.1:{spec.http_port}")
         values: dict[str, Any] = {
             "process.roles": ",".join(spec.roles),
             "node.id": spec.node_id,
@@ -336,6 +339,8 @@ class ControllerCluster:
         }
         if self.secret:
             values["controller.quorum.secret"] = self.secret
+        if "broker" in spec.roles:
+            values["controller.quorum.bootstrap.servers"] = self.bootstrap_controllers
         values.update(self.configs)
         values.update(spec.extra)
         return values
@@ -411,6 +416,66 @@ class ControllerCluster:
     def close(self) -> None:
         """Stop every process this cluster started (SIGTERM, then SIGKILL), by PID."""
         stop_all(reversed(self.started))
+
+
+class Cluster(ControllerCluster):
+    """Controllers and brokers: ``Cluster.start(root, controllers=3, brokers=3, configs=...)``.
+
+    Controllers get node ids 1..controllers, brokers the ids after them (``broker_ids``). Start
+    order: controllers, then brokers; ``start`` returns once every broker printed its ready line
+    (registered, unfenced, caught up with the metadata log). ``configs`` go to every process,
+    ``broker_configs`` to brokers only. Everything ControllerCluster offers (``kill``, ``pause``,
+    ``resume``, ``stop``, ``restart``, ``wait_for_leader``, ``close``) works on any node id.
+
+        with Cluster.start(tmp_path, controllers=3, brokers=3,
+                           configs={"default.replication.factor": 3}) as cluster:
+            cluster.bootstrap_servers        # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
+            cluster.kill(cluster.broker_ids[0])
+    """
+
+    def __init__(self, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,
+                 configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
+                 secret: str | None = None) -> None:
+        super().__init__(root, controllers, configs, secret=secret)
+        self.controller_ids = list(self.nodes)
+        ports = free_ports(2 * brokers)
+        self.broker_ids: list[int] = []
+        for i in range(brokers):
+            node_id = controllers + i + 1
+            self.nodes[node_id] = NodeSpec(node_id, ("broker",), None, None, ports[2 * i],
+                                           self.root / f"broker-{node_id}", dict(broker_configs or {}),
+                                           http_port=ports[2 * i + 1])
+            self.broker_ids.append(node_id)
+
+    @classmethod
+    def start(cls, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,  # type: ignore[override]
+              configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
+              timeout_s: float = READY_TIMEOUT_S, secret: str | None = None) -> "Cluster":
+        cluster = cls(root, controllers, brokers, configs, broker_configs=broker_configs, secret=secret)
+        try:
+            for node_id in cluster.controller_ids:
+                cluster.launch(node_id)
+            for node_id in cluster.controller_ids:
+                cluster.wait_ready(node_id, timeout_s)
+            for node_id in cluster.broker_ids:
+                cluster.launch(node_id)
+            for node_id in cluster.broker_ids:
+                cluster.wait_ready(node_id, timeout_s)
+        except BaseException:
+            cluster.close()
+            raise
+        return cluster
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """"host:port,..." of every broker's PLAINTEXT listener (clients' bootstrap_servers)."""
+        return ",".join(f"127.0.0.1:{self.nodes[b].broker_port}" for b in self.broker_ids)
+
+    def broker_address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.nodes[node_id].broker_port}"
+
+    def http_address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.nodes[node_id].http_port}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

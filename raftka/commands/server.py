@@ -19,6 +19,10 @@ def run(args: argparse.Namespace) -> int:
     from raft_meta.controller.config import load_server_config
     config = load_server_config(args.config)
     if "broker" in config.roles:
-        raise SystemExit("error: process.roles=broker is not implemented yet (controller only)")
+        if config.is_controller:
+            raise SystemExit("error: combined mode (process.roles=broker,controller) is not implemented yet; "
+                             "run brokers and controllers as separate processes")
+        from broker.server import run_broker
+        return run_broker(config)
     from raft_meta.controller.server import run_controller
     return run_controller(config)

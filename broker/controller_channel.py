@@ -1,0 +1,72 @@
+"""A broker's requests to the active controller (BrokerRegistration, BrokerHeartbeat,
+AlterPartition, AllocateProducerIds, forwarded admin requests).
+
+It remembers the active controller and follows NOT_CONTROLLER answers (their
+``controller_endpoint``); on a network error it tries the next bootstrap controller. Every call
+has a deadline (``timeout_ms``) and a bounded number of attempts.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Sequence
+
+from client.protocol import errors
+from client.protocol.errors import RaftkaError, RequestTimedOutError
+from raft_meta.controller.rpc import call
+
+ATTEMPTS_MAX = 50
+RETRY_BACKOFF_MS = 50
+ATTEMPT_TIMEOUT_MS_MAX = 5000
+
+
+class ControllerChannel:
+    def __init__(self, bootstrap: Sequence[str], *, timeout_ms: int = 10_000, client_id: str = "raftka-broker") -> None:
+        assert bootstrap, "at least one controller address"
+        self.bootstrap = list(bootstrap)
+        self.timeout_ms = timeout_ms
+        self.client_id = client_id
+        self.active: str | None = None
+        self._next = 0
+
+    async def request(self, api_key: int, body: Any, *, timeout_ms: int | None = None) -> tuple[int, Any]:
+        """(error_code, body) of the active controller's answer. Retriable failures (no active
+        controller yet, network errors) are retried until the deadline; then the last answer is
+        returned, or RequestTimedOutError raised when nobody answered."""
+        deadline = time.monotonic() + (timeout_ms or self.timeout_ms) / 1000
+        last: tuple[int, Any] | None = None
+        last_error: RaftkaError | None = None
+        for _ in range(ATTEMPTS_MAX):
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                break
+            address = self.active or self.bootstrap[self._next % len(self.bootstrap)]
+            try:
+                code, out = await call(address, api_key, body, timeout_ms=min(remaining_ms, ATTEMPT_TIMEOUT_MS_MAX),
+                                       client_id=self.client_id)
+            except RaftkaError as error:
+                last_error = error
+                self.active = None
+                self._next += 1
+                await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
+                continue
+            if code == errors.NOT_CONTROLLER:
+                last = (code, out)
+                endpoint = (out or {}).get("controller_endpoint")
+                if endpoint and endpoint != address:
+                    self.active = endpoint
+                else:
+                    self.active = None
+                    self._next += 1
+                    await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
+                continue
+            if code == errors.REQUEST_TIMED_OUT:  # a commit in doubt: the records are idempotent
+                last = (code, out)
+                await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
+                continue
+            self.active = address
+            return code, out
+        if last is not None:
+            return last
+        raise RequestTimedOutError(f"no controller answered within {timeout_ms or self.timeout_ms} ms"
+                                   + (f" (last error: {last_error.message})" if last_error else ""))

@@ -1,0 +1,37 @@
+"""The broker's HTTP side port (``listeners=...,HTTP://host:port``), on aiohttp.
+
+GET /health   200 when ready (registered, unfenced, caught up with the metadata log, and every
+              partition it follows is in the ISR), else 503; JSON body with each flag ("live"
+              is true whenever the process answers).
+GET /metrics  Prometheus text (broker/metrics.py).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+
+async def start_http(broker: Any, host: str, port: int) -> web.AppRunner:
+    app = web.Application()
+
+    async def health(request: web.Request) -> web.Response:
+        replicas_caught_up = broker.replicas.is_caught_up()
+        summary = {"node_id": broker.broker_id, "live": True, "registered": broker.registered,
+                   "fenced": broker.fenced, "metadata_caught_up": broker.caught_up,
+                   "replicas_in_sync": replicas_caught_up,
+                   "metadata_offset": broker.metadata.offset if broker.metadata else -1,
+                   "ready": broker.ready and replicas_caught_up}
+        return web.Response(status=200 if summary["ready"] else 503, text=json.dumps(summary),
+                            content_type="application/json")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=broker.metrics.render(), content_type="text/plain")
+
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,91 @@
+"""A broker's figures, read by /metrics (Prometheus text) and /health."""
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 18: "ApiVersions", 19: "CreateTopics",
+             20: "DeleteTopics", 22: "InitProducerId", 23: "OffsetsForLeaderEpoch", 32: "DescribeConfigs",
+             33: "AlterConfigs", 60: "DescribeCluster"}
+
+
+class Histogram:
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self.total += seconds
+        self.count += 1
+
+
+class BrokerMetrics:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.replication_bytes_out = 0
+        self.requests: dict[int, int] = {}
+        self.errors: dict[int, int] = {}
+        self.latencies: dict[int, Histogram] = {}
+
+    def request(self, api_key: int) -> None:
+        self.requests[api_key] = self.requests.get(api_key, 0) + 1
+
+    def error(self, api_key: int) -> None:
+        self.errors[api_key] = self.errors.get(api_key, 0) + 1
+
+    def latency(self, api_key: int, seconds: float) -> None:
+        self.latencies.setdefault(api_key, Histogram()).observe(seconds)
+
+    def render(self) -> str:
+        """Prometheus text exposition format."""
+        b = self.broker
+        node = f'node="{b.broker_id}"'
+        partitions = list(b.replicas.partitions.values())
+        lines = [
+            "# TYPE raftka_broker_bytes_in_total counter", f"raftka_broker_bytes_in_total{{{node}}} {self.bytes_in}",
+            "# TYPE raftka_broker_bytes_out_total counter", f"raftka_broker_bytes_out_total{{{node}}} {self.bytes_out}",
+            "# TYPE raftka_broker_replication_bytes_out_total counter",
+            f"raftka_broker_replication_bytes_out_total{{{node}}} {self.replication_bytes_out}",
+            "# TYPE raftka_broker_request_queue_depth gauge",
+            f"raftka_broker_request_queue_depth{{{node}}} {b.server.in_flight if b.server else 0}",
+            "# TYPE raftka_broker_under_replicated_partitions gauge",
+            f"raftka_broker_under_replicated_partitions{{{node}}} {sum(p.under_replicated for p in partitions)}",
+            "# TYPE raftka_broker_leader_partitions gauge",
+            f"raftka_broker_leader_partitions{{{node}}} {sum(p.is_leader for p in partitions)}",
+            "# TYPE raftka_broker_isr_shrinks_total counter",
+            f"raftka_broker_isr_shrinks_total{{{node}}} {sum(p.isr_shrinks for p in partitions)}",
+            "# TYPE raftka_broker_isr_expands_total counter",
+            f"raftka_broker_isr_expands_total{{{node}}} {sum(p.isr_expands for p in partitions)}",
+            "# TYPE raftka_broker_truncations_total counter",
+            f"raftka_broker_truncations_total{{{node}}} {b.replicas.truncations}",
+            "# TYPE raftka_broker_requests_total counter",
+        ]
+        for key, count in sorted(self.requests.items()):
+            lines.append(f'raftka_broker_requests_total{{{node},api="{API_NAMES.get(key, key)}"}} {count}')
+        lines.append("# TYPE raftka_broker_request_errors_total counter")
+        for key, count in sorted(self.errors.items()):
+            lines.append(f'raftka_broker_request_errors_total{{{node},api="{API_NAMES.get(key, key)}"}} {count}')
+        lines.append("# TYPE raftka_broker_request_latency_seconds histogram")
+        for key, hist in sorted(self.latencies.items()):
+            api = f'api="{API_NAMES.get(key, key)}"'
+            cumulative = 0
+            for bound, count in zip(LATENCY_BUCKETS_S + (float("inf"),), hist.counts):
+                cumulative += count
+                le = "+Inf" if bound == float("inf") else repr(bound)
+                lines.append(f'raftka_broker_request_latency_seconds_bucket{{{node},{api},le="{le}"}} {cumulative}')
+            lines.append(f"raftka_broker_request_latency_seconds_sum{{{node},{api}}} {hist.total:.6f}")
+            lines.append(f"raftka_broker_request_latency_seconds_count{{{node},{api}}} {hist.count}")
+        lines.append("# TYPE raftka_partition_log_end_offset gauge")
+        for p in partitions:
+            lines.append(f'raftka_partition_log_end_offset{{{node},topic="{p.topic}",partition="{p.index}"}} '
+                         f"{p.log.log_end_offset}")
+        lines.append("# TYPE raftka_partition_high_watermark gauge")
+        for p in partitions:
+            lines.append(f'raftka_partition_high_watermark{{{node},topic="{p.topic}",partition="{p.index}"}} '
+                         f"{p.log.high_watermark}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,332 @@
+"""One partition replica on this broker: its role, its log, and (as leader) the ISR and the HW.
+
+Replica states and the legal moves between them. A move happens only because a committed
+metadata record says so (``MetadataView``), never because of a request or a timeout:
+
+    from       to         when (guard)
+    NONE       LEADER     metadata names this broker leader at epoch E; this broker is a replica
+    NONE       FOLLOWER   metadata names another broker (or none: -1) leader at epoch E; this broker
+                          is a replica
+    LEADER     LEADER     same leader, leader epoch E' > E (re-elected): a new epoch starts here
+    LEADER     FOLLOWER   another leader (or none) at E' > E
+    FOLLOWER   LEADER     this broker at E' > E
+    FOLLOWER   FOLLOWER   another leader (or none) at E' > E: truncation is re-checked
+    any        STOPPED    the topic is deleted (or its id changed) or this broker is no replica
+    any        (stays)    same leader epoch, larger partition epoch: only replicas/ISR change
+
+A move with E' <= E is refused (stale metadata never moves a replica back), except that the
+ISR / partition epoch are taken whenever the partition epoch grows. STOPPED is final: the
+replica manager drops the object.
+
+Invariants kept here (docs/replication.md):
+- A leader appends only as leader at its current epoch, and stamps that epoch on every batch;
+  the leader-epoch cache records where each epoch started.
+- HW = min log end offset over the ISR (leader included); it never goes backwards while leading.
+- acks=all is answered once HW passes the batch (every ISR member has it); an append is
+  refused up front when the ISR is smaller than min.insync.replicas.
+- ISR changes are only proposed here (AlterPartition); the partition takes an ISR only from a
+  committed answer or from the metadata log.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from client.protocol import errors
+from client.protocol.errors import (
+    FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError, RaftkaError,
+)
+from broker.metadata import PartitionInfo
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaState(enum.Enum):
+    NONE = "none"
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    STOPPED = "stopped"
+
+
+class IllegalTransition(AssertionError):
+    """A programmer error: a move the state table above does not allow."""
+
+
+@dataclass
+class FollowerProgress:
+    """What the leader knows of one follower replica (Kafka's Replica state)."""
+
+    log_end_offset: int = -1  # -1: not fetched yet in this leader epoch
+    last_caught_up_ms: float = 0.0
+    last_fetch_leader_leo: int = -1
+    last_fetch_ms: float = 0.0
+
+
+def now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+@dataclass
+class Partition:
+    topic: str
+    index: int
+    broker_id: int
+    log: Any  # storage Log
+    min_insync_replicas: int = 1
+    state: ReplicaState = ReplicaState.NONE
+    leader_id: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    followers: dict[int, FollowerProgress] = field(default_factory=dict)
+    leader_epoch_start_offset: int = 0
+    alter_in_flight: bool = False
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state is ReplicaState.LEADER
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    # -- waking long polls and acks=all waiters -----------------------------------------------
+
+    def _notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def changed(self) -> asyncio.Event:
+        """An event set at the next append, HW move or role change of this partition."""
+        return self._changed
+
+    # -- transitions (only from committed metadata) -------------------------------------------
+
+    def apply_metadata(self, info: PartitionInfo, now: float | None = None) -> str | None:
+        """Move as the committed ``info`` says; returns "leader"/"follower" when the role or
+        epoch changed (the replica manager then starts or moves the follower fetcher), "isr"
+        when only the ISR changed, None when nothing did."""
+        if self.state is ReplicaState.STOPPED:
+            raise IllegalTransition(f"{self.name}: STOPPED is final")
+        if self.broker_id not in info.replicas:
+            raise IllegalTransition(f"{self.name}: broker {self.broker_id} is not a replica; stop it instead")
+        now = now_ms() if now is None else now
+        if self.state is ReplicaState.NONE or info.leader_epoch > self.leader_epoch:
+            if info.leader == self.broker_id:
+                self._become_leader(info, now)
+                return "leader"
+            self._become_follower(info)
+            return "follower"
+        if info.leader_epoch < self.leader_epoch:
+            log.debug("%s: ignoring stale metadata (leader epoch %d < %d)", self.name, info.leader_epoch,
+                      self.leader_epoch)
+            return None
+        if info.partition_epoch > self.partition_epoch:
+            self._take_isr(info.isr, info.partition_epoch, info.replicas)
+            return "isr"
+        return None
+
+    def _become_leader(self, info: PartitionInfo, now: float) -> None:
+        if self.state is ReplicaState.LEADER and info.leader_epoch <= self.leader_epoch:
+            raise IllegalTransition(f"{self.name}: already leader at epoch {self.leader_epoch}")
+        self.state = ReplicaState.LEADER
+        self.leader_id = self.broker_id
+        self.leader_epoch = info.leader_epoch
+        self.partition_epoch = info.partition_epoch
+        self.replicas = info.replicas
+        self.isr = info.isr
+        self.alter_in_flight = False
+        # The new epoch starts at our log end: records after it are this leader's.
+        self.leader_epoch_start_offset = self.log.log_end_offset
+        self.log.leader_epoch_cache.assign(info.leader_epoch, self.log.log_end_offset)
+        # Every ISR member counts as caught up now (Kafka does the same): it gets a full
+        # replica.lag.time.max.ms to fetch from us before it can be dropped.
+        self.followers = {r: FollowerProgress(last_caught_up_ms=now) for r in info.replicas if r != self.broker_id}
+        self._maybe_advance_hw()
+        log.info("%s: leader at epoch %d, ISR %s, log end %d, HW %d", self.name, self.leader_epoch,
+                 list(self.isr), self.log.log_end_offset, self.log.high_watermark)
+        self._notify()
+
+    def _become_follower(self, info: PartitionInfo) -> None:
+        if self.state is ReplicaState.FOLLOWER and info.leader_epoch <= self.leader_epoch:
+            raise IllegalTransition(f"{self.name}: already follower at epoch {self.leader_epoch}")
+        self.state = ReplicaState.FOLLOWER
+        self.leader_id = info.leader
+        self.leader_epoch = info.leader_epoch
+        self.partition_epoch = info.partition_epoch
+        self.replicas = info.replicas
+        self.isr = info.isr
+        self.followers = {}
+        self.alter_in_flight = False
+        log.info("%s: follower of %d at epoch %d, log end %d", self.name, info.leader, info.leader_epoch,
+                 self.log.log_end_offset)
+        self._notify()  # acks=all waiters of a former leadership answer NOT_LEADER_OR_FOLLOWER
+
+    def stop(self) -> None:
+        self.state = ReplicaState.STOPPED
+        self.followers = {}
+        self._notify()
+
+    def _take_isr(self, isr: tuple[int, ...], partition_epoch: int, replicas: tuple[int, ...] | None = None) -> None:
+        if partition_epoch <= self.partition_epoch:
+            return
+        old = self.isr
+        self.isr = tuple(isr)
+        self.partition_epoch = partition_epoch
+        if replicas is not None:
+            self.replicas = replicas
+        if self.is_leader:
+            if len(self.isr) < len(old):
+                self.isr_shrinks += 1
+            elif len(self.isr) > len(old):
+                self.isr_expands += 1
+            log.info("%s: ISR %s -> %s (partition epoch %d)", self.name, list(old), list(self.isr), partition_epoch)
+            self._maybe_advance_hw()
+        self._notify()
+
+    def take_alter_result(self, result: dict) -> None:
+        """A committed AlterPartition answer: take it if it is for our leader epoch."""
+        if self.is_leader and result.get("leader_epoch") == self.leader_epoch and result.get("leader") == self.broker_id:
+            self._take_isr(tuple(result["isr"]), int(result["partition_epoch"]))
+
+    # -- leader: appends, follower progress, HW, ISR proposals ----------------------------------
+
+    def check_leader(self, current_leader_epoch: int | None = None) -> None:
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {self.name} "
+                                           f"(leader {self.leader_id} at epoch {self.leader_epoch})",
+                                           topic=self.topic, partition=self.index)
+        self.check_epoch(current_leader_epoch)
+
+    def check_epoch(self, current_leader_epoch: int | None) -> None:
+        if current_leader_epoch is None or current_leader_epoch < 0:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}",
+                                         topic=self.topic, partition=self.index)
+        if current_leader_epoch > self.leader_epoch:
+            raise errors.for_code(errors.UNKNOWN_LEADER_EPOCH)(
+                f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch} (metadata not caught up)",
+                topic=self.topic, partition=self.index)
+
+    def append_as_leader(self, records: bytes, acks: int) -> Any:
+        """Append a validated produce payload. No await: called in request arrival order."""
+        self.check_leader()
+        if acks == -1 and len(self.isr) < self.min_insync_replicas:
+            raise NotEnoughReplicasError(f"{self.name}: ISR {list(self.isr)} has fewer than min.insync.replicas="
+                                         f"{self.min_insync_replicas} members", topic=self.topic, partition=self.index)
+        info = self.log.append_as_leader(records, self.leader_epoch)
+        self._maybe_advance_hw()
+        self._notify()
+        return info
+
+    async def wait_for_replication(self, next_offset: int, deadline: float) -> int:
+        """acks=all: wait until HW >= ``next_offset``; returns the error code to answer."""
+        epoch = self.leader_epoch
+        while True:
+            if not self.is_leader or self.leader_epoch != epoch:
+                return errors.NOT_LEADER_OR_FOLLOWER
+            if self.log.high_watermark >= next_offset:
+                if len(self.isr) < self.min_insync_replicas:
+                    return errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                return errors.NONE
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return errors.REQUEST_TIMED_OUT
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    def _maybe_advance_hw(self) -> bool:
+        if not self.is_leader:
+            return False
+        leos = [self.log.log_end_offset]
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            progress = self.followers.get(replica)
+            leos.append(progress.log_end_offset if progress is not None else -1)
+        new_hw = min(leos)
+        if new_hw > self.log.high_watermark:
+            self.log.update_high_watermark(new_hw)
+            self._notify()
+            return True
+        return False
+
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> dict | None:
+        """Where a fetcher's log leaves ours, or None when its last epoch agrees with our history."""
+        if last_fetched_epoch is None or last_fetched_epoch < 0:
+            return None
+        epoch, end_offset = self.end_offset_for_epoch(last_fetched_epoch)
+        if epoch != last_fetched_epoch or end_offset < fetch_offset:
+            return {"epoch": epoch, "end_offset": end_offset}
+        return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch`` we know, offset where it ends): OffsetsForLeaderEpoch."""
+        found_epoch, end_offset = self.log.leader_epoch_cache.end_offset_for(epoch)
+        if found_epoch < 0:
+            # No history to compare with (empty cache, or an epoch newer than ours): the asker
+            # keeps nothing past our log start.
+            return -1, self.log.log_start_offset
+        return found_epoch, end_offset
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now: float | None = None) -> None:
+        """A follower fetched from ``fetch_offset``: its log end offset. Kafka's rule for "caught
+        up": it asked for our log end, or for at least what our log end was at its last fetch."""
+        progress = self.followers.get(replica_id)
+        if progress is None or not self.is_leader:
+            return
+        now = now_ms() if now is None else now
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            progress.last_caught_up_ms = now
+        elif fetch_offset >= progress.last_fetch_leader_leo >= 0:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
+        progress.log_end_offset = fetch_offset
+        progress.last_fetch_leader_leo = leo
+        progress.last_fetch_ms = now
+        self._maybe_advance_hw()
+
+    def isr_proposal(self, lag_time_max_ms: int, now: float | None = None) -> tuple[int, ...] | None:
+        """The ISR this leader should ask for, or None: drop followers not caught up within
+        ``lag_time_max_ms``; add a follower that reached the HW and this epoch's start."""
+        if not self.is_leader or self.alter_in_flight:
+            return None
+        now = now_ms() if now is None else now
+        out = [r for r in self.isr if r != self.broker_id
+               and now - self.followers.get(r, FollowerProgress()).last_caught_up_ms > lag_time_max_ms]
+        if out:
+            return tuple(r for r in self.isr if r not in out)
+        hw = self.log.high_watermark
+        joining = [r for r, p in self.followers.items() if r not in self.isr and p.log_end_offset >= 0
+                   and p.log_end_offset >= hw and p.log_end_offset >= self.leader_epoch_start_offset
+                   and now - p.last_caught_up_ms <= lag_time_max_ms]
+        if joining:
+            return tuple(self.isr) + tuple(sorted(joining))
+        return None
+
+    @property
+    def under_replicated(self) -> bool:
+        return self.is_leader and len(self.isr) < len(self.replicas)
+
+
+OnAlter = Callable[[Partition, tuple[int, ...]], None]
+__all__ = ["Partition", "ReplicaState", "FollowerProgress", "IllegalTransition", "RaftkaError"]

@@ -1,0 +1,172 @@
+"""Followers pull from leaders: one fetcher task per leader broker, for every partition this
+broker follows there (Kafka's ReplicaFetcherThread, on asyncio).
+
+Each round sends one Fetch with ``replica_id`` = this broker's id and, per partition, its log end
+offset as ``fetch_offset``, the leader epoch it believes in (``current_leader_epoch``) and the
+epoch of its last batch (``last_fetched_epoch``). The leader answers records from there, or a
+``diverging_epoch`` when our history left its own: then we truncate to where they agree
+(``min(leader's end offset of that epoch, ours)``) and fetch again: truncation by leader epoch,
+never by high watermark alone. After an append the follower's HW = min(leader's HW, its log end).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from client.protocol import errors
+from client.protocol.errors import RaftkaError
+from broker.network import Connection
+from broker.partition import ReplicaState
+
+if TYPE_CHECKING:
+    from broker.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+API_FETCH = 1
+REQUEST_TIMEOUT_MARGIN_MS = 5000
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: "ReplicaManager", leader_id: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.partitions: set[tuple[str, int]] = set()
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._connection: Connection | None = None
+        self._address: str | None = None
+        self.task: asyncio.Task | None = None
+        self.truncations = 0
+
+    def add(self, tp: tuple[str, int]) -> None:
+        self.partitions.add(tp)
+        self._wake.set()
+
+    def remove(self, tp: tuple[str, int]) -> None:
+        self.partitions.discard(tp)
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.run(), name=f"replica-fetcher-{self.leader_id}")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._connection is not None:
+            self._connection.close()
+
+    def _connection_for_leader(self) -> Connection | None:
+        address = self.manager.endpoint_of(self.leader_id)
+        if address is None:
+            return None
+        if self._connection is None or self._address != address:
+            if self._connection is not None:
+                self._connection.close()
+            self._connection = Connection(address, client_id=f"broker-{self.manager.broker_id}-fetcher",
+                                          max_frame_bytes=self.manager.config["socket.request.max.bytes"])
+            self._address = address
+        return self._connection
+
+    async def run(self) -> None:
+        config = self.manager.config
+        backoff_s = config["replica.fetch.backoff.ms"] / 1000
+        while not self._closed:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                progressed = await self.fetch_once()
+            except (RaftkaError, OSError) as error:
+                log.debug("fetch from leader %d failed: %s", self.leader_id, error)
+                progressed = False
+            if not progressed:
+                await asyncio.sleep(backoff_s)
+
+    async def fetch_once(self) -> bool:
+        """One Fetch round; False when nothing could be asked or every partition failed."""
+        config = self.manager.config
+        connection = self._connection_for_leader()
+        if connection is None:
+            return False
+        sent: dict[tuple[str, int], int] = {}  # tp -> leader epoch the request was built for
+        topics: dict[str, list[dict]] = {}
+        for tp in sorted(self.partitions):
+            partition = self.manager.partitions.get(tp)
+            if partition is None or partition.state is not ReplicaState.FOLLOWER or partition.leader_id != self.leader_id:
+                continue
+            sent[tp] = partition.leader_epoch
+            topics.setdefault(tp[0], []).append({
+                "partition": tp[1], "current_leader_epoch": partition.leader_epoch,
+                "fetch_offset": partition.log.log_end_offset,
+                "last_fetched_epoch": partition.log.leader_epoch_cache.latest_epoch,
+                "log_start_offset": partition.log.log_start_offset,
+                "partition_max_bytes": config["replica.fetch.max.bytes"]})
+        if not sent:
+            return False
+        wait_ms = config["replica.fetch.wait.max.ms"]
+        body = {"replica_id": self.manager.broker_id, "max_wait_ms": wait_ms,
+                "min_bytes": config["replica.fetch.min.bytes"], "max_bytes": config["replica.fetch.response.max.bytes"],
+                "isolation_level": 0,
+                "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()]}
+        code, out = await connection.request(API_FETCH, body, timeout_ms=wait_ms + REQUEST_TIMEOUT_MARGIN_MS)
+        if code != errors.NONE:
+            raise errors.error_for(code, (out or {}).get("error_message"))
+        ok = False
+        for topic in out.get("responses", []):
+            for answer in topic.get("partitions", []):
+                tp = (topic["topic"], answer["partition_index"])
+                if tp in sent and self._take(tp, sent[tp], answer):
+                    ok = True
+        return ok
+
+    def _take(self, tp: tuple[str, int], epoch: int, answer: dict) -> bool:
+        partition = self.manager.partitions.get(tp)
+        if partition is None or partition.state is not ReplicaState.FOLLOWER or partition.leader_epoch != epoch:
+            return True  # our role changed while the fetch was out: the answer is moot
+        code = answer.get("error_code", errors.NONE)
+        if code != errors.NONE:
+            log.debug("%s: fetch from leader %d: %s %s", partition.name, self.leader_id, errors.name_of(code),
+                      answer.get("error_message"))
+            return False  # fenced / unknown epoch / not leader: wait for metadata, back off
+        diverging = answer.get("diverging_epoch")
+        if diverging:
+            self._truncate(partition, diverging)
+            return True
+        records = answer.get("records") or b""
+        if records:
+            partition.log.append_as_follower(records)
+        hw = min(int(answer.get("high_watermark", 0)), partition.log.log_end_offset)
+        if hw > partition.log.high_watermark:
+            partition.log.update_high_watermark(hw)
+        if records or hw:
+            partition._notify()
+        return True
+
+    def _truncate(self, partition, diverging: dict) -> None:
+        leader_epoch, leader_end = int(diverging["epoch"]), int(diverging["end_offset"])
+        if leader_epoch < 0:
+            target = leader_end
+        else:
+            own_epoch, own_end = partition.end_offset_for_epoch(leader_epoch)
+            target = min(leader_end, own_end) if own_epoch >= 0 else partition.log.log_start_offset
+        target = max(target, partition.log.log_start_offset)
+        if target < partition.log.log_end_offset:
+            log.info("%s: truncating from %d to %d (leader %d: epoch %d ends at %d)", partition.name,
+                     partition.log.log_end_offset, target, self.leader_id, leader_epoch, leader_end)
+            partition.log.truncate_to(target)
+            self.truncations += 1
+            self.manager.truncations += 1
+        else:
+            # Nothing past the divergence point: forget epochs the leader does not have, so the
+            # next fetch's last_fetched_epoch matches its history.
+            truncate_cache = getattr(partition.log.leader_epoch_cache, "truncate_from_end", None)
+            if truncate_cache is not None:
+                truncate_cache(target)

@@ -1,0 +1,328 @@
+"""The partitions this broker hosts: roles from committed metadata, and the data APIs on them.
+
+``on_metadata(view)`` is the only way a partition changes role (see partition.py's table). The
+data paths (Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch) live here; the broker server
+turns wire bodies into calls and answers.
+
+Produce path cost: per batch, a header read and a CRC-32C over its bytes (in C), then one
+write of the same bytes with base offset and leader epoch rewritten. Records are never decoded.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from broker.logs import LogManager
+from broker.metadata import EMPTY, MetadataView
+from broker.partition import Partition, ReplicaState, now_ms
+from broker.replica_fetcher import ReplicaFetcher
+from client.protocol import errors
+from client.protocol.errors import NotLeaderOrFollowerError, RaftkaError, UnknownTopicOrPartitionError
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+FETCH_WAIT_MS_MAX = 30_000
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, config: Any, logs: LogManager,
+                 alter_partition: Callable[[Partition, tuple[int, ...]], Any]) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.logs = logs
+        self.alter_partition = alter_partition  # coroutine function (partition, new_isr) -> None
+        self.partitions: dict[TP, Partition] = {}
+        self.topic_ids: dict[TP, str] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.view: MetadataView = EMPTY
+        self.truncations = 0
+        self._tasks: list[asyncio.Task] = []
+
+    # -- metadata -> roles -----------------------------------------------------------------------
+
+    def endpoint_of(self, broker_id: int) -> str | None:
+        broker = self.view.brokers.get(broker_id)
+        if broker is None:
+            return None
+        return broker.endpoints.get("PLAINTEXT")
+
+    def min_isr_of(self, configs: dict) -> int:
+        value = configs.get("min.insync.replicas")
+        return int(value) if value is not None else self.config["min.insync.replicas"]
+
+    def on_metadata(self, view: MetadataView) -> None:
+        """Apply a committed metadata view: create, move or stop local partition replicas."""
+        previous_topics = self.view.topics
+        self.view = view
+        wanted: set[TP] = set()
+        for name, topic in view.topics.items():
+            for index, info in enumerate(topic.partitions):
+                if self.broker_id not in info.replicas:
+                    continue
+                tp = (name, index)
+                wanted.add(tp)
+                partition = self.partitions.get(tp)
+                if partition is not None and self.topic_ids.get(tp) != topic.topic_id:
+                    self._stop(tp, delete=True)  # a new topic of the same name
+                    partition = None
+                if partition is None:
+                    partition = Partition(name, index, self.broker_id,
+                                          self.logs.get_or_create(name, index, dict(topic.configs)))
+                    self.partitions[tp] = partition
+                    self.topic_ids[tp] = topic.topic_id
+                elif previous_topics.get(name) is not topic:  # configs may have changed
+                    self.logs.get_or_create(name, index, dict(topic.configs))
+                partition.min_insync_replicas = self.min_isr_of(topic.configs)
+                change = partition.apply_metadata(info)
+                if change == "leader":
+                    self._unfollow(tp)
+                elif change == "follower":
+                    self._unfollow(tp)
+                    if info.leader >= 0:
+                        self._follow(tp, info.leader)
+        for tp in [tp for tp in self.partitions if tp not in wanted]:
+            self._stop(tp, delete=True)
+
+    def _follow(self, tp: TP, leader_id: int) -> None:
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self, leader_id)
+            fetcher.start()
+        fetcher.add(tp)
+
+    def _unfollow(self, tp: TP) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(tp)
+
+    def _stop(self, tp: TP, *, delete: bool) -> None:
+        partition = self.partitions.pop(tp)
+        self.topic_ids.pop(tp, None)
+        self._unfollow(tp)
+        partition.stop()
+        if delete:
+            self.logs.delete(*tp)
+        log.info("%s: stopped%s", partition.name, " and deleted" if delete else "")
+
+    # -- background: ISR proposals, HW checkpoints ---------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-check"))
+        self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
+
+    async def _isr_loop(self) -> None:
+        lag_ms = self.config["replica.lag.time.max.ms"]
+        interval_s = max(0.05, min(lag_ms / 2, 1000) / 1000)
+        while True:
+            await asyncio.sleep(interval_s)
+            now = now_ms()
+            for partition in list(self.partitions.values()):
+                proposal = partition.isr_proposal(lag_ms, now)
+                if proposal is not None:
+                    partition.alter_in_flight = True
+                    self._tasks.append(asyncio.create_task(self._alter(partition, proposal)))
+            self._tasks = [t for t in self._tasks if not t.done()]
+
+    async def _alter(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        epoch = partition.leader_epoch
+        try:
+            await self.alter_partition(partition, new_isr)
+        except RaftkaError as error:
+            log.info("%s: AlterPartition to %s refused: %s", partition.name, list(new_isr), error)
+            await asyncio.sleep(0.2)  # the metadata log brings the state that refused us
+        except Exception:
+            log.exception("%s: AlterPartition failed", partition.name)
+        finally:
+            if partition.leader_epoch == epoch:
+                partition.alter_in_flight = False
+
+    async def _checkpoint_loop(self) -> None:
+        interval_s = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self.checkpoint_all()
+
+    def checkpoint_all(self) -> None:
+        try:
+            self.logs.run_maintenance()  # retention, flush policy
+        except Exception:
+            log.exception("log maintenance failed")
+        for partition in list(self.partitions.values()):
+            try:
+                partition.log.checkpoint_high_watermark()
+            except OSError as error:
+                log.warning("%s: HW checkpoint failed: %s", partition.name, error)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.close()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.checkpoint_all()
+
+    # -- lookups ----------------------------------------------------------------------------------
+
+    def current_leader(self, topic: str, index: int) -> dict:
+        info = self.view.partition(topic, index)
+        if info is None:
+            return {"leader_id": -1, "leader_epoch": -1}
+        return {"leader_id": info.leader, "leader_epoch": info.leader_epoch}
+
+    def leader_partition(self, topic: str, index: int, current_leader_epoch: int | None = None) -> Partition:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            if self.view.partition(topic, index) is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{index}",
+                                                   topic=topic, partition=index)
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} hosts no replica of {topic}-{index}",
+                                           topic=topic, partition=index)
+        partition.check_leader(current_leader_epoch)
+        return partition
+
+    # -- Produce ------------------------------------------------------------------------------------
+
+    def append(self, topic: str, index: int, records: bytes, acks: int) -> tuple[Partition, Any]:
+        """Validate and append one partition's produce payload (no await). Raises typed errors."""
+        partition = self.leader_partition(topic, index)
+        if not isinstance(records, (bytes, bytearray)) or not records:
+            raise errors.CorruptRecordError("records must be non-empty bytes (record batches)",
+                                            topic=topic, partition=index)
+        # storage validates each header and CRC and max.message.bytes (topic, else the broker's
+        # message.max.bytes) before it writes anything.
+        return partition, partition.append_as_leader(bytes(records), acks)
+
+    # -- Fetch --------------------------------------------------------------------------------------
+
+    def read_partition(self, replica_id: int, request: dict, topic: str, first_pass: bool,
+                       budget: int) -> dict:
+        """One partition's Fetch answer (records may be empty)."""
+        index = request.get("partition")
+        out = {"partition_index": index, "error_code": errors.NONE, "error_message": None, "high_watermark": -1,
+               "last_stable_offset": -1, "log_start_offset": -1, "diverging_epoch": None, "current_leader": None,
+               "records": b""}
+        try:
+            if not isinstance(index, int):
+                raise errors.InvalidRequestError("partition must be an integer")
+            partition = self.leader_partition(topic, index, request.get("current_leader_epoch"))
+            fetch_offset = int(request.get("fetch_offset", 0))
+            log_ = partition.log
+            out["log_start_offset"] = log_.log_start_offset
+            diverging = partition.diverging_epoch(request.get("last_fetched_epoch", -1), fetch_offset)
+            if diverging is not None:
+                out.update(diverging_epoch=diverging, high_watermark=log_.high_watermark,
+                           last_stable_offset=log_.high_watermark)
+                return out
+            if replica_id >= 0:
+                if replica_id not in partition.replicas:
+                    raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.name}")
+                if first_pass:
+                    partition.record_follower_fetch(replica_id, fetch_offset)
+                max_offset = None
+            else:
+                max_offset = log_.high_watermark
+            hw = log_.high_watermark
+            out.update(high_watermark=hw, last_stable_offset=hw)
+            limit = log_.log_end_offset if max_offset is None else max_offset
+            if fetch_offset == limit or (max_offset is not None and limit < fetch_offset <= log_.log_end_offset):
+                return out
+            max_bytes = max(0, min(int(request.get("partition_max_bytes", 1 << 20)), budget))
+            data = log_.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=True)
+            out["records"] = bytes(data.records) if not isinstance(data.records, bytes) else data.records
+        except RaftkaError as error:
+            out.update(error_code=error.code, error_message=error.message)
+            if error.code in (errors.NOT_LEADER_OR_FOLLOWER, errors.FENCED_LEADER_EPOCH, errors.UNKNOWN_LEADER_EPOCH):
+                out["current_leader"] = self.current_leader(topic, index)
+        return out
+
+    async def fetch(self, body: dict) -> dict:
+        replica_id = int(body.get("replica_id", -1))
+        max_wait_ms = min(max(int(body.get("max_wait_ms", 0)), 0), FETCH_WAIT_MS_MAX)
+        min_bytes = max(int(body.get("min_bytes", 1)), 0)
+        max_bytes = min(max(int(body.get("max_bytes", self.config["fetch.max.bytes"])), 0),
+                        self.config["fetch.max.bytes"])
+        topics = body.get("topics") or []
+        if not isinstance(topics, list):
+            raise errors.InvalidRequestError("topics must be a list")
+        deadline = time.monotonic() + max_wait_ms / 1000
+        first_pass = True
+        while True:
+            budget = max_bytes
+            responses = []
+            total = 0
+            waits = []
+            for topic in topics:
+                name = topic.get("topic")
+                answers = []
+                for request in topic.get("partitions") or []:
+                    answer = self.read_partition(replica_id, request, name, first_pass, budget)
+                    size = len(answer["records"])
+                    total += size
+                    budget = max(0, budget - size)
+                    answers.append(answer)
+                    partition = self.partitions.get((name, request.get("partition")))
+                    if partition is not None:
+                        waits.append(partition.changed())
+                responses.append({"topic": name, "partitions": answers})
+            first_pass = False
+            remaining = deadline - time.monotonic()
+            errored = any(a["error_code"] != errors.NONE or a["diverging_epoch"] for r in responses
+                          for a in r["partitions"])
+            if total >= min_bytes or remaining <= 0 or errored or not waits:
+                return {"responses": responses, "throttle_time_ms": 0}
+            waiters = [asyncio.ensure_future(event.wait()) for event in waits]
+            try:
+                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+    # -- ListOffsets, OffsetsForLeaderEpoch ---------------------------------------------------------
+
+    def list_offset(self, topic: str, request: dict) -> dict:
+        index = request.get("partition_index")
+        out = {"partition_index": index, "error_code": errors.NONE, "timestamp": -1, "offset": -1,
+               "leader_epoch": -1}
+        try:
+            partition = self.leader_partition(topic, index, request.get("current_leader_epoch"))
+            timestamp = int(request.get("timestamp", -1))
+            log_ = partition.log
+            out["leader_epoch"] = partition.leader_epoch
+            if timestamp == -1:
+                out["offset"] = log_.high_watermark
+            elif timestamp == -2:
+                out["offset"] = log_.log_start_offset
+            else:
+                found = log_.offset_for_timestamp(timestamp)
+                if found is not None:
+                    offset, ts = (found if isinstance(found, tuple) else (found.offset, found.timestamp))
+                    if offset < log_.high_watermark:
+                        out.update(offset=offset, timestamp=ts)
+        except RaftkaError as error:
+            out.update(error_code=error.code, error_message=error.message)
+            if error.code in (errors.NOT_LEADER_OR_FOLLOWER, errors.FENCED_LEADER_EPOCH):
+                out["current_leader"] = self.current_leader(topic, index)
+        return out
+
+    def offsets_for_leader_epoch(self, topic: str, request: dict) -> dict:
+        index = request.get("partition")
+        out = {"partition": index, "error_code": errors.NONE, "leader_epoch": -1, "end_offset": -1}
+        try:
+            partition = self.leader_partition(topic, index, request.get("current_leader_epoch"))
+            epoch, end_offset = partition.end_offset_for_epoch(int(request.get("leader_epoch", -1)))
+            out.update(leader_epoch=epoch, end_offset=end_offset)
+        except RaftkaError as error:
+            out.update(error_code=error.code, error_message=error.message)
+        return out
+
+    # -- status ------------------------------------------------------------------------------------
+
+    def is_caught_up(self) -> bool:
+        """Every follower replica we host is in the ISR (as committed)."""
+        return all(p.broker_id in p.isr for p in self.partitions.values() if p.state is ReplicaState.FOLLOWER)

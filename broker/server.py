@@ -1,0 +1,449 @@
+"""The broker process (``raftka server --config FILE`` with ``process.roles=broker``).
+
+``run_broker(config)`` runs on one asyncio loop:
+
+1. opens the partition logs (``log.dirs``) and starts the PLAINTEXT listener (and HTTP);
+2. registers with the active controller (BrokerRegistration, following NOT_CONTROLLER), then
+   follows the committed metadata log and heartbeats every ``broker.heartbeat.interval.ms``
+   with the metadata offset it has applied; the controller unfences it once caught up;
+3. becomes leader or follower of each partition only as committed metadata says;
+4. prints ``raftka broker <id> ready plaintext=<host:port> [http=<host:port>]`` once registered,
+   unfenced and caught up with the metadata log (the cluster API waits for this line);
+5. on SIGTERM: controlled shutdown (asks to be fenced, so leadership moves away first, at most
+   ``controlled.shutdown.timeout.ms``), closes the listener and the logs (HW checkpointed).
+
+A heartbeat answered STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED (the quorum lost or replaced
+our registration) makes the broker register again with a new incarnation.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+import uuid
+from typing import Any, Callable
+
+from broker.controller_channel import ControllerChannel
+from broker.logs import STORAGE, LogManager
+from broker.metadata import MetadataFollower, MetadataView
+from broker.metrics import BrokerMetrics
+from broker.network import Request, Server
+from broker.partition import Partition
+from broker.replica_manager import ReplicaManager
+from client.protocol import errors
+from client.protocol.errors import InvalidRequestError, RaftkaError
+from raft_meta.controller.config import ServerConfig
+
+log = logging.getLogger(__name__)
+
+
+class ApiKey:
+    """Kafka's API keys (docs/protocol.md); the transport helper's ApiKey enum has the same numbers."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSETS_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_PARTITION = 56
+    DESCRIBE_CLUSTER = 60
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    ALLOCATE_PRODUCER_IDS = 67
+
+
+FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS)
+CLUSTER_ID = "raftka"
+REGISTER_TIMEOUT_MS = 60_000
+ACKS_VALUES = (-1, 0, 1)
+PRODUCE_TIMEOUT_MS_MAX = 300_000
+
+
+def _map(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a map")
+    return body
+
+
+class BrokerServer:
+    """One broker: listener, metadata follower, heartbeats, replica manager."""
+
+    def __init__(self, config: ServerConfig, say: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.broker_id = config.node_id
+        self.say = say or (lambda line: print(line, flush=True))
+        self.controllers = ControllerChannel(config["controller.quorum.bootstrap.servers"],
+                                             timeout_ms=config["controller.request.timeout.ms"],
+                                             client_id=f"broker-{self.broker_id}")
+        default_log_config = {"max.message.bytes": config["message.max.bytes"],
+                              "segment.bytes": config["log.segment.bytes"],
+                              "retention.ms": config["log.retention.ms"],
+                              "retention.bytes": config["log.retention.bytes"]}
+        self.logs = LogManager(config["log.dirs"], default_log_config)
+        self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
+        self.metrics = BrokerMetrics(self)
+        self.metadata: MetadataFollower | None = None
+        self.broker_epoch = -1
+        self.incarnation_id = uuid.uuid4().hex
+        self.registered = False
+        self.fenced = True
+        self.caught_up = False
+        self.stopping = False
+        self.server: Server | None = None
+        self._caught_up_event = asyncio.Event()
+        self._metadata_event = asyncio.Event()
+        self._producer_ids: list[int] = [0, 0]  # [next, end) of our AllocateProducerIds block
+        self._producer_id_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task] = []
+        self.handlers = {
+            ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch, ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.METADATA: self.metadata_api, ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
+            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            **{key: self._forwarder(key) for key in FORWARDED},
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        host, port = self.config.listeners["PLAINTEXT"]
+        self.server = Server(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
+                             max_connections=self.config["connections.max"],
+                             max_in_flight_per_connection=self.config["queued.max.requests"],
+                             idle_timeout_ms=self.config["connections.max.idle.ms"])
+        await self.server.start(host, port)
+        self.http_runner = None
+        if "HTTP" in self.config.listeners:
+            from broker.http import start_http
+            http_host, http_port = self.config.listeners["HTTP"]
+            self.http_runner = await start_http(self, http_host, http_port)
+        await self.register()
+        self.metadata = MetadataFollower(self.config["controller.quorum.bootstrap.servers"], self.broker_id,
+                                         self._on_metadata, config=self.config)
+        self._tasks.append(asyncio.create_task(self.metadata.run(), name="metadata-follower"))
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
+        self.replicas.start()
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        await asyncio.wait_for(self._caught_up_event.wait(), timeout_s)
+
+    async def register(self) -> None:
+        endpoint = "%s:%d" % self.config.advertised_plaintext
+        if self.server is not None and self.config.advertised_plaintext[1] == 0:
+            endpoint = f"{self.config.advertised_plaintext[0]}:{self.server.port}"
+        body = {"broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
+                "listeners": {"PLAINTEXT": endpoint}, "rack": self.config["broker.rack"]}
+        deadline = time.monotonic() + REGISTER_TIMEOUT_MS / 1000
+        while True:
+            code, out = await self.controllers.request(ApiKey.BROKER_REGISTRATION, body)
+            if code == errors.NONE:
+                self.broker_epoch = out["broker_epoch"]
+                self.registered = True
+                log.info("registered as broker %d, epoch %d", self.broker_id, self.broker_epoch)
+                return
+            if time.monotonic() > deadline:
+                raise errors.error_for(code, f"registration failed: {(out or {}).get('error_message')}")
+            log.info("registration refused (%s); retrying", errors.name_of(code))
+            await asyncio.sleep(0.5)
+
+    def _on_metadata(self, view: MetadataView) -> None:
+        self.replicas.on_metadata(view)
+        me = view.brokers.get(self.broker_id)
+        self.fenced = me is None or me.fenced or me.broker_epoch != self.broker_epoch
+        if not self.caught_up and view.offset >= self.broker_epoch >= 0:
+            self.caught_up = True
+            self._metadata_event.set()  # heartbeat now: we can be unfenced
+        if self.caught_up and not self.fenced:
+            self._caught_up_event.set()
+
+    async def _heartbeat_loop(self) -> None:
+        interval_s = self.config["broker.heartbeat.interval.ms"] / 1000
+        while True:
+            try:
+                await self.heartbeat()
+            except RaftkaError as error:
+                log.debug("heartbeat failed: %s", error)
+            try:
+                await asyncio.wait_for(self._metadata_event.wait(), interval_s)
+            except asyncio.TimeoutError:
+                pass
+            self._metadata_event.clear()
+
+    async def heartbeat(self, *, want_shut_down: bool = False) -> dict:
+        assert self.metadata is not None
+        body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
+                "current_metadata_offset": self.metadata.offset, "want_fence": False,
+                "want_shut_down": want_shut_down}
+        code, out = await self.controllers.request(ApiKey.BROKER_HEARTBEAT, body,
+                                                   timeout_ms=self.config["broker.heartbeat.interval.ms"] * 2)
+        if code in (errors.STALE_BROKER_EPOCH, errors.BROKER_ID_NOT_REGISTERED) and not self.stopping:
+            log.warning("heartbeat refused (%s): registering again", errors.name_of(code))
+            self.incarnation_id = uuid.uuid4().hex
+            self.caught_up = False
+            await self.register()
+            return {}
+        if code != errors.NONE:
+            raise errors.error_for(code, (out or {}).get("error_message"))
+        return out
+
+    async def controlled_shutdown(self) -> None:
+        """Ask to be fenced so the controller moves leadership away before we go."""
+        self.stopping = True
+        if not self.registered or self.metadata is None:
+            return
+        deadline = time.monotonic() + self.config["controlled.shutdown.timeout.ms"] / 1000
+        while time.monotonic() < deadline:
+            try:
+                out = await self.heartbeat(want_shut_down=True)
+                if out.get("should_shut_down"):
+                    return
+            except RaftkaError:
+                pass
+            await asyncio.sleep(0.1)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self.metadata is not None:
+            await self.metadata.close()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.server is not None:
+            await self.server.close()
+        await self.replicas.close()
+        if self.http_runner is not None:
+            await self.http_runner.cleanup()
+        self.logs.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.registered and self.caught_up and not self.fenced
+
+    # -- dispatch -----------------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> "tuple[int, Any] | None":
+        handler = self.handlers.get(request.api_key)
+        started = time.monotonic()
+        self.metrics.request(request.api_key)
+        if handler is None:
+            return errors.UNSUPPORTED_VERSION, {"error_message": f"api key {request.api_key} is not served by a broker"}
+        if request.api_version != 0:
+            return errors.UNSUPPORTED_VERSION, {"error_message": f"api version {request.api_version} of key "
+                                                                 f"{request.api_key}; only 0 is supported"}
+        try:
+            result = await handler(_map(request.body))
+        except RaftkaError as error:
+            self.metrics.error(request.api_key)
+            return error.code, {"error_message": error.message}
+        finally:
+            self.metrics.latency(request.api_key, time.monotonic() - started)
+        return result
+
+    # -- ApiVersions, Metadata, DescribeCluster -----------------------------------------------------
+
+    async def api_versions(self, body: dict) -> tuple[int, dict]:
+        return errors.NONE, {"api_keys": [{"api_key": k, "min_version": 0, "max_version": 0}
+                                          for k in sorted(self.handlers)]}
+
+    def _controller_id(self) -> int:
+        active = self.controllers.active
+        view = self.replicas.view
+        for node_id, (host, port) in view.controllers.items():
+            if active == f"{host}:{port}":
+                return node_id
+        return -1
+
+    async def metadata_api(self, body: dict) -> tuple[int, dict]:
+        view = self.replicas.view
+        wanted = body.get("topics")
+        if wanted is not None and not isinstance(wanted, list):
+            raise InvalidRequestError("topics must be a list of names or None")
+        brokers = []
+        for broker in sorted(view.brokers.values(), key=lambda b: b.broker_id):
+            endpoint = broker.endpoint()
+            if broker.fenced or endpoint is None:
+                continue
+            brokers.append({"node_id": broker.broker_id, "host": endpoint[0], "port": endpoint[1],
+                            "rack": broker.rack})
+        live = {b["node_id"] for b in brokers}
+        topics = []
+        for name in (sorted(view.topics) if wanted is None else wanted):
+            topic = view.topics.get(name)
+            if topic is None:
+                topics.append({"error_code": errors.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": None,
+                               "partitions": []})
+                continue
+            parts = []
+            for index, p in enumerate(topic.partitions):
+                parts.append({"error_code": errors.NONE if p.leader >= 0 else errors.LEADER_NOT_AVAILABLE,
+                              "partition_index": index, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+                              "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+                              "offline_replicas": [r for r in p.replicas if r not in live]})
+            topics.append({"error_code": errors.NONE, "name": name, "topic_id": topic.topic_id, "partitions": parts})
+        return errors.NONE, {"cluster_id": CLUSTER_ID, "controller_id": self._controller_id(), "brokers": brokers,
+                             "topics": topics}
+
+    async def describe_cluster(self, body: dict) -> tuple[int, dict]:
+        view = self.replicas.view
+        brokers = []
+        for broker in sorted(view.brokers.values(), key=lambda b: b.broker_id):
+            endpoint = broker.endpoint() or ("", -1)
+            brokers.append({"broker_id": broker.broker_id, "host": endpoint[0], "port": endpoint[1],
+                            "rack": broker.rack, "fenced": broker.fenced})
+        return errors.NONE, {"cluster_id": CLUSTER_ID, "controller_id": self._controller_id(), "brokers": brokers}
+
+    # -- Produce ------------------------------------------------------------------------------------
+
+    async def produce(self, body: dict) -> "tuple[int, dict] | None":
+        acks = body.get("acks", -1)
+        if acks not in ACKS_VALUES:
+            return errors.INVALID_REQUIRED_ACKS, {"error_message": f"acks must be -1 (all), 0 or 1, got {acks!r}"}
+        timeout_ms = body.get("timeout_ms", 30_000)
+        if not isinstance(timeout_ms, int) or timeout_ms < 0:
+            raise InvalidRequestError("timeout_ms must be a non-negative integer")
+        deadline = time.monotonic() + min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX) / 1000
+        topic_data = body.get("topic_data")
+        if not isinstance(topic_data, list):
+            raise InvalidRequestError("topic_data must be a list")
+        # Every append happens here, before the first await: arrival order is append order.
+        results: list[tuple[str, list[dict]]] = []
+        waits: list[tuple[dict, Partition, int]] = []
+        for topic in topic_data:
+            name = topic.get("name") if isinstance(topic, dict) else None
+            answers = []
+            for part in (topic.get("partition_data") or []) if isinstance(topic, dict) else []:
+                index = part.get("index") if isinstance(part, dict) else None
+                answer = {"index": index, "error_code": errors.NONE, "error_message": None, "base_offset": -1,
+                          "log_append_time_ms": -1, "log_start_offset": -1, "current_leader": None}
+                try:
+                    if not isinstance(name, str) or not isinstance(index, int):
+                        raise InvalidRequestError("each partition needs a topic name and an integer index")
+                    records = part.get("records")
+                    partition, info = self.replicas.append(name, index, records, acks)
+                    self.metrics.bytes_in += len(records)
+                    answer.update(base_offset=info.first_offset, log_start_offset=partition.log.log_start_offset,
+                                  log_append_time_ms=getattr(info, "log_append_time_ms", -1))
+                    if acks == -1:
+                        waits.append((answer, partition, info.last_offset + 1))
+                except RaftkaError as error:
+                    answer.update(error_code=error.code, error_message=error.message)
+                    if error.code in (errors.NOT_LEADER_OR_FOLLOWER, errors.FENCED_LEADER_EPOCH):
+                        answer["current_leader"] = self.replicas.current_leader(name, index)
+                answers.append(answer)
+            results.append((name, answers))
+        if acks == 0:
+            return None
+        if waits:
+            codes = await asyncio.gather(*(p.wait_for_replication(end, deadline) for _, p, end in waits))
+            for (answer, partition, _), code in zip(waits, codes):
+                if code != errors.NONE:
+                    answer.update(error_code=code, error_message=f"{partition.name}: {errors.name_of(code)} while "
+                                                                 "waiting for the ISR to replicate")
+                    if code == errors.NOT_LEADER_OR_FOLLOWER:
+                        answer["current_leader"] = self.replicas.current_leader(partition.topic, partition.index)
+        return errors.NONE, {"responses": [{"name": n, "partition_responses": a} for n, a in results],
+                             "throttle_time_ms": 0}
+
+    # -- Fetch, ListOffsets, OffsetsForLeaderEpoch --------------------------------------------------
+
+    async def fetch(self, body: dict) -> tuple[int, dict]:
+        out = await self.replicas.fetch(body)
+        if int(body.get("replica_id", -1)) < 0:
+            self.metrics.bytes_out += sum(len(p["records"]) for t in out["responses"] for p in t["partitions"])
+        else:
+            self.metrics.replication_bytes_out += sum(len(p["records"]) for t in out["responses"]
+                                                      for p in t["partitions"])
+        return errors.NONE, out
+
+    async def list_offsets(self, body: dict) -> tuple[int, dict]:
+        topics = []
+        for topic in body.get("topics") or []:
+            name = topic.get("name")
+            topics.append({"name": name, "partitions": [self.replicas.list_offset(name, p)
+                                                         for p in topic.get("partitions") or []]})
+        return errors.NONE, {"topics": topics}
+
+    async def offsets_for_leader_epoch(self, body: dict) -> tuple[int, dict]:
+        topics = []
+        for topic in body.get("topics") or []:
+            name = topic.get("topic")
+            topics.append({"topic": name, "partitions": [self.replicas.offsets_for_leader_epoch(name, p)
+                                                          for p in topic.get("partitions") or []]})
+        return errors.NONE, {"topics": topics}
+
+    # -- forwarded to the controller, producer ids ----------------------------------------------------
+
+    def _forwarder(self, api_key: int) -> Callable[[dict], Any]:
+        """CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs: the active controller answers."""
+        async def forward(body: dict) -> tuple[int, dict]:
+            return await self.controllers.request(api_key, body)
+        return forward
+
+    async def init_producer_id(self, body: dict) -> tuple[int, dict]:
+        """Ids from a block of AllocateProducerIds (one controller commit per 1,000 producers)."""
+        async with self._producer_id_lock:
+            if self._producer_ids[0] >= self._producer_ids[1]:
+                code, out = await self.controllers.request(ApiKey.ALLOCATE_PRODUCER_IDS,
+                                                           {"broker_id": self.broker_id,
+                                                            "broker_epoch": self.broker_epoch})
+                if code != errors.NONE:
+                    return code, out
+                start = out["producer_id_start"]
+                self._producer_ids = [start, start + out["producer_id_len"]]
+            producer_id = self._producer_ids[0]
+            self._producer_ids[0] += 1
+        return errors.NONE, {"producer_id": producer_id, "producer_epoch": 0}
+
+    # -- AlterPartition (called by the replica manager) -----------------------------------------------
+
+    async def _alter_partition(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "topic": partition.topic,
+                "partition": partition.index, "leader_epoch": partition.leader_epoch,
+                "partition_epoch": partition.partition_epoch, "new_isr": list(new_isr)}
+        log.info("%s: asking the controller for ISR %s (from %s)", partition.name, list(new_isr), list(partition.isr))
+        code, out = await self.controllers.request(ApiKey.ALTER_PARTITION, body)
+        if code != errors.NONE:
+            raise errors.error_for(code, (out or {}).get("error_message"))
+        partition.take_alter_result(out)  # committed: the metadata log brings the same state
+
+
+def run_broker(config: ServerConfig, *, print_line: Callable[[str], None] | None = None) -> int:
+    """The broker-only process: serve until SIGTERM/SIGINT, then shut down cleanly."""
+    say = print_line or (lambda line: print(line, flush=True))
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        broker = BrokerServer(config, say)
+        try:
+            await broker.start()
+            ready = asyncio.create_task(broker.wait_ready(3600))
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait([ready, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if ready.done() and not ready.exception():
+                http = ""
+                if "HTTP" in config.listeners:
+                    http = " http=%s:%d" % config.listeners["HTTP"]
+                host, port = config.advertised_plaintext
+                say(f"raftka broker {config.node_id} ready plaintext={host}:{broker.server.port}{http} "
+                    f"epoch={broker.broker_epoch} storage={STORAGE}")
+            await stopped
+            say(f"raftka broker {config.node_id} stopping")
+            await broker.controlled_shutdown()
+        finally:
+            await broker.close()
+        return 0
+    return asyncio.run(main())
