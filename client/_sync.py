@@ -1,0 +1,71 @@
+"""The bridge from the blocking API to the asyncio one: one event-loop thread per client object."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Awaitable, Coroutine, TypeVar
+
+from client.errors import KafkaTimeoutError
+
+T = TypeVar("T")
+LOOP_START_TIMEOUT_S = 10.0
+
+
+class LoopThread:
+    """A daemon thread running its own event loop until ``stop()``."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        if not self._started.wait(LOOP_START_TIMEOUT_S):
+            raise RuntimeError("client event loop thread did not start")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for it; the coroutine is cancelled on timeout."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking client call from its own I/O thread (a callback?) "
+                               "would deadlock; use the asyncio client there")
+        future = self.submit(coro)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise KafkaTimeoutError(f"no result within {timeout_s} s") from None
+
+    def call_soon(self, fn: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+async def wait_for(aw: Awaitable[T], timeout_ms: float | None, what: str) -> T:
+    """``asyncio.wait_for`` raising our typed timeout naming what was waited for."""
+    if timeout_ms is None:
+        return await aw
+    try:
+        return await asyncio.wait_for(aw, timeout_ms / 1000)
+    except asyncio.TimeoutError:
+        raise KafkaTimeoutError(f"{what}: no answer within {timeout_ms} ms") from None

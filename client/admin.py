@@ -1,0 +1,72 @@
+"""The blocking admin client, shaped like kafka-python's KafkaAdminClient."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from client._sync import LoopThread
+from client.aio.admin import AdminClient as AioAdminClient
+from client.protocol.errors import RaftkaError
+from client.structs import ConfigEntry, ConfigResource, NewTopic
+
+
+class AdminClient:
+    """Create, delete, list and describe topics, describe the cluster, describe and alter topic
+    configs. Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``,
+    ``retry_backoff_ms``."""
+
+    def __init__(self, **configs: Any) -> None:
+        self._io = LoopThread("raftka-admin-io")
+        try:
+            self._aio = self._io.run(_make(configs))
+        except BaseException:
+            self._io.stop()
+            raise
+
+    def create_topics(self, new_topics: Sequence[NewTopic], timeout_ms: int | None = None,
+                      validate_only: bool = False, raise_errors: bool = True) -> dict[str, RaftkaError | None]:
+        """Create topics; raises the first error (TopicAlreadyExistsError, ...) unless
+        ``raise_errors=False``, which returns {name: None or error}."""
+        return self._io.run(self._aio.create_topics(new_topics, timeout_ms, validate_only, raise_errors))
+
+    def delete_topics(self, topics: Sequence[str], timeout_ms: int | None = None,
+                      raise_errors: bool = True) -> dict[str, RaftkaError | None]:
+        return self._io.run(self._aio.delete_topics(topics, timeout_ms, raise_errors))
+
+    def list_topics(self) -> list[str]:
+        """Every topic name, sorted."""
+        return self._io.run(self._aio.list_topics())
+
+    def describe_topics(self, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Partitions with leader, leader epoch, replicas and ISR, per topic."""
+        return self._io.run(self._aio.describe_topics(topics))
+
+    def describe_cluster(self) -> dict[str, Any]:
+        """Cluster id, active controller id, brokers (with their fenced state)."""
+        return self._io.run(self._aio.describe_cluster())
+
+    def describe_configs(self, config_resources: Iterable[ConfigResource | str]) -> dict[str, dict[str, ConfigEntry]]:
+        return self._io.run(self._aio.describe_configs(list(config_resources)))
+
+    def alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True
+                      ) -> dict[str, RaftkaError | None]:
+        return self._io.run(self._aio.alter_configs(list(config_resources), None, raise_errors))
+
+    def close(self) -> None:
+        if not self._io.alive:
+            return
+        try:
+            self._io.run(self._aio.close(), 30)
+        finally:
+            self._io.stop()
+
+    def __enter__(self) -> "AdminClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+async def _make(configs: dict[str, Any]) -> AioAdminClient:
+    admin = AioAdminClient(**configs)
+    admin.cluster.start()
+    return admin

@@ -1,0 +1,262 @@
+"""The producer's record accumulator: per-partition queues of batches, and the buffer budget.
+
+A batch's life (each step happens once, in this order; see :class:`ProducerBatch`):
+
+    open      records are appended (only the newest batch of a partition is open)
+    closed    full, lingered ``linger_ms``, flushed or drained: its bytes are built, no appends
+    sent      in a Produce request; ``base_sequence`` stamped on first send (idempotence)
+    requeued  a retriable error: back in its partition's queue *in creation order*, before any
+              later batch, with the same sequence, after ``retry_backoff_ms``
+    done      acknowledged (every record's future gets RecordMetadata) or failed (every
+              record's future gets the error); its buffer bytes are released
+
+Memory: every appended record reserves its estimated size from ``buffer_memory``; a send that
+would exceed it waits up to ``max_block_ms`` for acknowledgements to release bytes, then fails
+with KafkaTimeoutError. While anyone waits for memory, every batch counts as ready (no linger).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from client.errors import KafkaTimeoutError
+import crc32c
+
+from client.protocol import records as rec
+from client.protocol.errors import MessageTooLargeError
+from client.structs import TopicPartition
+
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (adjacent)
+_CRC = struct.Struct(">I")
+RECORD_OVERHEAD_BYTES = 24  # a record's varints and attributes, roughly (for the budget only)
+COMPRESSION_CODES = {None: rec.COMPRESSION_NONE, "none": rec.COMPRESSION_NONE, "lz4": rec.COMPRESSION_LZ4}
+
+
+def record_size_estimate(key: bytes | None, value: bytes | None,
+                         headers: list[tuple[str, bytes]] | None) -> int:
+    size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+    for hkey, hvalue in headers or ():
+        size += len(hkey) + (len(hvalue) if hvalue else 0) + 4
+    return size
+
+
+@dataclass
+class PendingRecord:
+    """One appended record, waiting for its batch's outcome."""
+
+    future: "asyncio.Future[Any]"
+    timestamp_ms: int
+    key_size: int
+    value_size: int
+    header_size: int
+
+
+_order = itertools.count()
+
+
+@dataclass(eq=False)  # identity: batches live in sets
+class ProducerBatch:
+    """A batch of one partition; see the module doc for its life."""
+
+    tp: TopicPartition
+    builder: Any
+    created: float
+    order: int = field(default_factory=lambda: next(_order))
+    records: list[PendingRecord] = field(default_factory=list)
+    reserved_bytes: int = 0
+    closed: bool = False
+    buffer: bytes | None = None
+    base_sequence: int | None = None  # stamped on first send; kept across retries
+    producer_id: int = -1
+    producer_epoch: int = -1
+    attempts: int = 0
+    retry_at: float = 0.0
+    in_flight: bool = False
+    done: bool = False
+    last_error: BaseException | None = None
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.buffer = self.builder.build()
+            self.builder = None
+
+    def stamp_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Write producer id, epoch and base sequence into the built header, recomputing the CRC
+        (those fields lie inside it). Retries re-send these same bytes."""
+        assert self.buffer is not None, "stamp_producer needs a closed batch"
+        buf = bytearray(self.buffer)
+        _PRODUCER_FIELDS.pack_into(buf, rec.PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+        _CRC.pack_into(buf, rec.CRC_OFFSET, crc32c.crc32c(memoryview(buf)[rec.ATTRIBUTES_OFFSET:]))
+        self.buffer = bytes(buf)
+        self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
+
+    def complete(self, base_offset: int, log_append_time_ms: int, log_start_offset: int) -> None:
+        """Every record's future gets its RecordMetadata (offset -1 when unknown, acks=0)."""
+        from client.structs import RecordMetadata
+        self.done = True
+        for i, r in enumerate(self.records):
+            if r.future.done():
+                continue
+            offset = base_offset + i if base_offset >= 0 else -1
+            ts = log_append_time_ms if log_append_time_ms not in (None, -1) else r.timestamp_ms
+            r.future.set_result(RecordMetadata(self.tp.topic, self.tp.partition, offset, ts,
+                                               log_start_offset, r.key_size, r.value_size,
+                                               r.header_size))
+
+    def fail(self, error: BaseException) -> None:
+        self.done = True
+        self.last_error = error
+        for r in self.records:
+            if not r.future.done():
+                r.future.set_exception(error)
+
+
+class RecordAccumulator:
+    """Per-partition batch queues bounded by ``buffer_memory``; see the module doc."""
+
+    def __init__(self, *, batch_size: int = 16384, linger_ms: float = 5,
+                 compression_type: str | None = None, buffer_memory: int = 33_554_432,
+                 max_request_size: int = 1_048_576,
+                 builder_factory: Callable[..., Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if compression_type not in COMPRESSION_CODES:
+            from client.errors import ConfigError
+            raise ConfigError("compression_type", f"must be None or 'lz4', got {compression_type!r}")
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.compression = COMPRESSION_CODES[compression_type]
+        self.buffer_memory = buffer_memory
+        self.max_request_size = max_request_size
+        self._builder_factory = builder_factory or rec.BatchBuilder
+        self.clock = clock
+        self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.buffer_used = 0
+        self._memory_freed: asyncio.Condition | None = None
+        self.memory_waiters = 0
+        self.incomplete: set[ProducerBatch] = set()
+
+    # -- memory --
+    async def reserve(self, nbytes: int, max_block_ms: float) -> None:
+        """Reserve ``nbytes`` of ``buffer_memory``, waiting up to ``max_block_ms``."""
+        if nbytes > self.max_request_size:
+            raise MessageTooLargeError(f"the record is about {nbytes} bytes, over max_request_size="
+                                       f"{self.max_request_size}")
+        if nbytes > self.buffer_memory:
+            raise MessageTooLargeError(f"the record is about {nbytes} bytes, over buffer_memory="
+                                       f"{self.buffer_memory}")
+        if self.buffer_used + nbytes <= self.buffer_memory and not self.memory_waiters:
+            self.buffer_used += nbytes
+            return
+        if self._memory_freed is None:
+            self._memory_freed = asyncio.Condition()
+        self.memory_waiters += 1
+        try:
+            async with self._memory_freed:
+                await asyncio.wait_for(self._memory_freed.wait_for(
+                    lambda: self.buffer_used + nbytes <= self.buffer_memory), max_block_ms / 1000)
+                self.buffer_used += nbytes
+        except asyncio.TimeoutError:
+            raise KafkaTimeoutError(
+                f"buffer_memory={self.buffer_memory} bytes full for max_block_ms={max_block_ms}: "
+                f"records are produced faster than the brokers acknowledge them") from None
+        finally:
+            self.memory_waiters -= 1
+
+    def release(self, nbytes: int) -> None:
+        self.buffer_used -= nbytes
+        if self._memory_freed is not None and self.memory_waiters:
+            cond = self._memory_freed
+
+            async def notify() -> None:
+                async with cond:
+                    cond.notify_all()
+            asyncio.get_running_loop().create_task(notify())
+
+    # -- appending --
+    def _new_batch(self, tp: TopicPartition, min_size: int) -> ProducerBatch:
+        builder = self._builder_factory(compression_type=self.compression,
+                                        batch_size=self.batch_size,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1)
+        batch = ProducerBatch(tp, builder, self.clock())
+        self.queues.setdefault(tp, deque()).append(batch)
+        self.incomplete.add(batch)
+        return batch
+
+    def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
+               headers: list[tuple[str, bytes]] | None, pending: PendingRecord,
+               reserved: int) -> tuple[ProducerBatch, ProducerBatch | None]:
+        """Append to the open batch of ``tp`` or a new one. Returns (batch appended to, batch
+        closed because it was full or None)."""
+        dq = self.queues.get(tp)
+        closed: ProducerBatch | None = None
+        batch = dq[-1] if dq else None
+        if batch is not None and not batch.closed:
+            if batch.builder.append(timestamp_ms, key, value, headers or []):
+                self._add(batch, pending, reserved)
+                return batch, None
+            batch.close()
+            closed = batch
+        batch = self._new_batch(tp, reserved)
+        if not batch.builder.append(timestamp_ms, key, value, headers or []):
+            raise MessageTooLargeError(f"a record of about {reserved} bytes does not fit an empty batch",
+                                       topic=tp.topic, partition=tp.partition)
+        self._add(batch, pending, reserved)
+        return batch, closed
+
+    @staticmethod
+    def _add(batch: ProducerBatch, pending: PendingRecord, reserved: int) -> None:
+        batch.records.append(pending)
+        batch.reserved_bytes += reserved
+
+    def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a batch that failed retriably back, before every later batch of its partition."""
+        batch.in_flight = False
+        batch.retry_at = retry_at
+        dq = self.queues.setdefault(batch.tp, deque())
+        index = 0
+        while index < len(dq) and dq[index].order < batch.order:
+            index += 1
+        dq.insert(index, batch)
+
+    def finished(self, batch: ProducerBatch) -> None:
+        """The batch is done (acknowledged or failed): release its bytes."""
+        if batch in self.incomplete:
+            self.incomplete.discard(batch)
+            self.release(batch.reserved_bytes)
+
+    def batches(self) -> Iterator[ProducerBatch]:
+        for dq in self.queues.values():
+            yield from dq
+
+    def has_queued(self) -> bool:
+        return any(self.queues.values())
+
+    def first_ready(self, tp: TopicPartition, now: float, *, urgent: bool) -> tuple[ProducerBatch | None, float | None]:
+        """The head batch of ``tp`` if it may be sent now, else (None, when to look again)."""
+        dq = self.queues.get(tp)
+        if not dq:
+            return None, None
+        batch = dq[0]
+        if batch.retry_at > now:
+            return None, batch.retry_at
+        if batch.closed or urgent or self.memory_waiters or len(dq) > 1:
+            return batch, None
+        due = batch.created + self.linger_ms / 1000
+        if now >= due:
+            return batch, None
+        return None, due
+
+    def pop(self, tp: TopicPartition) -> ProducerBatch:
+        batch = self.queues[tp].popleft()
+        batch.close()
+        return batch

@@ -1,0 +1,462 @@
+"""The client's network layer: bootstrap, one pipelined connection per broker, the metadata cache.
+
+Every producer, consumer and admin client owns one :class:`Cluster`. It
+
+- parses ``bootstrap_servers`` (``"h:p,h:p"`` or a list),
+- keeps one connection per broker address (the transport pipelines requests on it),
+- keeps a metadata cache (brokers, topics, partitions, leaders, leader epochs), refreshed by a
+  background task when asked (``request_update()``: after NOT_LEADER_OR_FOLLOWER,
+  UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH, a lost connection) and at least every
+  ``metadata_max_age_ms``; failed refreshes are retried every ``retry_backoff_ms``,
+- bounds every request by ``request_timeout_ms``. A connection whose request timed out or
+  failed is closed and re-opened on next use, so a dead broker costs one timeout, not a hang.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
+
+from client.errors import KafkaTimeoutError
+from client.protocol import errors
+from client.protocol.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
+from client.structs import BrokerMetadata, PartitionMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_LIST_OFFSETS = 2
+API_METADATA = 3
+API_API_VERSIONS = 18
+API_CREATE_TOPICS = 19
+API_DELETE_TOPICS = 20
+API_INIT_PRODUCER_ID = 22
+API_DESCRIBE_CONFIGS = 32
+API_ALTER_CONFIGS = 33
+API_DESCRIBE_CLUSTER = 60
+
+DEFAULT_PORT = 9092
+CONNECTIONS_MAX = 1024  # distinct broker addresses one client keeps connections to
+
+
+class ConnectionLike(Protocol):
+    """What the cluster needs from a transport connection (client/protocol/transport.py)."""
+
+    async def request(self, api_key: int, body: Any, api_version: int = 0, *,
+                      timeout_ms: int | None = None,
+                      expect_response: bool = True) -> tuple[int, Any]: ...
+
+    def close(self) -> Any: ...
+
+
+ConnectionFactory = Callable[[str, int, str], Awaitable[ConnectionLike]]
+
+
+def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"a:1,b:2"`` or ``["a:1", "b"]`` -> ``[("a", 1), ("b", 9092)]``; ConfigError when empty."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, str(DEFAULT_PORT)
+        try:
+            out.append((host.strip("[]") or "127.0.0.1", int(port)))
+        except ValueError:
+            raise errors.ConfigError("bootstrap_servers", f"bad address {item!r} (want host:port)") from None
+    if not out:
+        raise errors.ConfigError("bootstrap_servers", "no address given")
+    return out
+
+
+async def default_connection_factory(host: str, port: int, client_id: str) -> ConnectionLike:
+    from client.protocol.transport import Connection  # the shared transport
+    return await Connection.open(host, port, client_id=client_id)
+
+
+@dataclass
+class TopicInfo:
+    """One topic of the metadata cache."""
+
+    name: str
+    topic_id: Any
+    error_code: int
+    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterMetadata:
+    """A snapshot of what Metadata answered (replaced, never mutated in place, except leaders
+    learnt from a NOT_LEADER_OR_FOLLOWER answer)."""
+
+    cluster_id: str | None = None
+    controller_id: int = -1
+    brokers: dict[int, BrokerMetadata] = field(default_factory=dict)
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+
+    def partitions_for(self, topic: str) -> list[int] | None:
+        info = self.topics.get(topic)
+        if info is None or info.error_code != errors.NONE or not info.partitions:
+            return None
+        return sorted(info.partitions)
+
+    def available_partitions(self, topic: str) -> list[int]:
+        info = self.topics.get(topic)
+        if info is None:
+            return []
+        return sorted(p for p, m in info.partitions.items() if m.leader >= 0 and m.leader in self.brokers)
+
+    def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
+        info = self.topics.get(tp.topic)
+        return info.partitions.get(tp.partition) if info else None
+
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        meta = self.partition(tp)
+        if meta is None or meta.leader < 0 or meta.leader not in self.brokers:
+            return None
+        return meta.leader
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        meta = self.partition(tp)
+        return meta.leader_epoch if meta else -1
+
+
+def _broker_from(raw: dict[str, Any]) -> BrokerMetadata | None:
+    node_id = raw.get("node_id", raw.get("broker_id"))
+    host, port = raw.get("host"), raw.get("port")
+    if host is None and raw.get("endpoints"):  # a controller's answer lists endpoints
+        endpoint = raw["endpoints"][0]
+        if isinstance(endpoint, dict):
+            host, port = endpoint.get("host"), endpoint.get("port")
+        else:
+            host, _, port = str(endpoint).rpartition("//")[2].rpartition(":")
+    if node_id is None or host is None or port is None:
+        return None
+    return BrokerMetadata(int(node_id), str(host), int(port), raw.get("rack"))
+
+
+def parse_metadata(body: dict[str, Any]) -> ClusterMetadata:
+    """A Metadata response body (docs/protocol.md) -> ClusterMetadata."""
+    brokers = {}
+    for raw in body.get("brokers") or []:
+        if raw.get("fenced"):
+            continue
+        broker = _broker_from(raw)
+        if broker is not None:
+            brokers[broker.node_id] = broker
+    topics = {}
+    for raw in body.get("topics") or []:
+        name = raw["name"]
+        parts = {}
+        for p in raw.get("partitions") or []:
+            idx = p["partition_index"]
+            parts[idx] = PartitionMetadata(
+                name, idx, p.get("leader_id", -1) if p.get("leader_id") is not None else -1,
+                p.get("leader_epoch", -1), tuple(p.get("replica_nodes") or ()),
+                tuple(p.get("isr_nodes") or ()), tuple(p.get("offline_replicas") or ()))
+        topics[name] = TopicInfo(name, raw.get("topic_id"), raw.get("error_code", 0) or 0, parts)
+    return ClusterMetadata(body.get("cluster_id"), body.get("controller_id", -1)
+                           if body.get("controller_id") is not None else -1, brokers, topics)
+
+
+class Cluster:
+    """Connections, requests and the metadata cache of one client object (see module doc)."""
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], *, client_id: str = "raftka-python",
+                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
+                 metadata_max_age_ms: int = 300_000,
+                 connection_factory: ConnectionFactory | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._factory = connection_factory or default_connection_factory
+        self._rng = rng or random.Random()
+        self.metadata = ClusterMetadata()
+        self._metadata_at = 0.0  # monotonic time of the last successful refresh
+        self._tracked: set[str] = set()
+        self._all_topics = False  # track every topic (pattern subscriptions, admin)
+        self._connections: dict[tuple[str, int], ConnectionLike] = {}
+        self._opening: dict[tuple[str, int], asyncio.Future[ConnectionLike]] = {}
+        self._update_wanted = asyncio.Event()
+        self._updated = asyncio.Condition()
+        self._refresh_count = 0
+        self._last_refresh_error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- lifecycle --
+    def start(self) -> None:
+        """Start the background metadata task (on the running loop)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._metadata_loop())
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for address in list(self._connections):
+            await self._drop(address)
+
+    # -- connections and requests --
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        broker = self.metadata.brokers.get(node_id)
+        return (broker.host, broker.port) if broker else None
+
+    async def _connection(self, address: tuple[str, int], timeout_ms: int) -> ConnectionLike:
+        conn = self._connections.get(address)
+        if conn is not None:
+            return conn
+        pending = self._opening.get(address)
+        if pending is None:
+            if len(self._connections) >= CONNECTIONS_MAX:
+                await self._drop(next(iter(self._connections)))
+            pending = asyncio.ensure_future(self._factory(address[0], address[1], self.client_id))
+            self._opening[address] = pending
+            pending.add_done_callback(lambda _f, a=address: self._opening.pop(a, None))
+        try:
+            conn = await asyncio.wait_for(asyncio.shield(pending), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            pending.cancel()
+            raise NetworkExceptionError(f"could not connect to {address[0]}:{address[1]} "
+                                        f"within {timeout_ms} ms") from None
+        except RaftkaError:
+            raise
+        except OSError as error:
+            raise NetworkExceptionError(f"could not connect to {address[0]}:{address[1]}: {error}") from None
+        self._connections.setdefault(address, conn)
+        return self._connections[address]
+
+    async def _drop(self, address: tuple[str, int]) -> None:
+        conn = self._connections.pop(address, None)
+        if conn is not None:
+            try:
+                result = conn.close()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # closing a broken connection may fail; it is gone either way
+                pass
+
+    async def request_address(self, address: tuple[str, int], api_key: int, body: Any, *,
+                              timeout_ms: int | None = None,
+                              expect_response: bool = True) -> tuple[int, Any]:
+        """One request to one address. A lost connection or a timeout closes the connection and
+        raises NetworkExceptionError / RequestTimedOutError (both retriable)."""
+        timeout_ms = timeout_ms or self.request_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        conn = await self._connection(address, timeout_ms)
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        try:
+            return await asyncio.wait_for(
+                conn.request(api_key, body, 0, timeout_ms=left_ms, expect_response=expect_response),
+                left_ms / 1000 + 0.5)
+        except asyncio.TimeoutError:
+            await self._drop(address)
+            raise RequestTimedOutError(f"no answer from {address[0]}:{address[1]} within "
+                                       f"{timeout_ms} ms (request_timeout_ms)") from None
+        except (NetworkExceptionError, RequestTimedOutError):
+            await self._drop(address)
+            self.request_update()
+            raise
+        except (OSError, ConnectionError, EOFError) as error:
+            await self._drop(address)
+            self.request_update()
+            raise NetworkExceptionError(f"connection to {address[0]}:{address[1]} lost: {error}") from None
+
+    async def request(self, node_id: int, api_key: int, body: Any, *, timeout_ms: int | None = None,
+                      expect_response: bool = True) -> tuple[int, Any]:
+        """One request to broker ``node_id`` (its address from the metadata cache)."""
+        address = self.address_of(node_id)
+        if address is None:
+            self.request_update()
+            raise errors.LeaderNotAvailableError(f"broker {node_id} is not in the metadata")
+        return await self.request_address(address, api_key, body, timeout_ms=timeout_ms,
+                                          expect_response=expect_response)
+
+    def candidate_addresses(self) -> list[tuple[str, int]]:
+        """Known brokers (shuffled), then the bootstrap servers."""
+        known = [(b.host, b.port) for b in self.metadata.brokers.values()]
+        self._rng.shuffle(known)
+        boot = list(self.bootstrap)
+        self._rng.shuffle(boot)
+        return list(dict.fromkeys(known + boot))
+
+    async def request_any(self, api_key: int, body: Any, *, timeout_ms: int | None = None,
+                          retry_codes: Iterable[int] = (errors.NOT_CONTROLLER,)) -> tuple[int, Any]:
+        """Send to any broker; on a lost connection, a timeout or a frame error in
+        ``retry_codes``, try the next one (backoff ``retry_backoff_ms`` after each round) until
+        ``timeout_ms`` (default ``request_timeout_ms``) runs out; then raise the last error."""
+        timeout_ms = timeout_ms or self.request_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        retry = set(retry_codes)
+        last: BaseException | None = None
+        while True:
+            for address in self.candidate_addresses():
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    break
+                try:
+                    code, answer = await self.request_address(address, api_key, body,
+                                                              timeout_ms=min(left_ms, self.request_timeout_ms))
+                except (NetworkExceptionError, RequestTimedOutError) as error:
+                    last = error
+                    continue
+                if code in retry:
+                    last = errors.error_for(code, (answer or {}).get("error_message")
+                                            if isinstance(answer, dict) else None)
+                    continue
+                return code, answer
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                if isinstance(last, RaftkaError) and not isinstance(last, RequestTimedOutError):
+                    raise last
+                raise KafkaTimeoutError(f"no broker answered within {timeout_ms} ms "
+                                        f"(last error: {last})")
+            await asyncio.sleep(min(left_s, self.retry_backoff_ms / 1000))
+
+    # -- metadata --
+    def add_topics(self, topics: Iterable[str]) -> None:
+        """Track these topics (their metadata is fetched on every refresh)."""
+        new = set(topics) - self._tracked
+        if new:
+            self._tracked |= new
+            self.request_update()
+
+    def track_all_topics(self, value: bool = True) -> None:
+        self._all_topics = value
+        self.request_update()
+
+    def request_update(self) -> None:
+        """Ask the background task for a refresh soon (coalesced)."""
+        self._update_wanted.set()
+
+    @property
+    def metadata_age_ms(self) -> float:
+        return (time.monotonic() - self._metadata_at) * 1000 if self._metadata_at else float("inf")
+
+    async def refresh_metadata(self, topics: Sequence[str] | None = None, *,
+                               timeout_ms: int | None = None) -> ClusterMetadata:
+        """Fetch metadata now for ``topics`` (default: the tracked ones, or all when tracking
+        all) from any broker and replace the cache; returns the new cache."""
+        if topics is None:
+            topics = None if self._all_topics else sorted(self._tracked)
+        code, body = await self.request_any(API_METADATA, {"topics": list(topics) if topics is not None
+                                                           else None,
+                                                           "allow_auto_topic_creation": False},
+                                            timeout_ms=timeout_ms)
+        if code != errors.NONE:
+            raise errors.error_for(code, (body or {}).get("error_message") if isinstance(body, dict) else None)
+        fresh = parse_metadata(body)
+        self._merge(fresh, full=topics is None)
+        self._metadata_at = time.monotonic()
+        self._refresh_count += 1
+        async with self._updated:
+            self._updated.notify_all()
+        return self.metadata
+
+    def _merge(self, fresh: ClusterMetadata, *, full: bool) -> None:
+        old = self.metadata
+        topics = {} if full else {n: t for n, t in old.topics.items() if n not in fresh.topics}
+        for name, info in fresh.topics.items():
+            previous = old.topics.get(name)
+            if previous is not None and previous.topic_id == info.topic_id:
+                # A broker behind on metadata must not roll a leader back: keep the newer epoch.
+                for idx, meta in info.partitions.items():
+                    known = previous.partitions.get(idx)
+                    if known is not None and known.leader_epoch > meta.leader_epoch:
+                        info.partitions[idx] = known
+            topics[name] = info
+        if not full:
+            for name in list(topics):
+                if name not in self._tracked and name not in fresh.topics and not self._all_topics:
+                    topics.pop(name)
+        self.metadata = ClusterMetadata(fresh.cluster_id, fresh.controller_id,
+                                        fresh.brokers or old.brokers, topics)
+
+    def update_leader(self, tp: TopicPartition, leader: dict[str, Any] | None) -> None:
+        """Apply ``current_leader`` {leader_id, leader_epoch} from an error answer when newer."""
+        if not leader or leader.get("leader_id") is None:
+            self.request_update()
+            return
+        info = self.metadata.topics.get(tp.topic)
+        meta = info.partitions.get(tp.partition) if info else None
+        epoch = leader.get("leader_epoch", -1)
+        if meta is None or epoch <= meta.leader_epoch:
+            self.request_update()
+            return
+        info.partitions[tp.partition] = meta._replace(leader=leader["leader_id"], leader_epoch=epoch)
+        if leader["leader_id"] not in self.metadata.brokers:
+            self.request_update()
+
+    async def wait_for_update(self, timeout_ms: float) -> bool:
+        """Request a refresh and wait for it; False when none completed in time."""
+        count = self._refresh_count
+        self.request_update()
+        try:
+            async with self._updated:
+                await asyncio.wait_for(self._updated.wait_for(lambda: self._refresh_count > count),
+                                       timeout_ms / 1000)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def partitions_for(self, topic: str, timeout_ms: float) -> list[int]:
+        """The partitions of ``topic``, waiting for metadata up to ``timeout_ms``; raises
+        UnknownTopicOrPartitionError (or the topic's error) or KafkaTimeoutError."""
+        self.add_topics([topic])
+        parts = self.metadata.partitions_for(topic)
+        if parts is not None:
+            return parts
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left_ms = (deadline - time.monotonic()) * 1000
+            if left_ms <= 0:
+                break
+            await self.wait_for_update(left_ms)
+            parts = self.metadata.partitions_for(topic)
+            if parts is not None:
+                return parts
+            await asyncio.sleep(min(max(0.0, deadline - time.monotonic()), self.retry_backoff_ms / 1000))
+        info = self.metadata.topics.get(topic)
+        if info is not None and info.error_code not in (errors.NONE, errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                                        errors.LEADER_NOT_AVAILABLE):
+            raise errors.error_for(info.error_code, topic=topic)
+        if info is not None or self._metadata_at:
+            raise errors.UnknownTopicOrPartitionError(
+                f"topic not found in metadata within {int(timeout_ms)} ms", topic=topic)
+        raise KafkaTimeoutError(f"no metadata within {int(timeout_ms)} ms (last error: "
+                                f"{self._last_refresh_error})", topic=topic)
+
+    async def _metadata_loop(self) -> None:
+        while not self._closed:
+            wait_s = max(0.0, (self.metadata_max_age_ms - self.metadata_age_ms) / 1000)
+            if self._metadata_at and not self._update_wanted.is_set():
+                try:
+                    await asyncio.wait_for(self._update_wanted.wait(), wait_s)
+                except asyncio.TimeoutError:
+                    pass
+            self._update_wanted.clear()
+            try:
+                await self.refresh_metadata()
+                self._last_refresh_error = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # retried after the backoff; waiters see their timeout
+                self._last_refresh_error = error
+                log.debug("metadata refresh failed: %s", error)
+                self._update_wanted.set()
+            await asyncio.sleep(self.retry_backoff_ms / 1000)

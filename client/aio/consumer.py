@@ -1,0 +1,668 @@
+"""The asyncio consumer (no consumer groups yet): assign or subscribe, seek, poll, iterate.
+
+Positions: each assigned partition has a *position* (the offset of the next record ``poll``
+returns) and a *fetch position* (the next offset to fetch; ahead of the position by what is
+buffered). A background fetcher keeps one Fetch in flight per leader for the partitions whose
+buffer holds less than ``max_partition_fetch_bytes`` (prefetch: while the application works
+through one response, the next is on its way). ``seek`` bumps the partition's generation:
+buffered records and answers to older fetches are dropped.
+
+A partition without a position gets one from ``auto_offset_reset``: ``'earliest'`` (log start
+offset), ``'latest'`` (high watermark) or ``'none'`` (``poll`` raises NoOffsetForPartitionError).
+OFFSET_OUT_OF_RANGE (e.g. records deleted by retention) applies the same policy; with
+``'none'`` ``poll`` raises OffsetOutOfRangeError until the application seeks.
+
+Records come only from below the high watermark (the broker sends no more; the consumer also
+drops anything at or above it) and never before the fetch offset (a batch may start earlier).
+
+``group_id`` is accepted for kafka-python compatibility but consumer groups are not implemented
+yet (#consumer-groups): with a ``group_id`` the consumer logs a warning, subscribes to every
+partition of its topics, starts from ``auto_offset_reset`` and commits nothing; ``commit`` and
+``committed`` raise IllegalStateError.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from client.aio.cluster import API_FETCH, API_LIST_OFFSETS, Cluster
+from client.errors import (ConfigError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
+                           NoOffsetForPartitionError, SerializationError)
+from client.protocol import errors
+from client.protocol import records as rec
+from client.protocol.errors import OffsetOutOfRangeError, RaftkaError
+from client.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+log = logging.getLogger(__name__)
+
+LATEST = -1
+EARLIEST = -2
+RESETS = {"earliest": EARLIEST, "smallest": EARLIEST, "latest": LATEST, "largest": LATEST, "none": None}
+
+DEFAULTS: dict[str, Any] = {
+    "bootstrap_servers": "localhost:9092",
+    "client_id": None,
+    "group_id": None,
+    "key_deserializer": None,
+    "value_deserializer": None,
+    "fetch_min_bytes": 1,
+    "fetch_max_wait_ms": 500,
+    "fetch_max_bytes": 52_428_800,
+    "max_partition_fetch_bytes": 1_048_576,
+    "request_timeout_ms": 30_000,
+    "retry_backoff_ms": 100,
+    "auto_offset_reset": "latest",
+    "enable_auto_commit": True,
+    "max_poll_records": 500,
+    "consumer_timeout_ms": float("inf"),
+    "metadata_max_age_ms": 300_000,
+    "check_crcs": True,
+    "connection_factory": None,
+}
+# kafka-python options that mean nothing without groups (yet) or here; accepted and ignored.
+IGNORED = {"auto_commit_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
+           "max_poll_interval_ms", "api_version", "isolation_level", "partition_assignment_strategy",
+           "exclude_internal_topics", "default_offset_commit_callback"}
+
+
+def consumer_config(configs: dict[str, Any]) -> dict[str, Any]:
+    """Defaults + ``configs``, checked; ConfigError names a bad or unknown key."""
+    unknown = set(configs) - set(DEFAULTS) - IGNORED
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], "unknown consumer config")
+    config = {**DEFAULTS, **{k: v for k, v in configs.items() if k not in IGNORED}}
+    if config["auto_offset_reset"] not in RESETS:
+        raise ConfigError("auto_offset_reset", f"must be earliest, latest or none, got "
+                                               f"{config['auto_offset_reset']!r}")
+    for key in ("fetch_max_bytes", "max_partition_fetch_bytes", "request_timeout_ms", "max_poll_records"):
+        if not isinstance(config[key], int) or config[key] < 1:
+            raise ConfigError(key, f"must be a positive int, got {config[key]!r}")
+    for key in ("fetch_min_bytes", "fetch_max_wait_ms", "retry_backoff_ms"):
+        if not isinstance(config[key], (int, float)) or config[key] < 0:
+            raise ConfigError(key, f"must be >= 0, got {config[key]!r}")
+    return config
+
+
+@dataclass
+class PartitionState:
+    """What the consumer knows of one assigned partition."""
+
+    position: int | None = None
+    fetch_position: int | None = None
+    reset: int | None = None  # EARLIEST / LATEST pending, or None
+    generation: int = 0
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    paused: bool = False
+    retry_at: float = 0.0
+    failed: BaseException | None = None  # raised by poll until the application seeks
+    buffer: deque[tuple[int, Any, int, int]] = field(default_factory=deque)  # (gen, record, ts_type, epoch)
+    buffered_bytes: int = 0
+
+
+def decode_records(buf: bytes, fetch_offset: int, high_watermark: int, check_crcs: bool
+                   ) -> tuple[list[tuple[Any, int, int]], int]:
+    """Records of ``buf`` (whole batches) with fetch_offset <= offset < high_watermark, as
+    (record, timestamp_type, partition_leader_epoch); and the offset to fetch next."""
+    out: list[tuple[Any, int, int]] = []
+    next_offset = fetch_offset
+    for pos, header in rec.iter_batches(buf):
+        if header.next_offset <= fetch_offset:
+            continue
+        if high_watermark >= 0 and header.base_offset >= high_watermark:
+            break
+        next_offset = max(next_offset, min(header.next_offset, high_watermark)
+                          if high_watermark >= 0 else header.next_offset)
+        if header.is_control:
+            continue
+        for record in rec.decode_batch(buf, pos, verify_crc=check_crcs)[1]:
+            if record.offset < fetch_offset or (0 <= high_watermark <= record.offset):
+                continue
+            out.append((record, header.timestamp_type, header.partition_leader_epoch))
+    return out, next_offset
+
+
+class Consumer:
+    """asyncio consumer; the blocking ``client.Consumer`` wraps it. ``topics`` subscribe (every
+    partition, no group); arguments as kafka-python's KafkaConsumer (see ``DEFAULTS``)."""
+
+    def __init__(self, *topics: str, **configs: Any) -> None:
+        self.config = consumer_config(configs)
+        c = self.config
+        self.cluster = Cluster(c["bootstrap_servers"], client_id=c["client_id"] or "raftka-consumer",
+                               request_timeout_ms=c["request_timeout_ms"],
+                               retry_backoff_ms=c["retry_backoff_ms"],
+                               metadata_max_age_ms=c["metadata_max_age_ms"],
+                               connection_factory=c["connection_factory"])
+        self._default_reset = RESETS[c["auto_offset_reset"]]
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._subscription: set[str] | None = None
+        self._pattern: re.Pattern[str] | None = None
+        self._wakeup = asyncio.Event()
+        self._data = asyncio.Event()
+        self._nodes_in_flight: set[int] = set()
+        self._fetcher: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        if c["group_id"] is not None:
+            warnings.warn("consumer groups are not implemented yet (#consumer-groups): group_id "
+                          f"{c['group_id']!r} is ignored; every partition of the subscribed "
+                          "topics is consumed from auto_offset_reset and nothing is committed",
+                          stacklevel=3)
+        if topics:
+            self.subscribe(topics)
+
+    # -- lifecycle --
+    async def start(self) -> None:
+        if self._fetcher is None:
+            self.cluster.start()
+            self._fetcher = asyncio.get_running_loop().create_task(self._run_fetcher())
+
+    async def close(self) -> None:
+        """Stop fetching and close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in [self._fetcher, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in [self._fetcher, *self._tasks] if t), return_exceptions=True)
+        await self.cluster.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaClosedError("the consumer is closed")
+
+    # -- assignment --
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (replaces any assignment; no group)."""
+        self._check_open()
+        if self._subscription is not None or self._pattern is not None:
+            raise IllegalStateError("assign() after subscribe(); call unsubscribe() first")
+        self._set_assignment([TopicPartition(*tp) for tp in partitions])
+
+    def _set_assignment(self, partitions: Sequence[TopicPartition]) -> None:
+        wanted = set(partitions)
+        for tp in list(self._states):
+            if tp not in wanted:
+                del self._states[tp]
+        for tp in partitions:
+            if tp not in self._states:
+                self._states[tp] = PartitionState(reset=self._default_reset)
+                if self._default_reset is None:
+                    self._states[tp].failed = NoOffsetForPartitionError(
+                        "no position and auto_offset_reset='none'; seek first",
+                        topic=tp.topic, partition=tp.partition)
+        self.cluster.add_topics({tp.topic for tp in partitions})
+        self._wakeup.set()
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned now."""
+        return set(self._states)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
+        """Consume every partition of ``topics`` (or of topics matching ``pattern``), following
+        new partitions. Without groups every consumer gets every partition."""
+        self._check_open()
+        if pattern is not None:
+            self._pattern = re.compile(pattern)
+            self._subscription = None
+            self.cluster.track_all_topics()
+        else:
+            topics = [topics] if isinstance(topics, str) else list(topics)
+            if not topics:
+                raise ValueError("subscribe needs topics or a pattern")
+            self._subscription = set(topics)
+            self._pattern = None
+            self.cluster.add_topics(topics)
+        self._update_subscription()
+
+    def subscription(self) -> set[str] | None:
+        return set(self._subscription) if self._subscription is not None else None
+
+    def unsubscribe(self) -> None:
+        self._subscription = None
+        self._pattern = None
+        self._states.clear()
+
+    def _update_subscription(self) -> None:
+        if self._subscription is None and self._pattern is None:
+            return
+        meta = self.cluster.metadata
+        if self._pattern is not None:
+            topics = [t for t in meta.topics if self._pattern.fullmatch(t)]
+        else:
+            topics = sorted(self._subscription or ())
+        wanted = [TopicPartition(t, p) for t in topics for p in (meta.partitions_for(t) or [])]
+        if set(wanted) != set(self._states):
+            self._set_assignment(wanted)
+
+    async def topics(self) -> set[str]:
+        """Every topic name in the cluster."""
+        await self.start()
+        meta = await self.cluster.refresh_metadata(topics=None)
+        return set(meta.topics)
+
+    async def partitions_for_topic(self, topic: str) -> set[int] | None:
+        await self.start()
+        try:
+            return set(await self.cluster.partitions_for(topic, self.config["request_timeout_ms"]))
+        except errors.UnknownTopicOrPartitionError:
+            return None
+
+    # -- positions --
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        state = self._states.get(TopicPartition(*tp))
+        if state is None:
+            raise IllegalStateError(f"partition {tp.topic}-{tp.partition} is not assigned to this consumer")
+        return state
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the next record ``poll`` returns for ``partition``."""
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        self._seek(self._state(partition), offset, None)
+
+    def _seek(self, state: PartitionState, offset: int | None, reset: int | None) -> None:
+        state.generation += 1
+        state.buffer.clear()
+        state.buffered_bytes = 0
+        state.position = state.fetch_position = offset
+        state.reset = reset
+        state.failed = None
+        state.retry_at = 0.0
+        self._wakeup.set()
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Next poll starts at the log start offset (all assigned partitions when none given)."""
+        for tp in partitions or tuple(self._states):
+            self._seek(self._state(tp), None, EARLIEST)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Next poll starts at the high watermark (only records produced from now on)."""
+        for tp in partitions or tuple(self._states):
+            self._seek(self._state(tp), None, LATEST)
+
+    async def position(self, partition: TopicPartition, timeout_ms: float | None = None) -> int:
+        """The offset of the next record for ``partition`` (resolving a pending reset)."""
+        await self.start()
+        state = self._state(partition)
+        if state.position is None:
+            await self._resolve_positions([TopicPartition(*partition)], timeout_ms)
+        if state.failed is not None and state.position is None:
+            raise state.failed
+        assert state.position is not None
+        return state.position
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).paused = True
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+        self._wakeup.set()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, s in self._states.items() if s.paused}
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The last high watermark seen in a fetch of ``partition`` (None before one)."""
+        hw = self._state(partition).high_watermark
+        return hw if hw >= 0 else None
+
+    # -- offsets by time --
+    async def _list_offsets(self, query: dict[TopicPartition, int], timeout_ms: float | None = None
+                            ) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets at the leaders: {tp: timestamp (-1 latest, -2 earliest)} -> {tp: (offset,
+        timestamp)}; retriable errors are retried until ``timeout_ms``."""
+        await self.start()
+        timeout_ms = timeout_ms or self.config["request_timeout_ms"]
+        deadline = time.monotonic() + timeout_ms / 1000
+        left = dict(query)
+        found: dict[TopicPartition, tuple[int, int]] = {}
+        last: BaseException | None = None
+        for topic in {tp.topic for tp in left}:
+            await self.cluster.partitions_for(topic, timeout_ms)
+        while left:
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"ListOffsets not answered within {int(timeout_ms)} ms "
+                                        f"(last error: {last})")
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in left:
+                leader = self.cluster.metadata.leader_for(tp)
+                if leader is None:
+                    self.cluster.request_update()
+                    last = errors.LeaderNotAvailableError(topic=tp.topic, partition=tp.partition)
+                    continue
+                by_node.setdefault(leader, []).append(tp)
+            results = await asyncio.gather(*(self._list_offsets_at(n, tps, left) for n, tps in by_node.items()),
+                                           return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    if isinstance(result, RaftkaError) and result.retriable:
+                        last = result
+                        continue
+                    raise result
+                for tp, answer in result.items():
+                    if isinstance(answer, BaseException):
+                        if isinstance(answer, RaftkaError) and answer.retriable:
+                            last = answer
+                            if answer.invalid_metadata:
+                                self.cluster.request_update()
+                            continue
+                        raise answer
+                    found[tp] = answer
+                    left.pop(tp, None)
+            if left:
+                await asyncio.sleep(min(self.config["retry_backoff_ms"] / 1000,
+                                        max(0.0, deadline - time.monotonic())))
+                if any(self.cluster.metadata.leader_for(tp) is None for tp in left):
+                    await self.cluster.wait_for_update(max(1.0, (deadline - time.monotonic()) * 1000))
+        return found
+
+    async def _list_offsets_at(self, node: int, tps: list[TopicPartition], query: dict[TopicPartition, int]
+                               ) -> dict[TopicPartition, Any]:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "timestamp": query[tp],
+                "current_leader_epoch": self.cluster.metadata.leader_epoch(tp)})
+        body = {"replica_id": -1, "isolation_level": 0,
+                "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
+        code, answer = await self.cluster.request(node, API_LIST_OFFSETS, body)
+        if code != errors.NONE:
+            raise errors.error_for(code, (answer or {}).get("error_message"))
+        out: dict[TopicPartition, Any] = {}
+        for t in answer.get("topics") or []:
+            for p in t.get("partitions") or []:
+                tp = TopicPartition(t["name"], p["partition_index"])
+                pcode = p.get("error_code", 0) or 0
+                out[tp] = ((p.get("offset", -1), p.get("timestamp", -1)) if pcode == errors.NONE
+                           else errors.error_for(pcode, p.get("error_message"), topic=tp.topic,
+                                                 partition=tp.partition))
+        return out
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition],
+                                timeout_ms: float | None = None) -> dict[TopicPartition, int]:
+        """The log start offset of each partition."""
+        found = await self._list_offsets({TopicPartition(*tp): EARLIEST for tp in partitions}, timeout_ms)
+        return {tp: off for tp, (off, _ts) in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition],
+                          timeout_ms: float | None = None) -> dict[TopicPartition, int]:
+        """The high watermark of each partition (the offset the next acknowledged record gets)."""
+        found = await self._list_offsets({TopicPartition(*tp): LATEST for tp in partitions}, timeout_ms)
+        return {tp: off for tp, (off, _ts) in found.items()}
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int],
+                                timeout_ms: float | None = None) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The first offset whose timestamp is >= the given one, per partition (None: none)."""
+        for ts in timestamps.values():
+            if ts < 0:
+                raise ValueError(f"timestamps must be >= 0, got {ts}")
+        found = await self._list_offsets({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, timeout_ms)
+        return {tp: (OffsetAndTimestamp(off, ts) if off >= 0 else None) for tp, (off, ts) in found.items()}
+
+    async def _resolve_positions(self, tps: Sequence[TopicPartition] | None = None,
+                                 timeout_ms: float | None = None) -> None:
+        pending = {tp: s.reset for tp, s in self._states.items()
+                   if s.position is None and s.reset is not None and (tps is None or tp in tps)}
+        if not pending:
+            return
+        generations = {tp: self._states[tp].generation for tp in pending}
+        found = await self._list_offsets(pending, timeout_ms)  # type: ignore[arg-type]
+        for tp, (offset, _ts) in found.items():
+            state = self._states.get(tp)
+            if state is None or state.generation != generations[tp] or state.position is not None:
+                continue  # reassigned or sought meanwhile
+            state.position = state.fetch_position = offset
+            state.reset = None
+        self._wakeup.set()
+
+    # -- fetching --
+    async def _run_fetcher(self) -> None:
+        backoff = self.config["retry_backoff_ms"] / 1000
+        while not self._closed:
+            self._wakeup.clear()
+            try:
+                self._update_subscription()
+                await self._resolve_positions(timeout_ms=self.config["request_timeout_ms"])
+                self._send_fetches()
+            except asyncio.CancelledError:
+                raise
+            except RaftkaError as error:
+                log.debug("consumer fetcher: %s", error)
+            except Exception:
+                log.exception("consumer fetcher step failed")
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), backoff if self._needs_retry() else 1.0)
+            except asyncio.TimeoutError:
+                pass
+
+    def _needs_retry(self) -> bool:
+        return any(s.position is None or s.retry_at for s in self._states.values()) or (
+            (self._subscription is not None or self._pattern is not None) and not self._states)
+
+    def _send_fetches(self) -> None:
+        c = self.config
+        now = time.monotonic()
+        by_node: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
+        for tp, state in self._states.items():
+            if (state.paused or state.fetch_position is None or state.failed is not None
+                    or state.buffered_bytes >= c["max_partition_fetch_bytes"] or state.retry_at > now):
+                continue
+            state.retry_at = 0.0
+            leader = self.cluster.metadata.leader_for(tp)
+            if leader is None:
+                self.cluster.request_update()
+                state.retry_at = now + c["retry_backoff_ms"] / 1000
+                continue
+            if leader in self._nodes_in_flight:
+                continue
+            by_node.setdefault(leader, []).append((tp, state))
+        for node, parts in by_node.items():
+            self._nodes_in_flight.add(node)
+            task = asyncio.get_running_loop().create_task(self._fetch(node, parts))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _fetch(self, node: int, parts: list[tuple[TopicPartition, PartitionState]]) -> None:
+        c = self.config
+        asked = {tp: (state.generation, state.fetch_position) for tp, state in parts}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, state in parts:
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": self.cluster.metadata.leader_epoch(tp),
+                "fetch_offset": state.fetch_position, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": c["max_partition_fetch_bytes"]})
+        body = {"replica_id": -1, "max_wait_ms": c["fetch_max_wait_ms"], "min_bytes": c["fetch_min_bytes"],
+                "max_bytes": c["fetch_max_bytes"], "isolation_level": 0,
+                "topics": [{"topic": t, "partitions": p} for t, p in topics.items()]}
+        try:
+            try:
+                code, answer = await self.cluster.request(
+                    node, API_FETCH, body, timeout_ms=c["request_timeout_ms"] + int(c["fetch_max_wait_ms"]))
+            except RaftkaError as error:
+                self._backoff([tp for tp, _ in parts], error)
+                return
+            if code != errors.NONE:
+                self._backoff([tp for tp, _ in parts], errors.error_for(code, (answer or {}).get("error_message")))
+                return
+            for t in answer.get("responses") or []:
+                for p in t.get("partitions") or []:
+                    tp = TopicPartition(t["topic"], p["partition_index"])
+                    if tp in asked:
+                        self._handle_partition(tp, p, *asked[tp])
+        finally:
+            self._nodes_in_flight.discard(node)
+            self._wakeup.set()
+
+    def _backoff(self, tps: Iterable[TopicPartition], error: BaseException) -> None:
+        log.debug("fetch failed, backing off: %s", error)
+        retry_at = time.monotonic() + self.config["retry_backoff_ms"] / 1000
+        for tp in tps:
+            state = self._states.get(tp)
+            if state is not None:
+                state.retry_at = retry_at
+        self.cluster.request_update()
+
+    def _handle_partition(self, tp: TopicPartition, p: dict[str, Any], generation: int, fetch_offset: int) -> None:
+        state = self._states.get(tp)
+        if state is None or state.generation != generation or state.fetch_position != fetch_offset:
+            return  # sought, reassigned or already advanced: this answer is stale
+        code = p.get("error_code", 0) or 0
+        if code == errors.NONE:
+            hw = p.get("high_watermark", -1)
+            state.high_watermark = hw
+            state.log_start_offset = p.get("log_start_offset", -1)
+            raw = p.get("records") or b""
+            if not raw:
+                return
+            try:
+                found, next_offset = decode_records(raw, fetch_offset, hw, self.config["check_crcs"])
+            except RaftkaError as error:
+                state.failed = error if error.topic else errors.error_for(
+                    error.code, error.message, topic=tp.topic, partition=tp.partition)
+                self._data.set()
+                return
+            for record, ts_type, epoch in found:
+                state.buffer.append((generation, record, ts_type, epoch))
+                state.buffered_bytes += len(record.value or b"") + len(record.key or b"") + 24
+            state.fetch_position = next_offset
+            if found:
+                self._data.set()
+            return
+        error = errors.error_for(code, p.get("error_message"), topic=tp.topic, partition=tp.partition)
+        if code == errors.OFFSET_OUT_OF_RANGE:
+            if self._default_reset is None:
+                state.failed = OffsetOutOfRangeError(
+                    f"offset {fetch_offset} is out of range (log start {p.get('log_start_offset')}, "
+                    f"high watermark {p.get('high_watermark')}) and auto_offset_reset='none'",
+                    topic=tp.topic, partition=tp.partition)
+                self._data.set()
+            else:
+                log.info("offset %s of %s-%s out of range; resetting (%s)", fetch_offset, tp.topic,
+                         tp.partition, self.config["auto_offset_reset"])
+                self._seek(state, None, self._default_reset)
+            return
+        if error.retriable:
+            if error.invalid_metadata:
+                self.cluster.update_leader(tp, p.get("current_leader"))
+            self._backoff([tp], error)
+            return
+        state.failed = error
+        self._data.set()
+
+    # -- polling --
+    def _deserialize(self, tp: TopicPartition, record: Any, ts_type: int, epoch: int) -> ConsumerRecord:
+        c = self.config
+        try:
+            key = c["key_deserializer"](record.key) if c["key_deserializer"] and record.key is not None else record.key
+            value = (c["value_deserializer"](record.value)
+                     if c["value_deserializer"] and record.value is not None else record.value)
+        except Exception as error:
+            raise SerializationError(f"deserializing offset {record.offset} failed: "
+                                     f"{type(error).__name__}: {error}", topic=tp.topic,
+                                     partition=tp.partition) from error
+        headers = list(record.headers or [])
+        return ConsumerRecord(tp.topic, tp.partition, record.offset, record.timestamp, ts_type, key, value,
+                              headers, None, len(record.key) if record.key is not None else -1,
+                              len(record.value) if record.value is not None else -1,
+                              sum(len(k) + len(v or b"") for k, v in headers), epoch)
+
+    def _drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        taken = 0
+        for tp, state in list(self._states.items()):
+            if state.failed is not None and not state.buffer:
+                if out:
+                    return out  # hand out what we have; the error comes with the next poll
+                error = state.failed
+                if not isinstance(error, (NoOffsetForPartitionError, OffsetOutOfRangeError)):
+                    state.failed = None  # raised once; fetching resumes (and may fail again)
+                raise error
+            if state.paused:
+                continue
+            while state.buffer and taken < max_records:
+                generation, record, ts_type, epoch = state.buffer[0]
+                if generation != state.generation or (state.position is not None and record.offset < state.position):
+                    state.buffer.popleft()
+                    continue
+                consumer_record = self._deserialize(tp, record, ts_type, epoch)
+                state.buffer.popleft()
+                state.buffered_bytes -= len(record.value or b"") + len(record.key or b"") + 24
+                state.position = record.offset + 1
+                out.setdefault(tp, []).append(consumer_record)
+                taken += 1
+            if not state.buffer and state.fetch_position is not None and state.position is not None:
+                state.position = max(state.position, state.fetch_position)
+            if taken >= max_records:
+                break
+        if out:
+            # Rotate so one busy partition does not starve the others across polls.
+            first = next(iter(out))
+            if first in self._states:
+                self._states[first] = self._states.pop(first)
+        self._wakeup.set()
+        return out
+
+    async def poll(self, timeout_ms: float = 0, max_records: int | None = None,
+                   update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records fetched so far, up to ``max_records`` (default ``max_poll_records``), waiting up
+        to ``timeout_ms`` for the first. Raises a partition's error (OffsetOutOfRangeError,
+        NoOffsetForPartitionError, CorruptRecordError, ...) once its records before it are out."""
+        self._check_open()
+        await self.start()
+        if not self._states and self._subscription is None and self._pattern is None:
+            raise IllegalStateError("no partitions: call assign() or subscribe() first")
+        max_records = max_records or self.config["max_poll_records"]
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._data.clear()
+            self._update_subscription()
+            out = self._drain(max_records)
+            if out:
+                return out
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {}
+            try:
+                await asyncio.wait_for(self._data.wait(), left)
+            except asyncio.TimeoutError:
+                return {}
+
+    async def getone(self, timeout_ms: float | None = None) -> ConsumerRecord | None:
+        """One record, waiting up to ``timeout_ms`` (None: ``consumer_timeout_ms``); None when
+        nothing arrived in time."""
+        timeout = self.config["consumer_timeout_ms"] if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + min(timeout, 10**9) / 1000
+        while True:
+            left_ms = (deadline - time.monotonic()) * 1000
+            got = await self.poll(timeout_ms=max(0.0, min(left_ms, 60_000)), max_records=1)
+            for records in got.values():
+                return records[0]
+            if left_ms <= 0:
+                return None
+
+    def __aiter__(self) -> "Consumer":
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        record = await self.getone()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    # -- groups: not yet --
+    async def commit(self, offsets: Any = None) -> None:
+        raise IllegalStateError("consumer groups are not implemented yet (#consumer-groups): nothing to commit to")
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        raise IllegalStateError("consumer groups are not implemented yet (#consumer-groups): no committed offsets")

@@ -1,0 +1,488 @@
+"""The asyncio producer: ``await producer.send(...)`` returns an asyncio future of RecordMetadata.
+
+One sender task drains ready batches (see accumulator.py) into one Produce request per leader,
+at most ``max_in_flight_requests_per_connection`` per broker. With ``enable_idempotence`` (the
+default) the producer gets a producer id (InitProducerId) and stamps each batch with a
+per-partition sequence on first send; a retried batch keeps it, so the leader drops a duplicate
+and answers with the original offset.
+
+Order per partition under retries: when a batch of a partition fails retriably it goes back to
+the head of that partition's queue (creation order), and the partition is *muted* - nothing
+more of it is sent - until every request in flight for it has answered. Later batches that were
+already in flight come back (with OUT_OF_ORDER_SEQUENCE_NUMBER from the leader under
+idempotence, or an error of their own) and are requeued behind it, so the partition resumes in
+order. A batch is retried while ``retries`` and ``delivery_timeout_ms`` allow.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Sequence
+
+from client.aio.accumulator import PendingRecord, ProducerBatch, RecordAccumulator, record_size_estimate
+from client.aio.cluster import API_INIT_PRODUCER_ID, API_PRODUCE, Cluster
+from client.errors import ConfigError, KafkaClosedError, KafkaTimeoutError, SerializationError
+from client.partitioner import DefaultPartitioner
+from client.protocol import errors
+from client.protocol.errors import RaftkaError
+from client.structs import RecordMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+ACKS = {"all": -1, -1: -1, 0: 0, 1: 1, "0": 0, "1": 1, "-1": -1}
+IN_FLIGHT_MAX_IDEMPOTENT = 5
+
+DEFAULTS: dict[str, Any] = {
+    "bootstrap_servers": "localhost:9092",
+    "client_id": None,
+    "key_serializer": None,
+    "value_serializer": None,
+    "acks": "all",
+    "compression_type": None,
+    "retries": 2_147_483_647,
+    "batch_size": 16384,
+    "linger_ms": 5,
+    "partitioner": None,
+    "buffer_memory": 33_554_432,
+    "max_block_ms": 60_000,
+    "max_request_size": 1_048_576,
+    "metadata_max_age_ms": 300_000,
+    "retry_backoff_ms": 100,
+    "request_timeout_ms": 30_000,
+    "delivery_timeout_ms": 120_000,
+    "max_in_flight_requests_per_connection": 5,
+    "enable_idempotence": True,
+    "connection_factory": None,
+}
+
+
+def producer_config(configs: dict[str, Any]) -> dict[str, Any]:
+    """Defaults + ``configs``, checked; ConfigError names a bad or unknown key."""
+    unknown = set(configs) - set(DEFAULTS)
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], "unknown producer config")
+    config = {**DEFAULTS, **configs}
+    if config["acks"] not in ACKS:
+        raise ConfigError("acks", f"must be 0, 1 or 'all', got {config['acks']!r}")
+    config["acks"] = ACKS[config["acks"]]
+    if config["compression_type"] not in (None, "none", "lz4"):
+        raise ConfigError("compression_type", f"must be None or 'lz4', got {config['compression_type']!r}")
+    for key in ("batch_size", "buffer_memory", "max_request_size", "request_timeout_ms",
+                "max_in_flight_requests_per_connection", "delivery_timeout_ms"):
+        if not isinstance(config[key], int) or config[key] < 1:
+            raise ConfigError(key, f"must be a positive int, got {config[key]!r}")
+    for key in ("linger_ms", "max_block_ms", "retry_backoff_ms", "retries"):
+        if not isinstance(config[key], (int, float)) or config[key] < 0:
+            raise ConfigError(key, f"must be >= 0, got {config[key]!r}")
+    if config["enable_idempotence"]:
+        if config["acks"] != -1:
+            raise ConfigError("acks", "enable_idempotence=True needs acks='all'")
+        if config["max_in_flight_requests_per_connection"] > IN_FLIGHT_MAX_IDEMPOTENT:
+            raise ConfigError("max_in_flight_requests_per_connection",
+                              f"must be <= {IN_FLIGHT_MAX_IDEMPOTENT} with enable_idempotence")
+        if config["retries"] == 0:
+            raise ConfigError("retries", "enable_idempotence=True needs retries > 0")
+    if config["delivery_timeout_ms"] < config["linger_ms"] + config["request_timeout_ms"]:
+        raise ConfigError("delivery_timeout_ms", "must be >= linger_ms + request_timeout_ms")
+    return config
+
+
+def _serialize(serializer: Callable[[Any], bytes] | None, data: Any, what: str, topic: str) -> bytes | None:
+    if data is None:
+        return None
+    if serializer is not None:
+        try:
+            data = serializer(data)
+        except Exception as error:
+            raise SerializationError(f"{what}_serializer raised {type(error).__name__}: {error}",
+                                     topic=topic) from error
+    if isinstance(data, str) and serializer is None:
+        raise SerializationError(f"{what} is a str; pass bytes or set {what}_serializer", topic=topic)
+    if not isinstance(data, (bytes, bytearray, memoryview)) and data is not None:
+        raise SerializationError(f"{what} must serialize to bytes, got {type(data).__name__}", topic=topic)
+    return bytes(data) if data is not None else None
+
+
+class Producer:
+    """asyncio producer; the blocking ``client.Producer`` wraps it. Arguments as kafka-python's
+    KafkaProducer (see ``DEFAULTS``)."""
+
+    def __init__(self, **configs: Any) -> None:
+        self.config = producer_config(configs)
+        c = self.config
+        self.cluster = Cluster(c["bootstrap_servers"], client_id=c["client_id"] or "raftka-producer",
+                               request_timeout_ms=c["request_timeout_ms"],
+                               retry_backoff_ms=c["retry_backoff_ms"],
+                               metadata_max_age_ms=c["metadata_max_age_ms"],
+                               connection_factory=c["connection_factory"])
+        self.accumulator = RecordAccumulator(batch_size=c["batch_size"], linger_ms=c["linger_ms"],
+                                             compression_type=c["compression_type"],
+                                             buffer_memory=c["buffer_memory"],
+                                             max_request_size=c["max_request_size"])
+        self.partitioner = c["partitioner"] or DefaultPartitioner()
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._pid_task: asyncio.Task[None] | None = None
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._node_in_flight: dict[int, int] = {}
+        self._muted: set[TopicPartition] = set()  # a batch was requeued; wait for in-flight to end
+        self._reset_pid = False
+        self._wakeup = asyncio.Event()
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._sender: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.failures: list[tuple[TopicPartition, BaseException]] = []  # since the last flush
+
+    async def start(self) -> None:
+        """Start the metadata and sender tasks (called by ``send`` when needed)."""
+        if self._sender is None:
+            self.cluster.start()
+            self._sender = asyncio.get_running_loop().create_task(self._run_sender())
+
+    # -- the public API --
+    async def send(self, topic: str, value: Any = None, key: Any = None,
+                   headers: Sequence[tuple[str, bytes]] | None = None, partition: int | None = None,
+                   timestamp_ms: int | None = None) -> "asyncio.Future[RecordMetadata]":
+        """Queue one record; returns a future of its RecordMetadata. Waits up to
+        ``max_block_ms`` for the topic's metadata and for room in ``buffer_memory``."""
+        if self._closing or self._closed:
+            raise KafkaClosedError("the producer is closed")
+        if value is None and key is None:
+            raise ValueError("send needs a value or a key (a None value with a key is a tombstone)")
+        await self.start()
+        c = self.config
+        key_bytes = _serialize(c["key_serializer"], key, "key", topic)
+        value_bytes = _serialize(c["value_serializer"], value, "value", topic)
+        header_list = [(str(k), bytes(v) if v is not None else None) for k, v in (headers or [])]
+        deadline = time.monotonic() + c["max_block_ms"] / 1000
+        all_partitions = await self.cluster.partitions_for(topic, c["max_block_ms"])
+        if c["enable_idempotence"]:
+            await self._ensure_producer_id(max(0.0, deadline - time.monotonic()) * 1000)
+        if partition is None:
+            partition = self.partitioner(topic, key_bytes, all_partitions,
+                                         self.cluster.metadata.available_partitions(topic))
+        elif partition not in all_partitions:
+            raise errors.UnknownTopicOrPartitionError(
+                f"partition {partition} does not exist (the topic has {len(all_partitions)})",
+                topic=topic, partition=partition)
+        tp = TopicPartition(topic, partition)
+        size = record_size_estimate(key_bytes, value_bytes, header_list)
+        await self.accumulator.reserve(size, max(0.0, deadline - time.monotonic()) * 1000)
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        header_size = sum(len(k) + (len(v) if v else 0) for k, v in header_list)
+        pending = PendingRecord(future, ts, len(key_bytes) if key_bytes is not None else -1,
+                                len(value_bytes) if value_bytes is not None else -1, header_size)
+        try:
+            batch, closed = self.accumulator.append(tp, ts, key_bytes, value_bytes, header_list,
+                                                    pending, size)
+        except BaseException:
+            self.accumulator.release(size)
+            raise
+        if closed is not None or batch.record_count == 1:
+            if closed is not None:
+                self._batch_closed(closed)
+            self._wakeup.set()  # a full batch or a new linger timer
+        return future
+
+    async def flush(self, timeout_ms: float | None = None) -> list[tuple[TopicPartition, BaseException]]:
+        """Send everything queued now (no linger) and wait until each record is acknowledged or
+        failed. Returns the (partition, error) of each failed batch since the previous flush
+        (empty: all acknowledged); KafkaTimeoutError after ``timeout_ms``."""
+        waiting = [r.future for b in list(self.accumulator.incomplete) for r in b.records]
+        self._flushing += 1
+        self._wakeup.set()
+        try:
+            if waiting:
+                done = asyncio.gather(*waiting, return_exceptions=True)
+                if timeout_ms is None:
+                    await done
+                else:
+                    try:
+                        await asyncio.wait_for(done, timeout_ms / 1000)
+                    except asyncio.TimeoutError:
+                        raise KafkaTimeoutError(f"flush: {len([f for f in waiting if not f.done()])} "
+                                                f"records not acknowledged within {timeout_ms} ms") from None
+        finally:
+            self._flushing -= 1
+        failures, self.failures = self.failures, []
+        return failures
+
+    async def close(self, timeout_ms: float | None = None) -> list[tuple[TopicPartition, BaseException]]:
+        """Flush (up to ``timeout_ms``), then stop. What could not be sent in time fails with
+        KafkaClosedError. Returns the failures as ``flush`` does."""
+        if self._closed:
+            return []
+        self._closing = True
+        try:
+            failures = await self.flush(timeout_ms)
+        except KafkaTimeoutError:
+            failures = []
+        self._closed = True
+        for batch in list(self.accumulator.incomplete):
+            error = KafkaClosedError("the producer was closed before this record was acknowledged",
+                                     topic=batch.tp.topic, partition=batch.tp.partition)
+            self._fail(batch, error)
+        failures += self.failures
+        self.failures = []
+        if self._sender is not None:
+            self._sender.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*(t for t in [self._sender, *self._tasks] if t), return_exceptions=True)
+        await self.cluster.close()
+        return failures
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` (waits up to max_block_ms for metadata)."""
+        await self.start()
+        return set(await self.cluster.partitions_for(topic, self.config["max_block_ms"]))
+
+    # -- producer id --
+    async def _ensure_producer_id(self, timeout_ms: float) -> None:
+        if self.producer_id >= 0:
+            return
+        if self._pid_task is None or self._pid_task.done():
+            self._pid_task = asyncio.get_running_loop().create_task(self._init_producer_id())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._pid_task), max(timeout_ms, 1) / 1000)
+        except asyncio.TimeoutError:
+            raise KafkaTimeoutError(f"no producer id (InitProducerId) within {int(timeout_ms)} ms") from None
+
+    async def _init_producer_id(self) -> None:
+        while True:
+            try:
+                code, body = await self.cluster.request_any(API_INIT_PRODUCER_ID,
+                                                            {"transactional_id": None,
+                                                             "transaction_timeout_ms": 60_000})
+            except RaftkaError as error:
+                if not error.retriable:
+                    raise
+                code, body = error.code, {}
+            if code == errors.NONE:
+                self.producer_id, self.producer_epoch = body["producer_id"], body["producer_epoch"]
+                return
+            spec = errors.SPECS.get(code)
+            if spec is None or not spec.retriable:
+                raise errors.error_for(code, (body or {}).get("error_message"))
+            await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+
+    # -- the sender --
+    def _batch_closed(self, batch: ProducerBatch) -> None:
+        parts = self.cluster.metadata.partitions_for(batch.tp.topic) or [batch.tp.partition]
+        notify = getattr(self.partitioner, "on_batch_closed", None)
+        if notify is not None:
+            notify(batch.tp.topic, batch.tp.partition, parts,
+                   self.cluster.metadata.available_partitions(batch.tp.topic))
+
+    async def _run_sender(self) -> None:
+        while True:
+            try:
+                wake_at = await self._send_ready()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not silently stop every future delivery
+                log.exception("producer sender step failed")
+                wake_at = time.monotonic() + self.config["retry_backoff_ms"] / 1000
+            timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
+            if timeout is None or timeout > 0:
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+            self._wakeup.clear()
+
+    async def _send_ready(self) -> float | None:
+        """Expire, drain and send what is ready; returns when to look again (None: on wakeup)."""
+        c = self.config
+        now = time.monotonic()
+        wake_at: float | None = None
+
+        def later(t: float | None) -> None:
+            nonlocal wake_at
+            if t is not None:
+                wake_at = t if wake_at is None else min(wake_at, t)
+
+        self._expire(now)
+        if self._reset_pid:
+            if any(self._in_flight.values()):
+                return None  # wait for in-flight answers; their completion wakes us
+            await self._reset_producer_id()
+        urgent = bool(self._flushing or self._closing)
+        by_node: dict[int, list[ProducerBatch]] = {}
+        size_by_node: dict[int, int] = {}
+        for tp in list(self.accumulator.queues):
+            if tp in self._muted:
+                if self._in_flight.get(tp):
+                    continue
+                self._muted.discard(tp)
+            batch, due = self.accumulator.first_ready(tp, now, urgent=urgent)
+            if batch is None:
+                later(due)
+                continue
+            leader = self.cluster.metadata.leader_for(tp)
+            if leader is None:
+                self.cluster.request_update()
+                later(now + c["retry_backoff_ms"] / 1000)
+                continue
+            in_flight = self._node_in_flight.get(leader, 0)
+            if in_flight >= c["max_in_flight_requests_per_connection"]:
+                continue
+            if c["max_in_flight_requests_per_connection"] == 1 and self._in_flight.get(tp):
+                continue
+            size = len(batch.buffer) if batch.buffer is not None else self.accumulator.batch_size
+            if by_node.get(leader) and size_by_node[leader] + size > c["max_request_size"]:
+                continue
+            batch = self.accumulator.pop(tp)
+            self._prepare(batch)
+            by_node.setdefault(leader, []).append(batch)
+            size_by_node[leader] = size_by_node.get(leader, 0) + len(batch.buffer or b"")
+            if not self.accumulator.queues[tp]:
+                self._batch_closed(batch)
+            else:
+                later(now)  # more of this partition may go in the next request
+        for node, batches in by_node.items():
+            self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
+            for batch in batches:
+                batch.in_flight = True
+                batch.attempts += 1
+                self._in_flight.setdefault(batch.tp, []).append(batch)
+            task = asyncio.get_running_loop().create_task(self._produce(node, batches))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        for when in (b.created + c["delivery_timeout_ms"] / 1000 for b in self.accumulator.batches()):
+            later(when)
+        return wake_at
+
+    def _prepare(self, batch: ProducerBatch) -> None:
+        """Stamp the producer id and a sequence on a batch's first send (idempotence)."""
+        if not self.config["enable_idempotence"] or batch.base_sequence is not None:
+            return
+        seq = self._next_sequence.get(batch.tp, 0)
+        batch.stamp_producer(self.producer_id, self.producer_epoch, seq)
+        self._next_sequence[batch.tp] = (seq + batch.record_count) % (1 << 31)
+
+    def _expire(self, now: float) -> None:
+        limit = self.config["delivery_timeout_ms"] / 1000
+        for tp, dq in list(self.accumulator.queues.items()):
+            for batch in [b for b in dq if now - b.created >= limit]:
+                dq.remove(batch)
+                cause = f" (last error: {batch.last_error})" if batch.last_error else ""
+                self._fail(batch, KafkaTimeoutError(
+                    f"{batch.record_count} records not acknowledged within delivery_timeout_ms="
+                    f"{self.config['delivery_timeout_ms']}{cause}", topic=tp.topic, partition=tp.partition))
+
+    async def _reset_producer_id(self) -> None:
+        """After a sequenced batch failed for good, the partition's sequence has a gap the leader
+        would refuse forever: take a new producer id and restart every sequence at 0."""
+        self._reset_pid = False
+        self.producer_id = -1
+        self._next_sequence.clear()
+        for batch in self.accumulator.batches():
+            batch.base_sequence = None
+        try:
+            await self._ensure_producer_id(self.config["request_timeout_ms"])
+        except RaftkaError:
+            self._reset_pid = True
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if batch.done:
+            return
+        batch.fail(error)
+        self.accumulator.finished(batch)
+        self.failures.append((batch.tp, error))
+        if self.config["enable_idempotence"] and batch.base_sequence is not None:
+            self._reset_pid = True
+        self._wakeup.set()
+
+    def _acknowledged(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int,
+                      log_start_offset: int) -> None:
+        batch.complete(base_offset, log_append_time_ms, log_start_offset)
+        self.accumulator.finished(batch)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: RaftkaError) -> None:
+        c = self.config
+        now = time.monotonic()
+        batch.last_error = error
+        expired = now - batch.created >= c["delivery_timeout_ms"] / 1000
+        if batch.attempts > c["retries"] or expired or self._closed:
+            self._fail(batch, error if not expired else KafkaTimeoutError(
+                f"not acknowledged within delivery_timeout_ms={c['delivery_timeout_ms']} "
+                f"(last error: {error})", topic=batch.tp.topic, partition=batch.tp.partition))
+            return
+        self.accumulator.requeue(batch, now + c["retry_backoff_ms"] / 1000)
+        self._muted.add(batch.tp)
+
+    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
+        c = self.config
+        topic_data: dict[str, list[dict[str, Any]]] = {}
+        for batch in batches:
+            topic_data.setdefault(batch.tp.topic, []).append({"index": batch.tp.partition,
+                                                              "records": batch.buffer})
+        body = {"acks": c["acks"], "timeout_ms": c["request_timeout_ms"], "transactional_id": None,
+                "topic_data": [{"name": t, "partition_data": p} for t, p in topic_data.items()]}
+        try:
+            try:
+                code, answer = await self.cluster.request(node, API_PRODUCE, body,
+                                                          expect_response=c["acks"] != 0)
+            except RaftkaError as error:
+                code, answer, request_error = error.code, None, error
+            else:
+                request_error = errors.error_for(code, (answer or {}).get("error_message")) if code else None
+            for batch in batches:
+                self._in_flight[batch.tp].remove(batch)
+            if c["acks"] == 0 and request_error is None:
+                for batch in batches:
+                    self._acknowledged(batch, -1, -1, -1)
+                return
+            if request_error is not None:
+                for batch in batches:
+                    self._on_error(batch, request_error)
+                return
+            results: dict[TopicPartition, dict[str, Any]] = {}
+            for topic in answer.get("responses") or []:
+                for p in topic.get("partition_responses") or []:
+                    results[TopicPartition(topic["name"], p["index"])] = p
+            for batch in batches:
+                p = results.get(batch.tp)
+                if p is None:
+                    self._on_error(batch, errors.UnknownServerError(
+                        "the Produce answer has no entry for this partition",
+                        topic=batch.tp.topic, partition=batch.tp.partition))
+                    continue
+                pcode = p.get("error_code", 0) or 0
+                if pcode in (errors.NONE, errors.DUPLICATE_SEQUENCE_NUMBER):
+                    self._acknowledged(batch, p.get("base_offset", -1) if pcode == errors.NONE else -1,
+                                       p.get("log_append_time_ms", -1), p.get("log_start_offset", -1))
+                    continue
+                if errors.SPECS.get(pcode, errors.SPECS[-1]).invalid_metadata:
+                    self.cluster.update_leader(batch.tp, p.get("current_leader"))
+                self._on_error(batch, errors.error_for(pcode, p.get("error_message"),
+                                                       topic=batch.tp.topic, partition=batch.tp.partition))
+        finally:
+            self._node_in_flight[node] -= 1
+            self._wakeup.set()
+
+    def _earlier_pending(self, batch: ProducerBatch) -> bool:
+        earlier = [b for b in self._in_flight.get(batch.tp, []) if b.order < batch.order]
+        queued = self.accumulator.queues.get(batch.tp) or ()
+        return bool(earlier) or any(b.order < batch.order for b in queued)
+
+    def _on_error(self, batch: ProducerBatch, error: RaftkaError) -> None:
+        # OUT_OF_ORDER_SEQUENCE_NUMBER behind a requeued earlier batch is expected: that earlier
+        # batch is missing at the leader; send this one again after it.
+        ordered_retry = (isinstance(error, errors.OutOfOrderSequenceNumberError)
+                         and (batch.tp in self._muted or self._earlier_pending(batch)))
+        if error.retriable or ordered_retry:
+            if error.invalid_metadata:
+                self.cluster.request_update()
+            self._retry_or_fail(batch, error)
+        else:
+            if error.topic is None:
+                error = errors.error_for(error.code, error.message, topic=batch.tp.topic,
+                                         partition=batch.tp.partition)
+            self._fail(batch, error)

@@ -1,0 +1,102 @@
+"""Plain data the client hands to and gets from users: the names kafka-python users know."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+
+class TopicPartition(NamedTuple):
+    """A topic and a partition index."""
+
+    topic: str
+    partition: int
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record landed. ``offset`` is -1 with ``acks=0`` (nobody said)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    log_start_offset: int = -1
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+    serialized_header_size: int = -1
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class ConsumerRecord(NamedTuple):
+    """One record as the consumer returns it. ``timestamp_type`` is 0 (create time) or 1
+    (log append time)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list[tuple[str, bytes]]
+    checksum: int | None = None
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+    serialized_header_size: int = -1
+    leader_epoch: int = -1
+
+
+class NewTopic(NamedTuple):
+    """A topic to create. -1 means the cluster default (``num.partitions``,
+    ``default.replication.factor``)."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    topic_configs: dict[str, Any] | None = None
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """The first offset whose timestamp is >= a searched timestamp, and that record's timestamp."""
+
+    offset: int
+    timestamp: int
+
+
+class BrokerMetadata(NamedTuple):
+    """A broker as Metadata describes it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class PartitionMetadata(NamedTuple):
+    """One partition as the cluster's metadata describes it (-1 leader: offline)."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: Sequence[int]
+    isr: Sequence[int]
+    offline_replicas: Sequence[int] = ()
+
+
+class ConfigResource(NamedTuple):
+    """A resource for describe_configs / alter_configs. Only ``'topic'`` exists today.
+    ``configs`` maps keys to new values (None deletes the override) for alter_configs."""
+
+    resource_type: str
+    name: str
+    configs: dict[str, Any] | None = None
+
+
+class ConfigEntry(NamedTuple):
+    """One config of a described resource."""
+
+    name: str
+    value: Any
+    is_default: bool
