@@ -5,5 +5,6 @@ Imports only ``client.protocol`` (record batches, errors, configs).
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.log import AppendInfo, FetchData, Log
+from storage.manager import LogManager
 
-__all__ = ["AppendInfo", "FetchData", "LeaderEpochCache", "Log", "LogConfig"]
+__all__ = ["AppendInfo", "FetchData", "LeaderEpochCache", "Log", "LogConfig", "LogManager"]

@@ -1,0 +1,199 @@
+"""All partition logs of one broker, spread over its ``log.dirs``.
+
+Each log dir holds one directory per partition replica, ``<topic>-<partition>``, and a
+``.lock`` file held (flock) while a LogManager uses the dir, so two brokers never share one.
+A new partition goes to the dir holding the fewest partitions (as Kafka does). Deleting a
+partition renames its directory to ``<topic>-<partition>.<random>-delete`` first (one atomic
+step: the partition is gone even if the removal is interrupted) and then removes it; leftovers
+are removed at the next start.
+
+``run_maintenance(now_ms)`` is the one periodic duty the broker's loop calls: retention,
+the flush.ms policy, and the high-watermark and recovery-point checkpoints.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from client.protocol.errors import InvalidTopicError, KafkaStorageError
+from storage.config import LogConfig
+from storage.log import Log
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+DELETE_SUFFIX = "-delete"
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_PARTITION_DIR = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)$")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LogManager:
+    """The logs of one broker (see the module docstring)."""
+
+    def __init__(self, log_dirs: list[str], default_config: Mapping[str, Any] | None = None, *,
+                 clock_ms: Callable[[], int] = _now_ms,
+                 hw_checkpoint_interval_ms: int = 5000,
+                 recovery_point_checkpoint_interval_ms: int = 60000) -> None:
+        if not log_dirs:
+            raise KafkaStorageError("log.dirs is empty: a broker needs at least one log directory")
+        self.default_config = dict(default_config or {})
+        LogConfig.from_mapping(self.default_config)  # ConfigError naming a bad key, now
+        self.clock_ms = clock_ms
+        self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
+        self.recovery_point_checkpoint_interval_ms = recovery_point_checkpoint_interval_ms
+        self._last_hw_checkpoint_ms = clock_ms()
+        self._last_rp_checkpoint_ms = clock_ms()
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._lock_fds: list[int] = []
+        self.log_dirs = [Path(d) for d in log_dirs]
+        try:
+            for d in self.log_dirs:
+                self._lock_dir(d)
+            for d in self.log_dirs:
+                self._load_dir(d)
+        except BaseException:
+            self.close()
+            raise
+
+    def _lock_dir(self, d: Path) -> None:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise KafkaStorageError(f"cannot use log dir {d}: {error.strerror or error}") from error
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise KafkaStorageError(f"log dir {d} is in use by another process (locked {d / LOCK_FILE})") from None
+        self._lock_fds.append(fd)
+
+    def _load_dir(self, d: Path) -> None:
+        for entry in sorted(os.scandir(d), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            match = _PARTITION_DIR.match(entry.name)
+            if not match:
+                continue
+            key = (match["topic"], int(match["partition"]))
+            if key in self._logs:
+                raise KafkaStorageError(f"partition {key[0]}-{key[1]} is in two log dirs: "
+                                        f"{self._logs[key].dir} and {entry.path}")
+            self._logs[key] = Log.open(Path(entry.path), self.default_config, topic=key[0],
+                                       partition=key[1], clock_ms=self.clock_ms)
+
+    def _merged(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
+        merged = dict(self.default_config)
+        merged.update(config or {})
+        return merged
+
+    # --- partitions ----------------------------------------------------------------------------
+    def get_or_create(self, topic: str, partition: int, config: Mapping[str, Any] | None = None) -> Log:
+        """The log of ``topic``-``partition``, created in the emptiest log dir if new. ``config``
+        (topic overrides of the default config) is applied to an existing log too."""
+        if not _TOPIC_NAME.match(topic) or topic in (".", ".."):
+            raise InvalidTopicError(f"topic name {topic!r} is not a legal Kafka topic name")
+        if not isinstance(partition, int) or partition < 0:
+            raise InvalidTopicError(f"partition {partition!r} must be a non-negative integer")
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                if config is not None:
+                    existing.update_config(self._merged(config))
+                return existing
+            counts = {d: 0 for d in self.log_dirs}
+            for lg in self._logs.values():
+                parent = lg.dir.parent
+                if parent in counts:
+                    counts[parent] += 1
+            target = min(self.log_dirs, key=lambda d: counts[d])
+            lg = Log.open(target / f"{topic}-{partition}", self._merged(config), topic=topic,
+                          partition=partition, clock_ms=self.clock_ms)
+            self._logs[(topic, partition)] = lg
+            return lg
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        with self._lock:
+            return self._logs.get((topic, partition))
+
+    def delete(self, topic: str, partition: int) -> bool:
+        """Remove the partition's log and its directory; False when there was none."""
+        with self._lock:
+            lg = self._logs.pop((topic, partition), None)
+        if lg is None:
+            return False
+        lg.close()
+        doomed = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        try:
+            os.rename(lg.dir, doomed)
+        except OSError as error:
+            raise KafkaStorageError(f"could not delete {lg.dir}: {error.strerror or error}",
+                                    topic=topic, partition=partition) from error
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    # --- periodic duties -----------------------------------------------------------------------
+    def run_maintenance(self, now_ms: int | None = None) -> dict[str, int]:
+        """Retention, flush.ms, and (every few seconds) the HW and recovery-point checkpoints.
+        A disk error on one log is logged and does not stop the others."""
+        now = self.clock_ms() if now_ms is None else now_ms
+        deleted = flushed = errors = 0
+        do_hw = now - self._last_hw_checkpoint_ms >= self.hw_checkpoint_interval_ms
+        do_rp = now - self._last_rp_checkpoint_ms >= self.recovery_point_checkpoint_interval_ms
+        for lg in self.logs():
+            try:
+                deleted += lg.delete_old_segments(now)
+                flushed += lg.maybe_flush(now)
+                if do_hw:
+                    lg.checkpoint_high_watermark()
+                if do_rp:
+                    lg.checkpoint_recovery_point()
+            except KafkaStorageError as error:
+                errors += 1
+                log.error("maintenance of %s: %s", lg, error)
+        if do_hw:
+            self._last_hw_checkpoint_ms = now
+        if do_rp:
+            self._last_rp_checkpoint_ms = now
+        return {"deleted_segments": deleted, "flushed_logs": flushed, "errors": errors}
+
+    def checkpoint_high_watermarks(self) -> None:
+        for lg in self.logs():
+            lg.checkpoint_high_watermark()
+
+    def close(self) -> None:
+        """Close every log cleanly (flush, checkpoints) and release the log dirs."""
+        with self._lock:
+            logs = list(self._logs.values())
+            self._logs.clear()
+        for lg in logs:
+            try:
+                lg.close()
+            except KafkaStorageError as error:
+                log.error("closing %s: %s", lg, error)
+        for fd in self._lock_fds:
+            try:
+                os.close(fd)  # releases the flock
+            except OSError:
+                pass
+        self._lock_fds.clear()
