@@ -375,3 +375,10 @@ def test_decode_batch_refuses_codecs_raftka_does_not_read():
     struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
     with pytest.raises(CorruptRecordError, match="codec 4"):
         rec.decode_batch(batch)
+
+
+def test_out_of_range_header_fields_raise_value_error_on_build():
+    builder = rec.BatchBuilder(producer_epoch=2**15)
+    builder.append(1, None, b"x")
+    with pytest.raises(ValueError, match="out of range"):
+        builder.build()

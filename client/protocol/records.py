@@ -534,10 +534,18 @@ class BatchBuilder:
             records = _lz4_compress(records)
         attributes = self._compression | (ATTR_TIMESTAMP_TYPE if self._timestamp_type else 0)
         out = bytearray(BATCH_OVERHEAD_BYTES)
-        _HEADER.pack_into(out, 0, self._base_offset,
-                          BATCH_LENGTH_MIN + len(records), self._partition_leader_epoch, MAGIC, 0,
-                          attributes, count - 1, self._base_ts, self._max_ts, self._producer_id,
-                          self._producer_epoch, self._base_sequence, count)
+        try:
+            _HEADER.pack_into(out, 0, self._base_offset, BATCH_LENGTH_MIN + len(records),
+                              self._partition_leader_epoch, MAGIC, 0, attributes, count - 1,
+                              self._base_ts, self._max_ts, self._producer_id,
+                              self._producer_epoch, self._base_sequence, count)
+        except struct.error as exc:
+            raise ValueError(f"a batch header field is out of range: {exc} (base_offset "
+                             f"{self._base_offset}, producer_id {self._producer_id}, "
+                             f"producer_epoch {self._producer_epoch}, base_sequence "
+                             f"{self._base_sequence}, partition_leader_epoch "
+                             f"{self._partition_leader_epoch}, max timestamp "
+                             f"{self._max_ts})") from None
         crc = _crc(records, _crc(memoryview(out)[ATTRIBUTES_OFFSET:]))
         _UINT32.pack_into(out, CRC_OFFSET, crc)
         out += records
