@@ -1,0 +1,435 @@
+"""The shared transport (client/protocol/transport.py) over real sockets on 127.0.0.1, port 0.
+
+Each test runs its own event loop (asyncio.run) with a Server and Connections in-process; no
+mocks of our own parts. Every wait in these tests has a timeout, so a hang fails fast.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from typing import Any
+
+import msgpack
+import pytest
+
+from client.protocol import errors
+from client.protocol.api import ApiKey, api_versions_body
+from client.protocol.errors import FrameError, NetworkExceptionError, RequestTimedOutError
+from client.protocol.transport import (
+    Connection, Request, Response, Server, decode_request, decode_response, encode_request,
+    encode_response, _request_frame_from_packed_body,
+)
+
+HOST = "127.0.0.1"
+WAIT_S = 5.0  # upper bound of any wait in these tests
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+async def until(predicate, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send raw bytes on a fresh socket; everything the server sends until it closes."""
+    with socket.create_connection((HOST, port), timeout=WAIT_S) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)  # so a frame cut short ends in EOF, not a wait
+        received = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+
+
+class Echo:
+    """A handler recording the order handlers start in; bodies steer it:
+    ``delay_ms`` sleep, ``gate`` wait on an event, ``no_answer`` answer None, ``fail`` raise."""
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+        self.gate = asyncio.Event()
+
+    async def __call__(self, request: Request) -> Response | None:
+        body = request.body
+        self.started.append(body.get("i"))
+        if body.get("fail") == "bug":
+            raise KeyError("a bug in the handler")
+        if body.get("fail") == "typed":
+            raise errors.NotLeaderOrFollowerError("broker 2 leads it now")
+        if body.get("gate"):
+            await asyncio.wait_for(self.gate.wait(), WAIT_S)
+        if body.get("delay_ms"):
+            await asyncio.sleep(body["delay_ms"] / 1000)
+        if body.get("no_answer"):
+            return None
+        return Response(errors.NONE, {"i": body.get("i"), "pad": body.get("pad", b"")})
+
+
+def test_frames_round_trip_and_a_prepacked_body_gives_the_same_bytes():
+    frame = encode_request(3, 0, 42, "me", {"topics": None})
+    assert frame == _request_frame_from_packed_body(3, 0, 42, "me", msgpack.packb({"topics": None}))
+    (length,) = struct.unpack(">I", frame[:4])
+    assert length == len(frame) - 4
+    assert decode_request(frame[4:], 1 << 20) == (3, 0, 42, "me", {"topics": None})
+    assert decode_response(encode_response(42, 6, {"x": b"\x00"})[4:], 1 << 20) == (42, 6, {"x": b"\x00"})
+    with pytest.raises(FrameError):
+        decode_request(msgpack.packb([1, 0, "not-an-int", "c", {}]), 1 << 20)
+    with pytest.raises(FrameError):
+        decode_response(b"\xc1", 1 << 20)
+
+
+def test_api_versions_body_lists_keys_sorted_with_their_versions():
+    body = api_versions_body([ApiKey.METADATA, ApiKey.PRODUCE])
+    assert body == {"api_keys": [{"api_key": 0, "min_version": 0, "max_version": 0},
+                                 {"api_key": 3, "min_version": 0, "max_version": 0}]}
+    assert api_versions_body({1: (0, 2)})["api_keys"] == [{"api_key": 1, "min_version": 0, "max_version": 2}]
+
+
+def test_pipelined_requests_are_answered_in_arrival_order_even_when_handled_out_of_order():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo, name="test").start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=20)
+        try:
+            answered: list[int] = []
+
+            async def one(i: int) -> None:
+                # Early requests are the slowest, so handlers finish in reverse order.
+                code, body = await conn.request(ApiKey.METADATA, {"i": i, "delay_ms": (20 - i) * 3},
+                                                timeout_ms=5000)
+                assert (code, body["i"]) == (errors.NONE, i)
+                answered.append(i)
+            await asyncio.gather(*(one(i) for i in range(20)))
+            assert echo.started == list(range(20)), "handlers start in arrival order"
+            assert answered == list(range(20)), "answers come back in arrival order"
+            assert server.metrics.requests[ApiKey.METADATA] == 20
+            assert not conn.closed
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_requests_without_an_answer_interleave_with_answered_ones():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=50)
+        try:
+            async def one(i: int) -> Any:
+                no_answer = i % 3 == 0  # like Produce with acks=0
+                result = await conn.request(ApiKey.PRODUCE, {"i": i, "no_answer": no_answer,
+                                                             "delay_ms": i % 4},
+                                            expect_response=not no_answer, timeout_ms=5000)
+                return no_answer, result
+            results = await asyncio.gather(*(one(i) for i in range(30)))
+            for i, (no_answer, (code, body)) in enumerate(results):
+                assert code == errors.NONE
+                assert body is None if no_answer else body["i"] == i
+            assert echo.started == list(range(30))
+            assert not conn.closed and conn.in_flight_count == 0
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+@pytest.mark.parametrize("bad_bytes", [
+    pytest.param(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1", id="not-msgpack"),
+    pytest.param(b"\xff\xff\xff\xff", id="length-over-socket.request.max.bytes"),
+    pytest.param(struct.pack(">I", 4) + msgpack.packb([1, 2, 3]), id="array-of-three"),
+    pytest.param(encode_request(3, 0, 1, "c", {})[:-1], id="frame-cut-short-then-eof"),
+    pytest.param(struct.pack(">I", len(msgpack.packb(["three", 0, 1, "c", {}])))
+                 + msgpack.packb(["three", 0, 1, "c", {}]), id="api-key-not-an-integer"),
+])
+def test_bad_bytes_close_only_that_connection(bad_bytes):
+    async def main() -> None:
+        server = await Server(Echo(), max_frame_bytes=1 << 20).start(HOST, 0)
+        good = await Connection.open(HOST, server.port)
+        try:
+            assert (await good.request(ApiKey.METADATA, {"i": 1}, timeout_ms=5000))[1]["i"] == 1
+            received = await asyncio.get_running_loop().run_in_executor(None, raw_exchange, server.port, bad_bytes)
+            assert received == b"", "the server closes a bad connection without answering"
+            assert (await good.request(ApiKey.METADATA, {"i": 2}, timeout_ms=5000))[1]["i"] == 2
+            assert not good.closed
+            await until(lambda: server.connection_count == 1)
+        finally:
+            await good.close()
+            await server.close()
+    run(main())
+
+
+def test_a_wrong_shape_counts_as_a_bad_frame_in_the_metrics():
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        try:
+            frame = msgpack.packb([1, 0, 1, "c"])  # four items, not five
+            await asyncio.get_running_loop().run_in_executor(
+                None, raw_exchange, server.port, struct.pack(">I", len(frame)) + frame)
+            await until(lambda: server.metrics.connections_closed_bad_frame == 1)
+        finally:
+            await server.close()
+    run(main())
+
+
+def test_an_unknown_api_key_or_version_is_answered_unsupported_version_without_the_handler():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo, name="broker 1").start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            code, body = await conn.request(999, {"i": 1}, timeout_ms=5000)
+            assert code == errors.UNSUPPORTED_VERSION and "999" in body["error_message"]
+            code, body = await conn.request(ApiKey.FETCH, {"i": 2}, api_version=7, timeout_ms=5000)
+            assert code == errors.UNSUPPORTED_VERSION and "version 7" in body["error_message"]
+            assert echo.started == []
+            assert (await conn.request(ApiKey.FETCH, {"i": 3}, timeout_ms=5000))[0] == errors.NONE
+            assert server.metrics.errors[-1] == 1 and server.metrics.errors[ApiKey.FETCH] == 1
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_a_handler_exception_is_answered_unknown_server_error_and_the_connection_survives(caplog):
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            code, body = await conn.request(ApiKey.PRODUCE, {"i": 1, "fail": "bug"}, timeout_ms=5000)
+            assert code == errors.UNKNOWN_SERVER_ERROR and body["error_message"]
+            code, body = await conn.request(ApiKey.PRODUCE, {"i": 2, "fail": "typed"}, timeout_ms=5000)
+            assert code == errors.NOT_LEADER_OR_FOLLOWER
+            assert body["error_message"] == "broker 2 leads it now"
+            assert (await conn.request(ApiKey.PRODUCE, {"i": 3}, timeout_ms=5000)) == (0, {"i": 3, "pad": b""})
+            assert not conn.closed
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+    assert any("handler failed" in r.getMessage() for r in caplog.records)
+
+
+def test_losing_the_connection_fails_every_request_in_flight_with_network_exception():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            tasks = [asyncio.create_task(conn.request(ApiKey.FETCH, {"i": i, "gate": True}, timeout_ms=5000))
+                     for i in range(3)]
+            await until(lambda: len(echo.started) == 3)
+            await server.close()  # drops every connection
+            for task in tasks:
+                with pytest.raises(NetworkExceptionError) as caught:
+                    await task
+                assert caught.value.retriable
+            assert conn.closed
+            with pytest.raises(NetworkExceptionError):
+                await conn.request(ApiKey.FETCH, {"i": 9}, timeout_ms=5000)
+        finally:
+            await conn.close()
+    run(main())
+
+
+def test_connecting_to_a_closed_port_raises_network_exception():
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        port = server.port
+        await server.close()
+        with pytest.raises(NetworkExceptionError):
+            await Connection.open(HOST, port, connect_timeout_ms=2000)
+    run(main())
+
+
+def test_a_request_over_its_timeout_fails_alone_and_the_late_answer_is_dropped():
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            started = time.monotonic()
+            with pytest.raises(RequestTimedOutError):
+                await conn.request(ApiKey.FETCH, {"i": 1, "delay_ms": 300}, timeout_ms=100)
+            assert 0.09 < time.monotonic() - started < 0.25
+            # The next request waits behind the slow one, then gets its own answer.
+            code, body = await conn.request(ApiKey.FETCH, {"i": 2}, timeout_ms=5000)
+            assert (code, body["i"]) == (errors.NONE, 2)
+            assert not conn.closed and conn.in_flight_count == 0
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_the_client_keeps_at_most_max_in_flight_requests_and_the_sixth_waits():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=5)
+        try:
+            tasks = [asyncio.create_task(conn.request(ApiKey.FETCH, {"i": i, "gate": True}, timeout_ms=5000))
+                     for i in range(6)]
+            await until(lambda: len(echo.started) == 5)
+            await asyncio.sleep(0.1)
+            assert len(echo.started) == 5 and conn.in_flight_count == 5
+            # A waiter for a slot gives up at its own timeout.
+            with pytest.raises(RequestTimedOutError):
+                await conn.request(ApiKey.FETCH, {"i": 99}, timeout_ms=50)
+            echo.gate.set()
+            assert [(await t)[1]["i"] for t in tasks] == list(range(6))
+            assert echo.started == list(range(6))
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_the_server_stops_reading_a_connection_at_max_in_flight_per_connection():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo, max_in_flight_per_connection=3).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=10)
+        try:
+            tasks = [asyncio.create_task(conn.request(ApiKey.FETCH, {"i": i, "gate": True}, timeout_ms=5000))
+                     for i in range(10)]
+            await until(lambda: len(echo.started) == 3)
+            await asyncio.sleep(0.15)
+            assert len(echo.started) == 3 and server.request_queue_depth == 3
+            echo.gate.set()
+            assert [(await t)[1]["i"] for t in tasks] == list(range(10))
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_the_server_stops_reading_while_answers_over_max_buffered_bytes_wait():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo, max_buffered_bytes_per_connection=1000).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=10)
+        try:
+            slow = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 0, "gate": True}, timeout_ms=5000))
+            big = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 1, "pad": b"x" * 2000}, timeout_ms=5000))
+            await until(lambda: len(echo.started) == 2)
+            await asyncio.sleep(0.05)  # answer 1 (2000 bytes) is encoded, waiting behind answer 0
+            rest = [asyncio.create_task(conn.request(ApiKey.FETCH, {"i": i}, timeout_ms=5000)) for i in range(2, 5)]
+            await asyncio.sleep(0.15)
+            assert echo.started == [0, 1], "no more requests read while 2000 unsent bytes wait"
+            echo.gate.set()
+            results = [await t for t in [slow, big, *rest]]
+            assert [body["i"] for _, body in results] == [0, 1, 2, 3, 4]
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms_but_busy_ones_are_not():
+    async def main() -> None:
+        server = await Server(Echo(), idle_timeout_ms=300).start(HOST, 0)
+        idle = await Connection.open(HOST, server.port)
+        busy = await Connection.open(HOST, server.port)
+        try:
+            assert (await idle.request(ApiKey.METADATA, {"i": 1}, timeout_ms=5000))[0] == 0
+            # A handler running longer than the idle timeout keeps its connection open.
+            code, body = await busy.request(ApiKey.FETCH, {"i": 2, "delay_ms": 600}, timeout_ms=5000)
+            assert (code, body["i"]) == (0, 2)
+            assert idle.closed and not busy.closed
+            assert server.metrics.connections_closed_idle == 1
+            await until(lambda: busy.closed)  # then it is idle too
+        finally:
+            await idle.close()
+            await busy.close()
+            await server.close()
+    run(main())
+
+
+def test_connections_over_max_connections_are_refused_and_the_others_keep_working():
+    async def main() -> None:
+        server = await Server(Echo(), max_connections=2).start(HOST, 0)
+        conns = [await Connection.open(HOST, server.port) for _ in range(3)]
+        try:
+            await until(lambda: conns[2].closed)
+            for i, conn in enumerate(conns[:2]):
+                assert (await conn.request(ApiKey.METADATA, {"i": i}, timeout_ms=5000))[1]["i"] == i
+            assert server.metrics.connections_refused == 1
+        finally:
+            for conn in conns:
+                await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_a_response_for_the_wrong_correlation_id_closes_the_client_connection():
+    async def main() -> None:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            header = await reader.readexactly(4)
+            await reader.readexactly(struct.unpack(">I", header)[0])
+            writer.write(encode_response(12345, 0, {}))  # not the id the client sent
+            await writer.drain()
+            await asyncio.sleep(1)
+            writer.close()
+        fake = await asyncio.start_server(serve, HOST, 0)
+        port = fake.sockets[0].getsockname()[1]
+        conn = await Connection.open(HOST, port)
+        try:
+            with pytest.raises(NetworkExceptionError, match="correlation id 12345"):
+                await conn.request(ApiKey.METADATA, {}, timeout_ms=5000)
+            assert conn.closed
+        finally:
+            await conn.close()
+            fake.close()
+    run(main())
+
+
+def test_a_body_that_msgpack_cannot_encode_raises_frame_error_and_the_connection_survives():
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            with pytest.raises(FrameError):
+                await conn.request(ApiKey.METADATA, {"i": object()}, timeout_ms=5000)
+            assert (await conn.request(ApiKey.METADATA, {"i": 1}, timeout_ms=5000))[1]["i"] == 1
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+@pytest.mark.perf
+def test_round_trips_per_second_on_loopback():
+    """Prints sequential round trips/s and pipelined requests/s (one connection, one loop)."""
+    async def main() -> tuple[float, float]:
+        async def handler(request: Request) -> Response:
+            return Response(0, request.body)
+        server = await Server(handler).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=100)
+        try:
+            n = 5000
+            started = time.perf_counter()
+            for i in range(n):
+                await conn.request(ApiKey.METADATA, {"i": i})
+            sequential = n / (time.perf_counter() - started)
+            n = 20000
+            started = time.perf_counter()
+            await asyncio.gather(*(conn.request(ApiKey.METADATA, {"i": i}) for i in range(n)))
+            pipelined = n / (time.perf_counter() - started)
+            return sequential, pipelined
+        finally:
+            await conn.close()
+            await server.close()
+    sequential, pipelined = run(main())
+    print(f"\ntransport on loopback: {sequential:,.0f} sequential round trips/s, "
+          f"{pipelined:,.0f} pipelined requests/s (100 in flight)")
+    assert sequential > 500 and pipelined > 1000
