@@ -1,0 +1,376 @@
+"""Brokers as real processes (3 controllers + 3 brokers, started once for this module): the
+client APIs, replication to followers, and bad input answered with typed errors while the broker
+keeps serving everyone else. Failover and ISR tests are in test_broker_failover.py."""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+import urllib.request
+
+import msgpack
+import pytest
+
+from client.protocol import errors
+from client.protocol.records import BatchBuilder, iter_records
+from raft_meta.controller.rpc import call_sync, decode_payload, encode_frame
+from raftka.cluster import Cluster, wait_until
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 18, 19, 20, 22
+OFFSETS_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 23, 32, 60
+
+FAST = {  # every process: quick fencing and ISR changes so fault tests stay short
+    "broker.session.timeout.ms": 2000,
+    "broker.heartbeat.interval.ms": 250,
+    "replica.lag.time.max.ms": 2000,
+    "replica.fetch.wait.max.ms": 200,
+    "min.insync.replicas": 2,
+    "default.replication.factor": 3,
+    "socket.request.max.bytes": 2_000_000,
+}
+
+
+# -- helpers shared with test_broker_failover.py ------------------------------------------------
+
+def batch(values: list[bytes], *, timestamp_ms: int | None = None) -> bytes:
+    builder = BatchBuilder(batch_size=1 << 20)
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    for value in values:
+        builder.append(ts, None, value)
+    return builder.build()
+
+
+def request(address: str, api_key: int, body: dict, timeout_s: float = 10.0) -> tuple[int, dict]:
+    return call_sync(address, api_key, body, timeout_ms=int(timeout_s * 1000))
+
+
+def create_topic(cluster: Cluster, name: str, partitions: int = 1, rf: int = 3, configs: dict | None = None) -> dict:
+    """Create through a broker (forwarded), then wait until every broker's metadata has a leader."""
+    address = cluster.broker_address(cluster.broker_ids[0])
+    code, out = request(address, CREATE_TOPICS, {"topics": [{"name": name, "num_partitions": partitions,
+                                                              "replication_factor": rf, "configs": configs or {}}]})
+    assert code == errors.NONE and out["topics"][0]["error_code"] == errors.NONE, out
+    return wait_for_partition(cluster, name, 0, lambda p: p["leader_id"] >= 0)
+
+
+def partition_metadata(address: str, topic: str, index: int = 0) -> dict | None:
+    code, out = request(address, METADATA, {"topics": [topic]}, timeout_s=3)
+    if code != errors.NONE or out["topics"][0]["error_code"] != errors.NONE:
+        return None
+    return out["topics"][0]["partitions"][index]
+
+
+def wait_for_partition(cluster: Cluster, topic: str, index: int, predicate, timeout_s: float = 20.0,
+                       among: list[int] | None = None) -> dict:
+    """Wait until every (live, listed) broker's Metadata shows the partition satisfying predicate."""
+    def check():
+        seen = None
+        for broker in among or cluster.broker_ids:
+            if not cluster.alive(broker):
+                continue
+            p = partition_metadata(cluster.broker_address(broker), topic, index)
+            if p is None or not predicate(p):
+                return None
+            seen = p
+        return seen
+    return wait_until(check, timeout_s, interval_s=0.05, what=f"{topic}-{index} metadata condition")
+
+
+def produce(address: str, topic: str, records: bytes, *, acks: int = -1, index: int = 0,
+            timeout_ms: int = 5000) -> dict:
+    code, out = request(address, PRODUCE, {"acks": acks, "timeout_ms": timeout_ms, "topic_data": [
+        {"name": topic, "partition_data": [{"index": index, "records": records}]}]}, timeout_s=timeout_ms / 1000 + 5)
+    assert code == errors.NONE, (code, out)
+    return out["responses"][0]["partition_responses"][0]
+
+
+def fetch(address: str, topic: str, offset: int, *, index: int = 0, max_wait_ms: int = 0, min_bytes: int = 1,
+          max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20, replica_id: int = -1,
+          current_leader_epoch: int = -1, last_fetched_epoch: int = -1) -> dict:
+    code, out = request(address, FETCH, {
+        "replica_id": replica_id, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+        "isolation_level": 0, "topics": [{"topic": topic, "partitions": [{
+            "partition": index, "current_leader_epoch": current_leader_epoch, "fetch_offset": offset,
+            "last_fetched_epoch": last_fetched_epoch, "log_start_offset": -1,
+            "partition_max_bytes": partition_max_bytes}]}]}, timeout_s=max_wait_ms / 1000 + 10)
+    assert code == errors.NONE, (code, out)
+    return out["responses"][0]["partitions"][0]
+
+
+def read_all(address: str, topic: str, index: int = 0) -> list[tuple[int, bytes]]:
+    """Every committed (offset, value) of a partition, read from its leader at ``address``."""
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    while True:
+        answer = fetch(address, topic, offset, index=index)
+        assert answer["error_code"] == errors.NONE, answer
+        records = list(iter_records(answer["records"])) if answer["records"] else []
+        if not records:
+            return out
+        out.extend((r.offset, r.value) for r in records)
+        offset = records[-1].offset + 1
+
+
+def leader_address(cluster: Cluster, topic: str, index: int = 0) -> tuple[int, str]:
+    p = wait_for_partition(cluster, topic, index, lambda p: p["leader_id"] >= 0)
+    return p["leader_id"], cluster.broker_address(p["leader_id"])
+
+
+class RawConnection:
+    """A blocking socket speaking the frames by hand, for pipelining and bad-input tests."""
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.correlation = 0
+
+    def send(self, api_key: int, body, api_version: int = 0) -> int:
+        self.correlation += 1
+        self.sock.sendall(encode_frame([api_key, api_version, self.correlation, "test", body]))
+        return self.correlation
+
+    def receive(self) -> list:
+        header = self._exactly(4)
+        (length,) = struct.unpack(">I", header)
+        return decode_payload(self._exactly(length), 3, 1 << 30)
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def closed_by_peer(self, timeout_s: float = 5.0) -> bool:
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def http_get(address: str, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+# -- the module's cluster ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """3 controllers + 3 brokers (real processes), stopped by PID at the end of the module."""
+    started = Cluster.start(tmp_path_factory.mktemp("broker"), controllers=3, brokers=3, configs=FAST)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def test_a_produced_batch_is_replicated_and_read_back_from_the_leader(cluster):
+    create_topic(cluster, "round-trip")
+    leader, address = leader_address(cluster, "round-trip")
+    first = produce(address, "round-trip", batch([b"a", b"b", b"c"]))
+    second = produce(address, "round-trip", batch([b"d"]), acks=1)
+    assert (first["error_code"], first["base_offset"]) == (errors.NONE, 0)
+    assert (second["error_code"], second["base_offset"]) == (errors.NONE, 3)
+    wait_for_partition(cluster, "round-trip", 0, lambda p: len(p["isr_nodes"]) == 3)
+    assert wait_until(lambda: len(read_all(address, "round-trip")) == 4, 5, what="HW at 4")
+    assert read_all(address, "round-trip") == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    # Every follower has the same bytes: each answers its log end offset in /metrics.
+    for broker in cluster.broker_ids:
+        def leo_is_4():
+            _, text = http_get(cluster.http_address(broker), "/metrics")
+            return 'raftka_partition_log_end_offset{node="%d",topic="round-trip",partition="0"} 4' % broker in text
+        wait_until(leo_is_4, 10, what=f"broker {broker} log end offset 4")
+
+
+def test_metadata_lists_unfenced_brokers_and_the_partition_leader(cluster):
+    create_topic(cluster, "meta", partitions=3)
+    code, out = request(cluster.broker_address(cluster.broker_ids[1]), METADATA, {"topics": ["meta", "nope"]})
+    assert code == errors.NONE
+    assert sorted(b["node_id"] for b in out["brokers"]) == cluster.broker_ids
+    assert {b["port"] for b in out["brokers"]} == {cluster.nodes[b].broker_port for b in cluster.broker_ids}
+    meta, nope = out["topics"]
+    assert len(meta["partitions"]) == 3 and all(len(p["replica_nodes"]) == 3 for p in meta["partitions"])
+    assert nope["error_code"] == errors.UNKNOWN_TOPIC_OR_PARTITION
+    code, described = request(cluster.broker_address(cluster.broker_ids[0]), DESCRIBE_CLUSTER, {})
+    assert code == errors.NONE and [b["broker_id"] for b in described["brokers"]] == cluster.broker_ids
+    code, versions = request(cluster.broker_address(cluster.broker_ids[0]), API_VERSIONS, {})
+    assert {PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH} <= {k["api_key"] for k in versions["api_keys"]}
+
+
+def test_admin_requests_to_a_broker_are_forwarded_to_the_active_controller(cluster):
+    address = cluster.broker_address(cluster.broker_ids[2])
+    create_topic(cluster, "admin", configs={"retention.ms": "60000"})
+    code, out = request(address, DESCRIBE_CONFIGS, {"resources": [{"resource_type": "topic", "resource_name": "admin"}]})
+    configs = {c["name"]: c["value"] for c in out["results"][0]["configs"]}
+    assert code == errors.NONE and int(configs["retention.ms"]) == 60000
+    code, out = request(address, CREATE_TOPICS, {"topics": [{"name": "admin", "num_partitions": 1,
+                                                             "replication_factor": 3}]})
+    assert out["topics"][0]["error_code"] == errors.TOPIC_ALREADY_EXISTS
+    code, out = request(address, DELETE_TOPICS, {"topic_names": ["admin"]})
+    assert out["responses"][0]["error_code"] == errors.NONE
+    wait_until(lambda: partition_metadata(address, "admin") is None, 10, what="admin deleted")
+
+
+def test_a_consumer_sees_only_records_below_the_high_watermark_and_a_follower_up_to_the_log_end(cluster):
+    create_topic(cluster, "hw")
+    leader, address = leader_address(cluster, "hw")
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    produce(address, "hw", batch([b"x"]))
+    # A fetch claiming to be a follower with a stale epoch is fenced; a future epoch is unknown.
+    answer = fetch(address, "hw", 0, replica_id=follower, current_leader_epoch=-1)
+    assert answer["records"]  # followers read up to the log end offset
+    p = partition_metadata(address, "hw")
+    stale = fetch(address, "hw", 0, current_leader_epoch=p["leader_epoch"] - 1) if p["leader_epoch"] > 0 else None
+    future = fetch(address, "hw", 0, current_leader_epoch=p["leader_epoch"] + 1)
+    assert future["error_code"] == errors.UNKNOWN_LEADER_EPOCH
+    if stale is not None:
+        assert stale["error_code"] == errors.FENCED_LEADER_EPOCH
+    # Offsets past the log end are out of range.
+    assert fetch(address, "hw", 99)["error_code"] == errors.OFFSET_OUT_OF_RANGE
+
+
+def test_a_long_poll_fetch_waits_for_data_and_returns_as_soon_as_it_is_committed(cluster):
+    create_topic(cluster, "poll")
+    _, address = leader_address(cluster, "poll")
+    started = time.monotonic()
+    empty = fetch(address, "poll", 0, max_wait_ms=600)
+    waited = time.monotonic() - started
+    assert empty["records"] == b"" and 0.5 <= waited < 3, waited
+    results = {}
+
+    def poll():
+        t0 = time.monotonic()
+        results["answer"] = fetch(address, "poll", 0, max_wait_ms=8000)
+        results["took"] = time.monotonic() - t0
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(0.3)
+    produce(address, "poll", batch([b"wake"]))
+    thread.join(15)
+    assert [r.value for r in iter_records(results["answer"]["records"])] == [b"wake"]
+    assert results["took"] < 4, results["took"]
+
+
+def test_list_offsets_gives_earliest_latest_and_by_timestamp(cluster):
+    create_topic(cluster, "offsets")
+    _, address = leader_address(cluster, "offsets")
+    produce(address, "offsets", batch([b"old"], timestamp_ms=1_000))
+    produce(address, "offsets", batch([b"new1", b"new2"], timestamp_ms=5_000))
+
+    def list_offset(ts):
+        code, out = request(address, LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "offsets", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}]}]})
+        return out["topics"][0]["partitions"][0]
+    assert list_offset(-2)["offset"] == 0
+    assert list_offset(-1)["offset"] == 3
+    assert list_offset(2_000)["offset"] == 1
+    assert list_offset(9_000)["offset"] == -1
+
+
+def test_offsets_for_leader_epoch_gives_where_an_epoch_ends(cluster):
+    create_topic(cluster, "epochs")
+    _, address = leader_address(cluster, "epochs")
+    produce(address, "epochs", batch([b"a", b"b"]))
+    epoch = partition_metadata(address, "epochs")["leader_epoch"]
+    code, out = request(address, OFFSETS_FOR_LEADER_EPOCH, {"replica_id": -1, "topics": [
+        {"topic": "epochs", "partitions": [{"partition": 0, "current_leader_epoch": epoch, "leader_epoch": epoch}]}]})
+    answer = out["topics"][0]["partitions"][0]
+    assert (answer["error_code"], answer["leader_epoch"], answer["end_offset"]) == (errors.NONE, epoch, 2)
+
+
+def test_produce_to_a_follower_answers_not_leader_with_the_current_leader(cluster):
+    create_topic(cluster, "route")
+    leader, _ = leader_address(cluster, "route")
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    answer = produce(cluster.broker_address(follower), "route", batch([b"x"]))
+    assert answer["error_code"] == errors.NOT_LEADER_OR_FOLLOWER
+    assert answer["current_leader"]["leader_id"] == leader
+
+
+def test_bad_batches_get_typed_errors_and_nothing_is_appended(cluster):
+    create_topic(cluster, "strict", configs={"max.message.bytes": "2000"})
+    _, address = leader_address(cluster, "strict")
+    assert produce(address, "strict", batch([b"x" * 5000]))["error_code"] == errors.MESSAGE_TOO_LARGE
+    corrupt = bytearray(batch([b"hello world"]))
+    corrupt[-3] ^= 0xFF  # inside the CRC-covered records
+    assert produce(address, "strict", bytes(corrupt))["error_code"] == errors.CORRUPT_MESSAGE
+    assert produce(address, "strict", b"not a batch")["error_code"] == errors.CORRUPT_MESSAGE
+    assert produce(address, "no-such-topic", batch([b"x"]))["error_code"] == errors.UNKNOWN_TOPIC_OR_PARTITION
+    code, out = request(address, PRODUCE, {"acks": 2, "timeout_ms": 100, "topic_data": []})
+    assert code == errors.INVALID_REQUIRED_ACKS
+    assert produce(address, "strict", batch([b"ok"]))["base_offset"] == 0  # nothing was appended before
+
+
+def test_a_malformed_frame_closes_only_that_connection(cluster):
+    address = cluster.broker_address(cluster.broker_ids[0])
+    garbage = RawConnection(address)
+    garbage.sock.sendall(struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+    assert garbage.closed_by_peer()
+    huge = RawConnection(address)
+    huge.sock.sendall(struct.pack(">I", FAST["socket.request.max.bytes"] + 1))
+    assert huge.closed_by_peer()
+    shape = RawConnection(address)
+    payload = msgpack.packb({"not": "an array"})
+    shape.sock.sendall(struct.pack(">I", len(payload)) + payload)
+    assert shape.closed_by_peer()
+    good = RawConnection(address)
+    good.send(99, {})  # an unknown api key is a well-formed frame: answered, connection kept
+    assert good.receive()[1] == errors.UNSUPPORTED_VERSION
+    good.send(API_VERSIONS, {})
+    assert good.receive()[1] == errors.NONE
+    for conn in (garbage, huge, shape, good):
+        conn.close()
+
+
+def test_acks_zero_gets_no_answer_and_pipelined_answers_keep_arrival_order(cluster):
+    create_topic(cluster, "pipeline")
+    _, address = leader_address(cluster, "pipeline")
+    conn = RawConnection(address)
+    body = lambda acks, value: {"acks": acks, "timeout_ms": 5000, "topic_data": [
+        {"name": "pipeline", "partition_data": [{"index": 0, "records": batch([value])}]}]}
+    conn.send(PRODUCE, body(0, b"fire-and-forget"))
+    ids = [conn.send(PRODUCE, body(-1, b"all-%d" % i)) for i in range(5)]
+    versions = conn.send(API_VERSIONS, {})
+    answers = [conn.receive() for _ in range(6)]
+    assert [a[0] for a in answers] == ids + [versions]  # no frame for acks=0; order kept
+    offsets = [a[2]["responses"][0]["partition_responses"][0]["base_offset"] for a in answers[:5]]
+    assert offsets == [1, 2, 3, 4, 5]
+    conn.close()
+
+
+def test_init_producer_id_hands_out_distinct_ids_from_a_controller_block(cluster):
+    ids = set()
+    for broker in cluster.broker_ids:
+        for _ in range(3):
+            code, out = request(cluster.broker_address(broker), INIT_PRODUCER_ID, {"transactional_id": None,
+                                                                                  "transaction_timeout_ms": 60000})
+            assert code == errors.NONE
+            ids.add(out["producer_id"])
+    assert len(ids) == 9
+
+
+def test_health_is_ready_and_metrics_are_prometheus_text(cluster):
+    broker = cluster.broker_ids[0]
+    status, text = http_get(cluster.http_address(broker), "/health")
+    assert status == 200 and json.loads(text)["ready"] is True
+    status, metrics = http_get(cluster.http_address(broker), "/metrics")
+    assert status == 200
+    for name in ("raftka_broker_bytes_in_total", "raftka_broker_under_replicated_partitions",
+                 "raftka_broker_isr_shrinks_total", "raftka_broker_request_latency_seconds_bucket",
+                 "raftka_broker_request_queue_depth", "raftka_partition_high_watermark"):
+        assert name in metrics, name
