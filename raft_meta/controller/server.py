@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 
 
 def build_metadata_machine(config: ServerConfig) -> Any:
-    """The metadata state machine (raft_meta's image + delta replay)."""
-    from raft_meta.controller.metadata_adapter import MetadataStateMachine
-    return MetadataStateMachine(config)
+    """The metadata state machine: typed records replayed into a MetadataImage."""
+    from raft_meta.metadata.loader import MetadataLoader
+    return MetadataLoader()
 
 
 def build_raft(config: ServerConfig) -> tuple[RaftClient, ControllerStateMachine]:
@@ -82,9 +82,8 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
     read ``state`` (committed metadata, applied on the tick thread) through its listeners.
     """
     service = ControllerService(config, raft, state)
-    attach = getattr(state.metadata, "attach", None)
-    if attach is not None:  # the metadata adapter adds its handlers and active-controller duties
-        attach(service)
+    from raft_meta.controller.quorum_controller import QuorumController
+    QuorumController(service)  # the metadata handlers and the active controller's duties
     host, port = config.controller_listener
     server = RpcServer(service.handle, max_frame_bytes=config["socket.request.max.bytes"],
                        max_connections=config["connections.max"],
