@@ -17,7 +17,7 @@ import time
 import pytest
 
 from client.protocol import errors
-from raft_meta.controller.metadata_adapter import MetadataStateMachine
+from raft_meta.metadata.loader import MetadataLoader
 from raft_meta.controller.rpc import call_sync
 from raft_meta.controller.state import ControllerStateMachine
 from raftka.cluster import wait_until
@@ -86,11 +86,11 @@ def test_acknowledged_topic_creations_survive_kills_and_pauses(cluster_factory):
             logs = [committed_log(cluster, n) for n in cluster.nodes]
             return logs[0] and all(log == logs[0] for log in logs) and logs[0]
         log = wait_until(same_log_everywhere, 30, what="identical committed logs")
-        state = ControllerStateMachine(MetadataStateMachine())
+        state = ControllerStateMachine(MetadataLoader())
         for offset, record in log:
             state.apply(record, offset)
-        topics = state.metadata.image["topics"]
-        lost = {n: t for n, t in acked.items() if topics.get(n, {}).get("topic_id") != t}
+        topics = state.metadata.image.topics
+        lost = {n: t for n, t in acked.items() if n not in topics or topics[n].topic_id != t}
         print(f"\nseed {seed}: {len(acked)} acknowledged creations over {rounds} faults, log of {len(log)} records")
         assert not lost, f"acknowledged creations lost or changed: {sorted(lost)[:10]}"
 

@@ -1,15 +1,14 @@
 """A broker-side MetadataFetcher follows a real controller quorum's committed log, across the
-loss of the controller it was fetching from."""
+loss of the controller it was fetching from, and hands each batch's delta to its loop."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 
 from client.protocol import errors
 from raft_meta.controller.fetcher import MetadataFetcher
-from raft_meta.controller.metadata_adapter import MetadataStateMachine
-from raft_meta.controller.state import ControllerStateMachine
 from raftka.cluster import wait_until
 from raftka.controller_client import controller_request
 
@@ -38,26 +37,38 @@ def test_a_fetcher_follows_the_log_and_survives_the_loss_of_its_controller(contr
                                            "current_metadata_offset": 1 << 40})[1].get("is_fenced") is False,
                20, what="broker 1 unfenced")
     create(cluster, "first")
-    state = ControllerStateMachine(MetadataStateMachine())
     updates = []
+    deltas = []  # (delta, image, thread) per callback
     first_controller = next(iter(cluster.nodes))
     addresses = ["%s:%d" % cluster.controller_address(n) for n in cluster.nodes]  # first one first
 
     async def scenario():
-        fetcher = MetadataFetcher(addresses, state, replica_id=1, on_update=updates.append, max_wait_ms=200)
+        loop_thread = threading.current_thread()
+        fetcher = MetadataFetcher(addresses, replica_id=1, on_update=updates.append, max_wait_ms=200,
+                                  on_metadata_update=lambda d, i: deltas.append((d, i, threading.current_thread())))
         task = asyncio.create_task(fetcher.run())
         try:
-            await wait_async(lambda: "first" in state.metadata.image["topics"], 20)
+            await wait_async(lambda: "first" in fetcher.image.topics, 20)
             await asyncio.to_thread(cluster.kill, first_controller)
             await asyncio.to_thread(create, cluster, "second")
-            await wait_async(lambda: "second" in state.metadata.image["topics"], 30)
+            await wait_async(lambda: "second" in fetcher.image.topics, 30)
             assert fetcher.errors_seen >= 1  # it did lose its controller and moved on
         finally:
             await fetcher.close()
             await asyncio.wait_for(task, 10)
-    asyncio.run(scenario())
-    assert updates == sorted(updates) and updates[-1] == state.offset
-    assert state.metadata.image["brokers"][1]["fenced"] is False
+        return fetcher, loop_thread
+    fetcher, loop_thread = asyncio.run(scenario())
+    assert updates == sorted(updates) and updates[-1] == fetcher.state.offset
+    image = fetcher.image
+    assert image.brokers[1].fenced is False and image.brokers[1].broker_epoch == epoch
+    assert all(thread is loop_thread for _, _, thread in deltas)  # callbacks ran on the loop
+    assert deltas[-1][1] is image
+    # Chained deltas tell broker 1 exactly which partitions it must lead.
+    created = [d for d, _, _ in deltas if "second" in d.changed_topics]
+    assert len(created) == 1
+    assert set(created[0].local_changes(1).leaders) == {("second", 0), ("second", 1)}
+    offsets = [i.offset for _, i, _ in deltas]
+    assert offsets == sorted(offsets)
 
 
 async def wait_async(predicate, timeout_s):

@@ -1,17 +1,24 @@
 """Follow the committed metadata log from the controllers (what a broker does), on asyncio.
 
-    state = ControllerStateMachine(MetadataStateMachine())
-    fetcher = MetadataFetcher(["127.0.0.1:9401", ...], state, replica_id=broker_id,
-                              on_update=lambda offset: ...)
+    fetcher = MetadataFetcher(["127.0.0.1:9401", ...], replica_id=broker_id,
+                              on_metadata_update=lambda delta, image: ...)
     task = asyncio.create_task(fetcher.run())
-    ...
+    ...  fetcher.image is the broker's local MetadataImage
     await fetcher.close()
 
-The fetcher long-polls one controller's Fetch (see service.fetch_metadata), applies records to
-``state`` in log order on the event loop thread (no pysyncobj thread involved), restores a
-snapshot when the controller sends one, and calls ``on_update(offset)`` after each batch. Any
-controller serves the same committed log with the same offsets, so on an error it moves to the
-next bootstrap controller (after ``retry_backoff_ms``) and goes on from its own offset.
+The fetcher long-polls one controller's Fetch (see service.fetch_metadata), replays records in
+log order on the event loop thread (no pysyncobj thread involved) into its own
+``ControllerStateMachine(MetadataLoader())`` (or the ``state`` passed in), restores a snapshot
+when the controller sends one, and after each fetched batch calls, on the loop:
+
+- ``on_metadata_update(delta, image)``: ``delta`` (a MetadataDelta) holds what the batch changed,
+  ``image`` is the new image; after a snapshot restore the delta goes from the old image to the
+  restored one, so ``delta.local_changes(broker_id)`` is right either way;
+- ``on_update(offset)``: the last applied offset (of any record kind).
+
+A callback that raises is logged and does not stop the fetcher. Any controller serves the same
+committed log with the same offsets, so on an error the fetcher moves to the next bootstrap
+controller (after ``retry_backoff_ms``) and goes on from its own offset.
 """
 from __future__ import annotations
 
@@ -23,22 +30,34 @@ from client.protocol import errors
 from client.protocol.errors import RaftkaError
 from raft_meta.controller.rpc import call
 from raft_meta.controller.state import ControllerStateMachine
+from raft_meta.metadata.delta import MetadataDelta
+from raft_meta.metadata.image import MetadataImage
+from raft_meta.metadata.loader import MetadataLoader
 
 log = logging.getLogger(__name__)
 
 API_FETCH = 1
 
 
+MetadataUpdate = Callable[[MetadataDelta, MetadataImage], None]
+
+
 class MetadataFetcher:
-    def __init__(self, bootstrap: Sequence[str], state: ControllerStateMachine, *,
-                 replica_id: int | None = None, on_update: Callable[[int], None] | None = None,
+    """A broker's follower of the committed metadata log; see the module docstring."""
+
+    def __init__(self, bootstrap: Sequence[str], state: ControllerStateMachine | None = None, *,
+                 replica_id: int | None = None, on_metadata_update: MetadataUpdate | None = None,
+                 on_update: Callable[[int], None] | None = None,
                  max_wait_ms: int = 500, max_records: int = 5000, request_timeout_ms: int = 5000,
                  retry_backoff_ms: int = 100) -> None:
         assert bootstrap, "at least one controller address"
         assert request_timeout_ms > max_wait_ms
         self.bootstrap = list(bootstrap)
-        self.state = state
+        self.state = state if state is not None else ControllerStateMachine(MetadataLoader())
+        assert isinstance(self.state.metadata, MetadataLoader), "the fetcher replays into a MetadataLoader"
+        self.loader: MetadataLoader = self.state.metadata
         self.replica_id = replica_id
+        self.on_metadata_update = on_metadata_update
         self.on_update = on_update
         self.max_wait_ms = max_wait_ms
         self.max_records = max_records
@@ -59,17 +78,40 @@ class MetadataFetcher:
         if code != errors.NONE:
             raise errors.error_for(code, (out or {}).get("error_message"))
         applied = 0
-        if out.get("snapshot") is not None:
+        before = self.loader.image
+        restored = out.get("snapshot") is not None
+        if restored:
             self.state.restore(out["snapshot"])
             applied += 1
-        for offset, record in out["records"]:
-            if offset <= self.state.offset:
-                continue  # already have it (an answer raced with a snapshot)
-            self.state.apply(record, offset)
-            applied += 1
-        if applied and self.on_update is not None:
-            self.on_update(self.state.offset)
+        self.loader.begin_batch()
+        try:
+            for offset, record in out["records"]:
+                if offset <= self.state.offset:
+                    continue  # already have it (an answer raced with a snapshot)
+                self.state.apply(record, offset)
+                applied += 1
+        finally:
+            delta, image = self.loader.end_batch()
+        if not applied:
+            return 0
+        if restored:
+            delta = MetadataDelta.between(before, image)
+        if self.on_metadata_update is not None:
+            try:
+                self.on_metadata_update(delta, image)
+            except Exception:
+                log.exception("on_metadata_update failed at offset %d", image.offset)
+        if self.on_update is not None:
+            try:
+                self.on_update(self.state.offset)
+            except Exception:
+                log.exception("on_update failed at offset %d", self.state.offset)
         return applied
+
+    @property
+    def image(self) -> MetadataImage:
+        """The local metadata image (committed records up to ``image.offset``)."""
+        return self.loader.image
 
     async def run(self) -> None:
         while not self._closed.is_set():

@@ -2,8 +2,9 @@
 
 Every Raft record of the controller quorum is one byte of kind, then its payload:
 
-    b"M" + metadata record   a metadata record (raft_meta's encode_record bytes), replayed into
-                             the metadata image by the metadata state machine
+    b"M" + metadata entry    typed metadata records (raft_meta/metadata/records.py
+                             ``encode_entry`` bytes), replayed atomically into the metadata image
+                             by the metadata state machine (``MetadataLoader``)
     b"C" + msgpack [node_id, host, port]
                              a controller announces its RPC endpoint (so that a non-active
                              controller can answer NOT_CONTROLLER with the active one's endpoint,
@@ -41,7 +42,8 @@ RECENT_RECORDS_MAX = 50_000
 
 
 class MetadataMachine(Protocol):
-    """The metadata state machine the envelope delegates to (raft_meta's image + delta replay)."""
+    """The metadata state machine the envelope delegates to (raft_meta.metadata.loader.MetadataLoader;
+    tests use simpler ones)."""
 
     def apply(self, record: bytes, index: int) -> Any: ...
 
@@ -129,13 +131,7 @@ class ControllerStateMachine:
                 out = list(itertools.islice(self.recent, start, start + max_records))
                 return out, None, offset
             return [], self._snapshot_locked(), self.offset
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(index, kind, result)
-            except Exception:
-                log.exception("metadata listener failed at offset %d", index)
+
     def snapshot(self) -> bytes:
         with self.apply_lock:
             return self._snapshot_locked()

@@ -178,6 +178,8 @@ class MetadataDelta:
     def apply(self) -> MetadataImage:
         """The next image. Brokers, topics and partitions this delta did not touch are reused."""
         base = self.image
+        if self.is_empty() and self.offset == base.offset:
+            return base
         brokers = base.brokers
         if self._brokers:
             merged = dict(base.brokers)

@@ -1,0 +1,423 @@
+"""The active controller's decisions: validate a request, build typed records, commit, answer.
+
+``QuorumController(service)`` adds the metadata RPC handlers (BrokerRegistration,
+BrokerHeartbeat, CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs, AlterPartition,
+InitProducerId, AllocateProducerIds, Metadata) to a ``ControllerService`` and starts the active
+controller's periodic duties. Request and response bodies are in docs/controller.md.
+
+Every decision is read from the committed image (``service.state.metadata.image``), turned into
+records (raft_meta/metadata/records.py) and committed as one atomic entry before the answer goes
+out. Decisions taken on an image that moved on meanwhile are refused at replay (records carry
+the epochs and ids they expect) and retried from the new image, at most
+``DECISION_ATTEMPTS_MAX`` times.
+
+Kept only in the active controller's memory, never committed (as Kafka): broker heartbeat times
+(monotonic clock), the grace period of a newly active controller, this controller's block of
+producer ids for InitProducerId. Their consequences (fence, unfence, leader moves) are records.
+
+Periodic duties (every ``ELECTION_CHECK_INTERVAL_MS`` while active):
+- fence a broker silent for ``broker.session.timeout.ms`` (a newly active controller first
+  gives every broker one session timeout of grace);
+- bring every partition to its election target (elections.py): leaders off fenced brokers,
+  fenced brokers out of ISRs, offline partitions back online, preferred leaders back.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+from typing import Any, Iterable
+
+from client.protocol import errors
+from client.protocol.configs import TOPIC_CONFIGS
+from client.protocol.errors import (
+    ConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
+    InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+)
+from raft_meta.controller import elections, placement
+from raft_meta.controller import service as svc
+from raft_meta.controller.service import require
+from raft_meta.controller.state import metadata_record
+from raft_meta.metadata.image import MetadataImage
+from raft_meta.metadata.records import (
+    RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord, MetadataRecord, PartitionChangeRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, encode_entry,
+)
+
+log = logging.getLogger(__name__)
+
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+TOPIC_NAME_CHARS_MAX = 249
+PARTITIONS_MAX = 10_000
+PRODUCER_ID_BLOCK_SIZE = 1000
+ELECTION_CHECK_INTERVAL_MS = 200
+TOPICS_PER_REQUEST_MAX = 10_000
+DECISION_ATTEMPTS_MAX = 20  # optimistic retries when another commit changed what we decided on
+# Partition changes per committed entry (an entry stays well under the Raft layer's 1 MiB).
+PARTITION_CHANGES_PER_ENTRY_MAX = 2000
+
+
+class QuorumController:
+    """The active controller's handlers and duties, attached to one ControllerService."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        self.config = service.config
+        self.node_id: int = self.config.node_id
+        self.session_timeout_ms: int = self.config["broker.session.timeout.ms"]
+        self.unclean_default = bool(self.config["unclean.leader.election.enable"])
+        self.last_heartbeat: dict[int, float] = {}  # broker id -> monotonic seconds
+        self.active_since: float | None = None
+        self.id_block: list[int] | None = None  # [next, end) of this controller's producer ids
+        self.id_block_term = -1
+        self._checked_image: MetadataImage | None = None  # image of the last election pass with no work
+        service.handlers.update({
+            svc.API_BROKER_REGISTRATION: self.broker_registration,
+            svc.API_BROKER_HEARTBEAT: self.broker_heartbeat,
+            svc.API_CREATE_TOPICS: self.create_topics,
+            svc.API_DELETE_TOPICS: self.delete_topics,
+            svc.API_DESCRIBE_CONFIGS: self.describe_configs,
+            svc.API_ALTER_CONFIGS: self.alter_configs,
+            svc.API_ALTER_PARTITION: self.alter_partition,
+            svc.API_INIT_PRODUCER_ID: self.init_producer_id,
+            svc.API_ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
+            svc.API_METADATA: self.metadata,
+        })
+        service.background_factories.append(self.periodic_duties)
+
+    @property
+    def image(self) -> MetadataImage:
+        """The committed image this controller has applied (replaced, never mutated)."""
+        return self.service.state.metadata.image
+
+    async def commit(self, records: list[MetadataRecord]) -> list[dict]:
+        """Commit one atomic entry; its per-record results, or the typed error it was refused with."""
+        result = await self.service.raft.submit(metadata_record(encode_entry(records)),
+                                                self.service.request_timeout_ms)
+        if isinstance(result, dict) and "error" in result:
+            raise errors.error_for(result["error"], result.get("message"))
+        return result
+
+    async def commit_elections(self, first: list[MetadataRecord], live: Iterable[int], *,
+                               involving: Any = None) -> None:
+        """Commit ``first`` (e.g. a fence) with the partition changes it makes necessary, then
+        any changes left over beyond one entry; recomputed from the image when a race refuses
+        them. ``live`` is the set of live brokers after ``first``."""
+        live = set(live)
+        for _ in range(DECISION_ATTEMPTS_MAX):
+            changes = list(elections.changes(self.image, live, self.unclean_default, involving=involving,
+                                             limit=PARTITION_CHANGES_PER_ENTRY_MAX))
+            if not first and not changes:
+                return
+            try:
+                await self.commit(first + changes)
+            except errors.InvalidUpdateVersionError:
+                continue  # a partition changed under us: decide again on the new image
+            first = []
+            if len(changes) < PARTITION_CHANGES_PER_ENTRY_MAX:
+                return
+        raise errors.RequestTimedOutError("partition elections kept racing with other changes; retry")
+
+    # -- brokers ---------------------------------------------------------------------------
+
+    async def broker_registration(self, version: int, body: dict) -> tuple[int, dict]:
+        """BrokerRegistration {broker_id, incarnation_id, listeners {name: "host:port"}, rack}."""
+        broker_id = require(body, "broker_id", int)
+        incarnation = require(body, "incarnation_id", str)
+        listeners = require(body, "listeners", dict)
+        rack = body.get("rack")
+        if broker_id < 0:
+            raise InvalidRequestError(f"broker_id must be >= 0, got {broker_id}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in listeners.items()):
+            raise InvalidRequestError("listeners must map listener names to \"host:port\" strings")
+        if rack is not None and not isinstance(rack, str):
+            raise InvalidRequestError("rack must be a string or null")
+        current = self.image.brokers.get(broker_id)
+        if (current is not None and current.incarnation_id != incarnation and not current.fenced
+                and self._alive(broker_id)):
+            return errors.DUPLICATE_BROKER_REGISTRATION, {
+                "error_message": f"broker {broker_id} is registered by a live incarnation"}
+        results = await self.commit([RegisterBrokerRecord(broker_id, incarnation, listeners, rack)])
+        self.last_heartbeat[broker_id] = time.monotonic()
+        return errors.NONE, {"broker_epoch": results[0]["broker_epoch"]}
+
+    async def broker_heartbeat(self, version: int, body: dict) -> tuple[int, dict]:
+        """BrokerHeartbeat {broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down}."""
+        broker_id = require(body, "broker_id", int)
+        epoch = require(body, "broker_epoch", int)
+        offset = body.get("current_metadata_offset", -1)
+        offset = offset if isinstance(offset, int) else -1
+        broker = self.image.brokers.get(broker_id)
+        if broker is None:
+            return errors.BROKER_ID_NOT_REGISTERED, {"error_message": f"broker {broker_id} is not registered"}
+        if broker.broker_epoch != epoch:
+            return errors.STALE_BROKER_EPOCH, {"error_message": f"broker epoch {epoch} is stale"}
+        self.last_heartbeat[broker_id] = time.monotonic()
+        caught_up = offset >= broker.broker_epoch  # it has replayed its own registration
+        if body.get("want_fence") or body.get("want_shut_down"):
+            if not broker.fenced:
+                await self.fence(broker_id, epoch)
+        elif broker.fenced and caught_up:
+            live = set(self.image.live_broker_ids()) | {broker_id}
+            # Offline partitions whose ISR kept this broker get it back as leader, in the same entry.
+            await self.commit_elections([UnfenceBrokerRecord(broker_id, epoch)], live,
+                                        involving=lambda p: p.leader == -1 and broker_id in p.isr)
+        broker = self.image.brokers[broker_id]
+        return errors.NONE, {"is_caught_up": caught_up, "is_fenced": broker.fenced,
+                             "should_shut_down": bool(body.get("want_shut_down")) and broker.fenced,
+                             "leader_id": self.node_id}
+
+    async def fence(self, broker_id: int, epoch: int) -> None:
+        """Fence a broker; in the same entry it leaves every ISR and loses every leadership."""
+        live = set(self.image.live_broker_ids()) - {broker_id}
+        await self.commit_elections([FenceBrokerRecord(broker_id, epoch)], live,
+                                    involving=elections.involves(broker_id))
+
+    def _alive(self, broker_id: int) -> bool:
+        seen = self.last_heartbeat.get(broker_id)
+        return seen is not None and (time.monotonic() - seen) * 1000 < self.session_timeout_ms
+
+    async def periodic_duties(self) -> None:
+        """Active controller only: fence silent brokers, then bring partitions to their
+        election targets (see the module docstring)."""
+        while True:
+            await asyncio.sleep(ELECTION_CHECK_INTERVAL_MS / 1000)
+            if not self.service.is_active:
+                self.active_since = None
+                self._checked_image = None
+                continue
+            now = time.monotonic()
+            if self.active_since is None:
+                self.active_since = now
+                for broker_id in self.image.brokers:
+                    self.last_heartbeat[broker_id] = now  # grace for every broker
+            for broker_id, broker in list(self.image.brokers.items()):
+                if broker.fenced or self._alive(broker_id):
+                    continue
+                try:
+                    await self.fence(broker_id, broker.broker_epoch)
+                    log.info("fenced broker %d: no heartbeat for %d ms", broker_id, self.session_timeout_ms)
+                except RaftkaError as error:
+                    log.warning("fencing broker %d failed: %s", broker_id, error)
+            image = self.image
+            if image is self._checked_image:
+                continue  # nothing committed since the last pass found nothing to do
+            try:
+                await self.commit_elections([], image.live_broker_ids())
+                if self.image is image:
+                    self._checked_image = image
+            except RaftkaError as error:
+                log.debug("partition elections: %s", error)
+
+    # -- topics ----------------------------------------------------------------------------
+
+    async def create_topics(self, version: int, body: dict) -> tuple[int, dict]:
+        """CreateTopics {topics: [{name, num_partitions, replication_factor, configs}], validate_only}."""
+        topics = require(body, "topics", list)
+        if len(topics) > TOPICS_PER_REQUEST_MAX:
+            raise InvalidRequestError(f"{len(topics)} topics in one request; at most {TOPICS_PER_REQUEST_MAX}")
+        results = []
+        led = placement.leader_counts(self.image)
+        for topic in topics:
+            name = topic.get("name") if isinstance(topic, dict) else None
+            try:
+                record = self._topic_record(topic, led)
+                if not body.get("validate_only"):
+                    await self.commit([record])
+                    for replicas in record.partitions:
+                        led[replicas[0]] = led.get(replicas[0], 0) + 1
+                results.append({"name": name, "topic_id": record.topic_id, "error_code": errors.NONE,
+                                "error_message": None, "num_partitions": len(record.partitions),
+                                "replication_factor": len(record.partitions[0])})
+            except errors.NotControllerError:
+                raise
+            except RaftkaError as error:
+                results.append({"name": name, "topic_id": None, "error_code": error.code,
+                                "error_message": error.message})
+        return errors.NONE, {"topics": results}
+
+    def _topic_record(self, topic: Any, led: dict[int, int]) -> TopicRecord:
+        if not isinstance(topic, dict):
+            raise InvalidRequestError("each topic must be a map")
+        name = topic.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidTopicError("topic name must be a non-empty string")
+        if name in (".", "..") or len(name) > TOPIC_NAME_CHARS_MAX or not TOPIC_NAME_RE.match(name):
+            raise InvalidTopicError(f"topic name {name!r} is invalid: use at most {TOPIC_NAME_CHARS_MAX} "
+                                    "of [a-zA-Z0-9._-], and not '.' or '..'")
+        image = self.image
+        if name in image.topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        partitions = topic.get("num_partitions", -1)
+        partitions = self.config["num.partitions"] if partitions in (-1, None) else partitions
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= PARTITIONS_MAX:
+            raise InvalidPartitionsError(f"num_partitions must be between 1 and {PARTITIONS_MAX}, got {partitions}")
+        rf = topic.get("replication_factor", -1)
+        rf = self.config["default.replication.factor"] if rf in (-1, None) else rf
+        live = [b for b in image.brokers.values() if not b.fenced]
+        if not isinstance(rf, int) or isinstance(rf, bool) or rf < 1 or rf > len(live):
+            raise InvalidReplicationFactorError(
+                f"replication factor {rf} is invalid: must be between 1 and the {len(live)} unfenced broker(s)")
+        raw_configs = topic.get("configs") or {}
+        if not isinstance(raw_configs, dict):
+            raise InvalidRequestError("configs must be a map")
+        try:
+            configs = TOPIC_CONFIGS.parse(dict(raw_configs), fill_defaults=False)
+        except ConfigError as error:
+            raise errors.InvalidConfigError(f"topic {name!r}: {error.message}") from None
+        replicas = placement.place_replicas(live, led, partitions, rf)
+        return TopicRecord(name=name, topic_id=uuid.uuid4().hex, partitions=tuple(replicas), configs=configs)
+
+    async def delete_topics(self, version: int, body: dict) -> tuple[int, dict]:
+        """DeleteTopics {topic_names: [...]}."""
+        results = []
+        for name in require(body, "topic_names", list):
+            topic = self.image.topics.get(name) if isinstance(name, str) else None
+            if topic is None:
+                results.append({"name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                "error_message": f"unknown topic {name!r}"})
+                continue
+            await self.commit([RemoveTopicRecord(name, topic.topic_id)])
+            results.append({"name": name, "error_code": errors.NONE, "error_message": None})
+        return errors.NONE, {"responses": results}
+
+    async def describe_configs(self, version: int, body: dict) -> tuple[int, dict]:
+        """DescribeConfigs {resources: [{resource_type: "topic", resource_name}]}."""
+        out = []
+        for resource in require(body, "resources", list):
+            name = resource.get("resource_name") if isinstance(resource, dict) else None
+            topic = self.image.topics.get(name) if isinstance(name, str) else None
+            if topic is None:
+                out.append({"resource_name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
+                            "error_message": f"unknown topic {name!r}", "configs": []})
+                continue
+            configs = [{"name": key.name, "value": _wire(topic.configs.get(key.name, key.default)),
+                        "is_default": key.name not in topic.configs}
+                       for key in TOPIC_CONFIGS.keys.values()]
+            out.append({"resource_name": name, "error_code": errors.NONE, "error_message": None,
+                        "configs": configs})
+        return errors.NONE, {"results": out}
+
+    async def alter_configs(self, version: int, body: dict) -> tuple[int, dict]:
+        """AlterConfigs {resources: [{resource_type: "topic", resource_name, configs {k: v or None}}]}."""
+        out = []
+        for resource in require(body, "resources", list):
+            name = resource.get("resource_name") if isinstance(resource, dict) else None
+            try:
+                if not isinstance(name, str) or name not in self.image.topics:
+                    raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+                changes = resource.get("configs") or {}
+                if not isinstance(changes, dict):
+                    raise InvalidRequestError("configs must be a map")
+                parsed = TOPIC_CONFIGS.parse({k: v for k, v in changes.items() if v is not None},
+                                             fill_defaults=False)
+                unknown = [k for k, v in changes.items() if v is None and k not in TOPIC_CONFIGS]
+                if unknown:
+                    raise ConfigError(unknown[0], "unknown configuration key")
+                parsed.update({k: None for k, v in changes.items() if v is None})
+                await self.commit([ConfigRecord(RESOURCE_TOPIC, name, parsed)])
+                out.append({"resource_name": name, "error_code": errors.NONE, "error_message": None})
+            except ConfigError as error:
+                out.append({"resource_name": name, "error_code": errors.INVALID_CONFIG, "error_message": error.message})
+            except errors.NotControllerError:
+                raise
+            except RaftkaError as error:
+                out.append({"resource_name": name, "error_code": error.code, "error_message": error.message})
+        return errors.NONE, {"responses": out}
+
+    # -- partitions ------------------------------------------------------------------------
+
+    async def alter_partition(self, version: int, body: dict) -> tuple[int, dict]:
+        """AlterPartition {broker_id, broker_epoch, topic, partition, leader_epoch, partition_epoch, new_isr}."""
+        broker_id = require(body, "broker_id", int)
+        topic_name = require(body, "topic", str)
+        index = require(body, "partition", int)
+        new_isr = require(body, "new_isr", list)
+        image = self.image
+        broker = image.brokers.get(broker_id)
+        if broker is None or broker.broker_epoch != body.get("broker_epoch"):
+            return errors.STALE_BROKER_EPOCH, {"error_message": "stale or unknown broker epoch"}
+        topic = image.topics.get(topic_name)
+        p = topic.partition(index) if topic is not None else None
+        if p is None:
+            return errors.UNKNOWN_TOPIC_OR_PARTITION, {"error_message": f"unknown partition {topic_name}-{index}"}
+        if p.leader != broker_id:
+            return errors.NOT_LEADER_OR_FOLLOWER, {"error_message": f"broker {broker_id} does not lead {topic_name}-{index}"}
+        if body.get("leader_epoch") != p.leader_epoch:
+            return errors.FENCED_LEADER_EPOCH, {"error_message": f"leader epoch {body.get('leader_epoch')} is not {p.leader_epoch}"}
+        if body.get("partition_epoch") != p.partition_epoch:
+            return errors.INVALID_UPDATE_VERSION, {
+                "error_message": f"partition epoch {body.get('partition_epoch')} is stale (now {p.partition_epoch})"}
+        bad = [b for b in new_isr if b not in p.replicas or not image.is_live(b)]
+        if bad or broker_id not in new_isr or len(set(new_isr)) != len(new_isr):
+            return errors.INELIGIBLE_REPLICA, {
+                "error_message": f"ineligible ISR members {bad} (must be distinct unfenced replicas, leader included)"}
+        results = await self.commit([PartitionChangeRecord(topic_name, topic.topic_id, index, p.partition_epoch,
+                                                           None, tuple(new_isr))])
+        return errors.NONE, results[0]
+
+    # -- producer ids ----------------------------------------------------------------------
+
+    async def _allocate_block(self, broker_id: int, broker_epoch: int, size: int) -> tuple[int, int]:
+        for _ in range(DECISION_ATTEMPTS_MAX):  # concurrent requests race for the next id
+            first = self.image.next_producer_id
+            try:
+                results = await self.commit([ProducerIdsRecord(broker_id, broker_epoch, first, size)])
+            except errors.InvalidUpdateVersionError:
+                continue
+            return results[0]["first_id"], results[0]["size"]
+        raise errors.RequestTimedOutError("producer id allocation kept racing; retry")
+
+    async def allocate_producer_ids(self, version: int, body: dict) -> tuple[int, dict]:
+        """AllocateProducerIds {broker_id, broker_epoch} -> {producer_id_start, producer_id_len}: a
+        committed block of PRODUCER_ID_BLOCK_SIZE ids the broker hands out itself."""
+        broker_id = require(body, "broker_id", int)
+        broker = self.image.brokers.get(broker_id)
+        if broker is None or broker.broker_epoch != body.get("broker_epoch"):
+            return errors.STALE_BROKER_EPOCH, {"error_message": "stale or unknown broker epoch"}
+        first, size = await self._allocate_block(broker_id, broker.broker_epoch, PRODUCER_ID_BLOCK_SIZE)
+        return errors.NONE, {"producer_id_start": first, "producer_id_len": size}
+
+    async def init_producer_id(self, version: int, body: dict) -> tuple[int, dict]:
+        """InitProducerId {} -> {producer_id, producer_epoch}: ids from a block this controller
+        allocated (a new active controller starts a new block; ids left in an old one are
+        skipped, never reused)."""
+        term = self.service.raft.term
+        if self.id_block is None or self.id_block[0] >= self.id_block[1] or self.id_block_term != term:
+            first, size = await self._allocate_block(self.node_id, -1, PRODUCER_ID_BLOCK_SIZE)
+            self.id_block = [first, first + size]
+            self.id_block_term = term
+        producer_id = self.id_block[0]
+        self.id_block[0] += 1
+        return errors.NONE, {"producer_id": producer_id, "producer_epoch": 0}
+
+    # -- Metadata (3) ----------------------------------------------------------------------
+
+    async def metadata(self, version: int, body: dict) -> tuple[int, dict]:
+        """Metadata {topics: [...] or None}: brokers and topics as the committed image says."""
+        wanted = body.get("topics")
+        if wanted is not None and (not isinstance(wanted, list) or not all(isinstance(n, str) for n in wanted)):
+            raise InvalidRequestError("topics must be a list of topic names or null")
+        image = self.image
+        topics = []
+        for name, topic in sorted(image.topics.items()):
+            if wanted is not None and name not in wanted:
+                continue
+            topics.append({"name": name, "topic_id": topic.topic_id, "error_code": errors.NONE,
+                           "partitions": [{"partition_index": i, "leader_id": p.leader,
+                                           "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas),
+                                           "isr_nodes": list(p.isr), "partition_epoch": p.partition_epoch}
+                                          for i, p in enumerate(topic.partitions)]})
+        for name in wanted or []:
+            if name not in image.topics:
+                topics.append({"name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION, "partitions": []})
+        brokers = [{"node_id": b, "endpoints": dict(reg.endpoints), "rack": reg.rack, "fenced": reg.fenced,
+                    "broker_epoch": reg.broker_epoch} for b, reg in sorted(image.brokers.items())]
+        return errors.NONE, {"brokers": brokers, "topics": topics, "controller_id": self.node_id,
+                             "metadata_offset": self.service.state.offset}
+
+
+def _wire(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
