@@ -17,9 +17,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def register_storage(perf: argparse._SubParsersAction) -> None:
-    parser = perf.add_parser("storage", help="partition log append/read rates against the raw disk")
-    parser.set_defaults(func=_not_yet)
-
-
-def _not_yet(args: argparse.Namespace) -> int:
-    raise SystemExit("error: not implemented yet")
+    from raftka import perf_storage
+    perf_storage.register(perf)
