@@ -5,9 +5,7 @@ import bisect
 from typing import Any
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 18: "ApiVersions", 19: "CreateTopics",
-             20: "DeleteTopics", 22: "InitProducerId", 23: "OffsetsForLeaderEpoch", 32: "DescribeConfigs",
-             33: "AlterConfigs", 60: "DescribeCluster"}
+from client.protocol.api import API_NAMES
 
 
 class Histogram:
@@ -52,7 +50,9 @@ class BrokerMetrics:
             "# TYPE raftka_broker_replication_bytes_out_total counter",
             f"raftka_broker_replication_bytes_out_total{{{node}}} {self.replication_bytes_out}",
             "# TYPE raftka_broker_request_queue_depth gauge",
-            f"raftka_broker_request_queue_depth{{{node}}} {b.server.in_flight if b.server else 0}",
+            f"raftka_broker_request_queue_depth{{{node}}} {b.server.request_queue_depth if b.server else 0}",
+            "# TYPE raftka_broker_connections gauge",
+            f"raftka_broker_connections{{{node}}} {b.server.connection_count if b.server else 0}",
             "# TYPE raftka_broker_under_replicated_partitions gauge",
             f"raftka_broker_under_replicated_partitions{{{node}}} {sum(p.under_replicated for p in partitions)}",
             "# TYPE raftka_broker_leader_partitions gauge",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from client.protocol import errors
 from client.protocol.errors import RaftkaError
-from broker.network import Connection
+from broker.network import PeerConnection
 from broker.partition import ReplicaState
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class ReplicaFetcher:
         self.partitions: set[tuple[str, int]] = set()
         self._wake = asyncio.Event()
         self._closed = False
-        self._connection: Connection | None = None
+        self._connection: PeerConnection | None = None
         self._address: str | None = None
         self.task: asyncio.Task | None = None
         self.truncations = 0
@@ -60,17 +60,17 @@ class ReplicaFetcher:
             except (asyncio.CancelledError, Exception):
                 pass
         if self._connection is not None:
-            self._connection.close()
+            await self._connection.close()
 
-    def _connection_for_leader(self) -> Connection | None:
+    async def _connection_for_leader(self) -> PeerConnection | None:
         address = self.manager.endpoint_of(self.leader_id)
         if address is None:
             return None
         if self._connection is None or self._address != address:
             if self._connection is not None:
-                self._connection.close()
-            self._connection = Connection(address, client_id=f"broker-{self.manager.broker_id}-fetcher",
-                                          max_frame_bytes=self.manager.config["socket.request.max.bytes"])
+                await self._connection.close()
+            self._connection = PeerConnection(address, client_id=f"broker-{self.manager.broker_id}-fetcher",
+                                              max_frame_bytes=self.manager.config["socket.request.max.bytes"])
             self._address = address
         return self._connection
 
@@ -93,7 +93,7 @@ class ReplicaFetcher:
     async def fetch_once(self) -> bool:
         """One Fetch round; False when nothing could be asked or every partition failed."""
         config = self.manager.config
-        connection = self._connection_for_leader()
+        connection = await self._connection_for_leader()
         if connection is None:
             return False
         sent: dict[tuple[str, int], int] = {}  # tp -> leader epoch the request was built for

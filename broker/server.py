@@ -29,6 +29,7 @@ from broker.logs import STORAGE, LogManager
 from broker.metadata import MetadataFollower, MetadataView
 from broker.metrics import BrokerMetrics
 from broker.network import Request, Server
+from client.protocol.api import ApiKey, api_versions_body
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
 from client.protocol import errors
@@ -36,27 +37,6 @@ from client.protocol.errors import InvalidRequestError, RaftkaError
 from raft_meta.controller.config import ServerConfig
 
 log = logging.getLogger(__name__)
-
-
-class ApiKey:
-    """Kafka's API keys (docs/protocol.md); the transport helper's ApiKey enum has the same numbers."""
-
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    DELETE_TOPICS = 20
-    INIT_PRODUCER_ID = 22
-    OFFSETS_FOR_LEADER_EPOCH = 23
-    DESCRIBE_CONFIGS = 32
-    ALTER_CONFIGS = 33
-    ALTER_PARTITION = 56
-    DESCRIBE_CLUSTER = 60
-    BROKER_REGISTRATION = 62
-    BROKER_HEARTBEAT = 63
-    ALLOCATE_PRODUCER_IDS = 67
 
 
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS)
@@ -106,7 +86,7 @@ class BrokerServer:
             ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch, ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.METADATA: self.metadata_api, ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
-            ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             **{key: self._forwarder(key) for key in FORWARDED},
         }
@@ -118,7 +98,8 @@ class BrokerServer:
         self.server = Server(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
                              max_connections=self.config["connections.max"],
                              max_in_flight_per_connection=self.config["queued.max.requests"],
-                             idle_timeout_ms=self.config["connections.max.idle.ms"])
+                             idle_timeout_ms=self.config["connections.max.idle.ms"],
+                             api_versions={int(k): (0, 0) for k in self.handlers}, name=f"broker {self.broker_id}")
         await self.server.start(host, port)
         self.http_runner = None
         if "HTTP" in self.config.listeners:
@@ -233,14 +214,9 @@ class BrokerServer:
     # -- dispatch -----------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> "tuple[int, Any] | None":
-        handler = self.handlers.get(request.api_key)
+        handler = self.handlers[request.api_key]  # the Server answers unknown keys and versions itself
         started = time.monotonic()
         self.metrics.request(request.api_key)
-        if handler is None:
-            return errors.UNSUPPORTED_VERSION, {"error_message": f"api key {request.api_key} is not served by a broker"}
-        if request.api_version != 0:
-            return errors.UNSUPPORTED_VERSION, {"error_message": f"api version {request.api_version} of key "
-                                                                 f"{request.api_key}; only 0 is supported"}
         try:
             result = await handler(_map(request.body))
         except RaftkaError as error:
@@ -253,8 +229,7 @@ class BrokerServer:
     # -- ApiVersions, Metadata, DescribeCluster -----------------------------------------------------
 
     async def api_versions(self, body: dict) -> tuple[int, dict]:
-        return errors.NONE, {"api_keys": [{"api_key": k, "min_version": 0, "max_version": 0}
-                                          for k in sorted(self.handlers)]}
+        return errors.NONE, api_versions_body(list(self.handlers))
 
     def _controller_id(self) -> int:
         active = self.controllers.active
