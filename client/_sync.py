@@ -6,7 +6,7 @@ import concurrent.futures
 import threading
 from typing import Any, Awaitable, Coroutine, TypeVar
 
-from client.errors import KafkaTimeoutError
+from client.errors import KafkaClosedError, KafkaTimeoutError
 
 T = TypeVar("T")
 LOOP_START_TIMEOUT_S = 10.0
@@ -39,6 +39,9 @@ class LoopThread:
         if threading.current_thread() is self._thread:
             raise RuntimeError("a blocking client call from its own I/O thread (a callback?) "
                                "would deadlock; use the asyncio client there")
+        if self.loop.is_closed() or not self._thread.is_alive():
+            coro.close()
+            raise KafkaClosedError("the client is closed")
         future = self.submit(coro)
         try:
             return future.result(timeout_s)

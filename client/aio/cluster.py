@@ -41,6 +41,7 @@ API_ALTER_CONFIGS = 33
 API_DESCRIBE_CLUSTER = 60
 
 DEFAULT_PORT = 9092
+TRACKED = object()  # refresh_metadata's default: the topics this client tracks
 CONNECTIONS_MAX = 1024  # distinct broker addresses one client keeps connections to
 
 
@@ -348,11 +349,11 @@ class Cluster:
     def metadata_age_ms(self) -> float:
         return (time.monotonic() - self._metadata_at) * 1000 if self._metadata_at else float("inf")
 
-    async def refresh_metadata(self, topics: Sequence[str] | None = None, *,
+    async def refresh_metadata(self, topics: Sequence[str] | None | object = TRACKED, *,
                                timeout_ms: int | None = None) -> ClusterMetadata:
-        """Fetch metadata now for ``topics`` (default: the tracked ones, or all when tracking
-        all) from any broker and replace the cache; returns the new cache."""
-        if topics is None:
+        """Fetch metadata now for ``topics`` (None: every topic; default: the tracked ones, or
+        every topic when tracking all) from any broker, merge it into the cache, and return what this answer said."""
+        if topics is TRACKED:
             topics = None if self._all_topics else sorted(self._tracked)
         code, body = await self.request_any(API_METADATA, {"topics": list(topics) if topics is not None
                                                            else None,
@@ -366,7 +367,7 @@ class Cluster:
         self._refresh_count += 1
         async with self._updated:
             self._updated.notify_all()
-        return self.metadata
+        return fresh
 
     def _merge(self, fresh: ClusterMetadata, *, full: bool) -> None:
         old = self.metadata
