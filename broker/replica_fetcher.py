@@ -87,6 +87,11 @@ class ReplicaFetcher:
             except (RaftkaError, OSError) as error:
                 log.debug("fetch from leader %d failed: %s", self.leader_id, error)
                 progressed = False
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug: keep the fetcher alive, say so once per round
+                log.exception("fetch from leader %d failed", self.leader_id)
+                progressed = False
             if not progressed:
                 await asyncio.sleep(backoff_s)
 

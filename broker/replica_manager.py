@@ -139,21 +139,31 @@ class ReplicaManager:
                 partition.alter_in_flight = False
 
     async def _checkpoint_loop(self) -> None:
-        interval_s = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+        """storage's maintenance: retention, flush.ms, HW checkpoints (on their own interval)."""
+        interval_s = min(self.config["replica.high.watermark.checkpoint.interval.ms"], 1000) / 1000
         while True:
             await asyncio.sleep(interval_s)
-            self.checkpoint_all()
+            try:
+                self.logs.run_maintenance()
+            except Exception:
+                log.exception("log maintenance failed")
 
     def checkpoint_all(self) -> None:
-        try:
-            self.logs.run_maintenance()  # retention, flush policy
-        except Exception:
-            log.exception("log maintenance failed")
         for partition in list(self.partitions.values()):
             try:
                 partition.log.checkpoint_high_watermark()
-            except OSError as error:
+            except (OSError, RaftkaError) as error:
                 log.warning("%s: HW checkpoint failed: %s", partition.name, error)
+
+    def delete_stray_logs(self) -> int:
+        """Once caught up with the metadata log: delete local logs of partitions this broker no
+        longer hosts (topics deleted or moved while it was down)."""
+        stray = [(lg.topic, lg.partition) for lg in self.logs.logs()
+                 if (lg.topic, lg.partition) not in self.partitions]
+        for topic, index in stray:
+            log.info("%s-%d: deleting a stray log (not a replica here any more)", topic, index)
+            self.logs.delete(topic, index)
+        return len(stray)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -66,7 +66,8 @@ class BrokerServer:
                               "segment.bytes": config["log.segment.bytes"],
                               "retention.ms": config["log.retention.ms"],
                               "retention.bytes": config["log.retention.bytes"]}
-        self.logs = LogManager(config["log.dirs"], default_log_config)
+        self.logs = LogManager(config["log.dirs"], default_log_config,
+                               hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"])
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
         self.metrics = BrokerMetrics(self)
         self.metadata: MetadataFollower | None = None
@@ -141,6 +142,7 @@ class BrokerServer:
         self.fenced = me is None or me.fenced or me.broker_epoch != self.broker_epoch
         if not self.caught_up and view.offset >= self.broker_epoch >= 0:
             self.caught_up = True
+            self.replicas.delete_stray_logs()
             self._metadata_event.set()  # heartbeat now: we can be unfenced
         if self.caught_up and not self.fenced:
             self._caught_up_event.set()
