@@ -39,3 +39,7 @@ class SerializationError(RaftkaError):
     """A key/value serializer or deserializer raised; the original error is ``__cause__``."""
 
     name = "SERIALIZATION_ERROR"
+
+# kafka-python's base name, so ``except KafkaError`` reads the same.
+KafkaError = RaftkaError
+__all__.append("KafkaError")

@@ -73,6 +73,10 @@ class Producer:
         """The partition indexes of ``topic`` (waits up to max_block_ms for metadata)."""
         return self._io.run(self._aio.partitions_for(topic))
 
+    def metrics(self) -> dict[str, int]:
+        """Counters: produce_requests, batches_sent, batch_retries, producer_id_resets."""
+        return dict(self._aio.metrics)
+
     def __enter__(self) -> "Producer":
         return self
 

@@ -136,6 +136,8 @@ class Producer:
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.failures: list[tuple[TopicPartition, BaseException]] = []  # since the last flush
+        self.metrics = {"produce_requests": 0, "batches_sent": 0, "batch_retries": 0,
+                        "producer_id_resets": 0}
 
     async def start(self) -> None:
         """Start the metadata and sender tasks (called by ``send`` when needed)."""
@@ -347,6 +349,8 @@ class Producer:
                 later(now)  # more of this partition may go in the next request
         for node, batches in by_node.items():
             self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
+            self.metrics["produce_requests"] += 1
+            self.metrics["batches_sent"] += len(batches)
             for batch in batches:
                 batch.in_flight = True
                 batch.attempts += 1
@@ -380,6 +384,7 @@ class Producer:
         """After a sequenced batch failed for good, the partition's sequence has a gap the leader
         would refuse forever: take a new producer id and restart every sequence at 0."""
         self._reset_pid = False
+        self.metrics["producer_id_resets"] += 1
         self.producer_id = -1
         self._next_sequence.clear()
         for batch in self.accumulator.batches():
@@ -414,6 +419,7 @@ class Producer:
                 f"not acknowledged within delivery_timeout_ms={c['delivery_timeout_ms']} "
                 f"(last error: {error})", topic=batch.tp.topic, partition=batch.tp.partition))
             return
+        self.metrics["batch_retries"] += 1
         self.accumulator.requeue(batch, now + c["retry_backoff_ms"] / 1000)
         self._muted.add(batch.tp)
 
