@@ -34,8 +34,10 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename over, fsync the directory."""
+def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename over, fsync the directory.
+    Without ``fsync`` the rename still makes the swap atomic for readers and process crashes;
+    only a machine crash may then lose (or, for checksummed files, tear) the new content."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -43,11 +45,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if fsync:
+        fsync_dir(path.parent)
 
 
 class CheckpointFile:

@@ -256,7 +256,7 @@ class Log:
         self.high_watermark = min(max(hw_ckpt, self.log_start_offset), leo)
         self._hw_checkpointed = hw_ckpt
 
-        self.producer_state.load(self._segments, self._all_headers, leo, self.log_start_offset)
+        self.producer_state.load(self._headers_from, self.log_start_offset, leo)
 
         # Everything now in the files has been validated: make it durable and say so.
         if not clean:
@@ -276,6 +276,17 @@ class Log:
         for i, seg in enumerate(self._segments):
             for _, header in seg.scan_headers(0):
                 yield i, header
+
+    def _headers_from(self, offset: int) -> Iterable[BatchHeader]:
+        """Headers of every batch from the one holding ``offset`` to the log end."""
+        for seg in self._segments[self._segment_index_for(offset):]:
+            if seg.next_offset <= offset:
+                continue
+            found = seg.find(offset)
+            if found is None:
+                continue
+            for _, header in seg.scan_headers(found[0]):
+                yield header
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         self._segments = segments
@@ -414,7 +425,7 @@ class Log:
         else:
             for header in headers:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        self.producer_state.on_append(headers, base)
+        self.producer_state.on_append(headers, base if leader else None)
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -646,8 +657,7 @@ class Log:
                 self._checkpoint_recovery_point()
                 self.high_watermark = min(self.high_watermark, leo)
                 self.leader_epoch_cache.truncate_from_end(leo)
-                self.producer_state.rebuild(self._segments, self._all_headers, leo,
-                                            self.log_start_offset)
+                self.producer_state.load(self._headers_from, self.log_start_offset, leo)
             except OSError as error:
                 self._failed = f"truncation failed: {error}"
                 raise self._error(KafkaStorageError, f"could not truncate the log in {self.dir} "
@@ -716,6 +726,11 @@ class Log:
             log.info("%s: retention deleted %d segment(s); log start offset now %d", self, count,
                      new_start)
             return count
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget idempotent producers silent for producer.id.expiration.ms (1 day)."""
+        with self._lock:
+            return self.producer_state.remove_expired(now_ms)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -164,6 +164,7 @@ class LogManager:
             try:
                 deleted += lg.delete_old_segments(now)
                 flushed += lg.maybe_flush(now)
+                lg.remove_expired_producers(now)
                 if do_hw:
                     lg.checkpoint_high_watermark()
                 if do_rp:
