@@ -1,24 +1,15 @@
 """The broker's read-only view of committed metadata, and how it follows the metadata log.
 
-The one module that knows how metadata is represented: it reads the interim dict image of
-``raft_meta/controller/metadata_adapter.py`` or raft_meta's typed ``MetadataImage``, whichever the
-controllers replay (``build_metadata_machine``). The rest of the broker sees :class:`MetadataView` (brokers, topics, partitions
-as small frozen records) and is called back with a new view after each applied batch.
+The one module that knows raft_meta's ``MetadataImage``: the rest of the broker sees
+:class:`MetadataView` (brokers, topics, partitions as small frozen records), published after each
+batch of committed records the ``MetadataFetcher`` applies.
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
-from raft_meta.controller.rpc import call
-from raft_meta.controller.state import ControllerStateMachine
-
-log = logging.getLogger(__name__)
-API_FETCH = 1
+from raft_meta.controller.fetcher import MetadataFetcher
 
 
 @dataclass(frozen=True)
@@ -76,93 +67,45 @@ class MetadataView:
 EMPTY = MetadataView(-1, {}, {}, {})
 
 
-def _view_of(state: ControllerStateMachine, previous: MetadataView) -> MetadataView:
-    image = state.metadata.image
-    if isinstance(image, dict):  # the interim dict image (metadata_adapter.py)
-        brokers = {int(b): BrokerInfo(int(b), info["broker_epoch"], dict(info["endpoints"]), info.get("rack"),
-                                      bool(info["fenced"])) for b, info in image["brokers"].items()}
-        raw_topics = [(name, t["topic_id"], [(p["replicas"], p["isr"], p["leader"], p["leader_epoch"],
-                                              p["partition_epoch"]) for p in t["partitions"]], t["configs"])
-                      for name, t in image["topics"].items()]
-    else:  # raft_meta.metadata.image.MetadataImage
-        brokers = {int(b): BrokerInfo(int(b), r.broker_epoch, dict(r.endpoints), r.rack, bool(r.fenced))
-                   for b, r in image.brokers.items()}
-        raw_topics = [(name, t.topic_id, [(p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch)
-                                          for p in t.partitions], t.configs)
-                      for name, t in image.topics.items()]
+def _view_of(image: Any, offset: int, controllers: dict, previous: MetadataView) -> MetadataView:
+    """A MetadataView of raft_meta's MetadataImage; unchanged topics keep their old records."""
+    brokers = {int(b): BrokerInfo(int(b), r.broker_epoch, dict(r.endpoints), r.rack, bool(r.fenced))
+               for b, r in image.brokers.items()}
     topics = {}
-    for name, topic_id, partitions, configs in raw_topics:
+    for name, t in image.topics.items():
         old = previous.topics.get(name)
-        parts = tuple(PartitionInfo(tuple(r), tuple(i), l, le, pe) for r, i, l, le, pe in partitions)
-        if old is not None and old.topic_id == topic_id and old.partitions == parts and old.configs == dict(configs):
-            topics[name] = old  # unchanged: keep the old record
+        parts = tuple(PartitionInfo(tuple(p.replicas), tuple(p.isr), p.leader, p.leader_epoch, p.partition_epoch)
+                      for p in t.partitions)
+        configs = dict(t.configs)
+        if old is not None and old.topic_id == t.topic_id and old.partitions == parts and old.configs == configs:
+            topics[name] = old
         else:
-            topics[name] = TopicInfo(name, topic_id, parts, dict(configs))
-    return MetadataView(state.offset, brokers, topics, dict(state.controllers))
+            topics[name] = TopicInfo(name, t.topic_id, parts, configs)
+    return MetadataView(offset, brokers, topics, dict(controllers))
 
 
 class MetadataFollower:
-    """Follows the committed metadata log from the controllers and publishes views.
-
-    Replays into the same metadata state machine the controllers use
-    (``raft_meta.controller.server.build_metadata_machine``), so it reads whatever records they
-    write. One long-polling Fetch at a time; on an error it moves to the next controller.
-    """
+    """Follows the committed metadata log (raft_meta's MetadataFetcher) and publishes views."""
 
     def __init__(self, bootstrap: Sequence[str], broker_id: int,
-                 on_update: Callable[[MetadataView], None], *, config: Any = None, max_wait_ms: int = 500,
-                 max_records: int = 5000, request_timeout_ms: int = 5000, retry_backoff_ms: int = 100) -> None:
-        from raft_meta.controller.server import build_metadata_machine
-        self.state = ControllerStateMachine(build_metadata_machine(config))
+                 on_update: Callable[[MetadataView], None], *, max_wait_ms: int = 500,
+                 request_timeout_ms: int = 5000) -> None:
         self.view = EMPTY
-        self.bootstrap = list(bootstrap)
-        self.broker_id = broker_id
         self._on_update = on_update
-        self.max_wait_ms = max_wait_ms
-        self.max_records = max_records
-        self.request_timeout_ms = request_timeout_ms
-        self.retry_backoff_ms = retry_backoff_ms
-        self._next = 0
-        self._closed = asyncio.Event()
-        self.errors_seen = 0
+        self.fetcher = MetadataFetcher(list(bootstrap), replica_id=broker_id, on_metadata_update=self._updated,
+                                       max_wait_ms=max_wait_ms, request_timeout_ms=request_timeout_ms)
 
     @property
     def offset(self) -> int:
-        return self.state.offset
+        """The metadata offset applied (what heartbeats report)."""
+        return self.fetcher.state.offset
 
-    async def fetch_once(self) -> int:
-        address = self.bootstrap[self._next % len(self.bootstrap)]
-        body = {"topic": "__cluster_metadata", "fetch_offset": self.state.offset, "max_records": self.max_records,
-                "max_wait_ms": self.max_wait_ms, "replica_id": self.broker_id}
-        code, out = await call(address, API_FETCH, body, timeout_ms=self.request_timeout_ms,
-                               client_id=f"broker-{self.broker_id}-metadata")
-        if code != errors.NONE:
-            raise errors.error_for(code, (out or {}).get("error_message"))
-        applied = 0
-        if out.get("snapshot") is not None:
-            self.state.restore(out["snapshot"])
-            applied += 1
-        for offset, record in out["records"]:
-            if offset > self.state.offset:
-                self.state.apply(record, offset)
-                applied += 1
-        if applied:
-            self.view = _view_of(self.state, self.view)
-            self._on_update(self.view)
-        return applied
+    def _updated(self, delta: Any, image: Any) -> None:
+        self.view = _view_of(image, self.fetcher.state.offset, self.fetcher.state.controllers, self.view)
+        self._on_update(self.view)
 
     async def run(self) -> None:
-        while not self._closed.is_set():
-            try:
-                await self.fetch_once()
-            except (RaftkaError, OSError) as error:
-                self.errors_seen += 1
-                log.debug("metadata fetch from %s failed: %s", self.bootstrap[self._next % len(self.bootstrap)], error)
-                self._next += 1
-                try:
-                    await asyncio.wait_for(self._closed.wait(), self.retry_backoff_ms / 1000)
-                except asyncio.TimeoutError:
-                    pass
+        await self.fetcher.run()
 
     async def close(self) -> None:
-        self._closed.set()
+        await self.fetcher.close()

@@ -109,7 +109,7 @@ class BrokerServer:
             self.http_runner = await start_http(self, http_host, http_port)
         await self.register()
         self.metadata = MetadataFollower(self.config["controller.quorum.bootstrap.servers"], self.broker_id,
-                                         self._on_metadata, config=self.config)
+                                         self._on_metadata)
         self._tasks.append(asyncio.create_task(self.metadata.run(), name="metadata-follower"))
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
         self.replicas.start()
