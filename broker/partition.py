@@ -88,6 +88,7 @@ class Partition:
     alter_in_flight: bool = False
     isr_shrinks: int = 0
     isr_expands: int = 0
+    clock: Callable[[], float] = now_ms  # milliseconds, monotonic; the simulation passes its own
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -126,7 +127,7 @@ class Partition:
             raise IllegalTransition(f"{self.name}: STOPPED is final")
         if self.broker_id not in info.replicas:
             raise IllegalTransition(f"{self.name}: broker {self.broker_id} is not a replica; stop it instead")
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         if self.state is ReplicaState.NONE or info.leader_epoch > self.leader_epoch:
             if info.leader == self.broker_id:
                 self._become_leader(info, now)
@@ -275,6 +276,11 @@ class Partition:
         if last_fetched_epoch is None or last_fetched_epoch < 0:
             return None
         epoch, end_offset = self.end_offset_for_epoch(last_fetched_epoch)
+        latest = self.log.leader_epoch_cache.latest_epoch
+        if epoch < 0 and 0 <= latest < last_fetched_epoch:
+            # An epoch newer than any we know: our whole history is older, so the fetcher
+            # keeps what agrees with our latest epoch, not nothing.
+            epoch, end_offset = latest, self.log.log_end_offset
         if epoch != last_fetched_epoch or end_offset < fetch_offset:
             return {"epoch": epoch, "end_offset": end_offset}
         return None
@@ -294,7 +300,7 @@ class Partition:
         progress = self.followers.get(replica_id)
         if progress is None or not self.is_leader:
             return
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
             progress.last_caught_up_ms = now
@@ -310,7 +316,7 @@ class Partition:
         ``lag_time_max_ms``; add a follower that reached the HW and this epoch's start."""
         if not self.is_leader or self.alter_in_flight:
             return None
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         out = [r for r in self.isr if r != self.broker_id
                and now - self.followers.get(r, FollowerProgress()).last_caught_up_ms > lag_time_max_ms]
         if out:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from client.protocol import errors
 from client.protocol.errors import RaftkaError
 from broker.network import PeerConnection
-from broker.partition import ReplicaState
+from broker.partition import Partition, ReplicaState
 
 if TYPE_CHECKING:
     from broker.replica_manager import ReplicaManager
@@ -108,12 +108,7 @@ class ReplicaFetcher:
             if partition is None or partition.state is not ReplicaState.FOLLOWER or partition.leader_id != self.leader_id:
                 continue
             sent[tp] = partition.leader_epoch
-            topics.setdefault(tp[0], []).append({
-                "partition": tp[1], "current_leader_epoch": partition.leader_epoch,
-                "fetch_offset": partition.log.log_end_offset,
-                "last_fetched_epoch": partition.log.leader_epoch_cache.latest_epoch,
-                "log_start_offset": partition.log.log_start_offset,
-                "partition_max_bytes": config["replica.fetch.max.bytes"]})
+            topics.setdefault(tp[0], []).append(fetch_request_for(partition, config["replica.fetch.max.bytes"]))
         if not sent:
             return False
         wait_ms = config["replica.fetch.wait.max.ms"]
@@ -136,42 +131,60 @@ class ReplicaFetcher:
         partition = self.manager.partitions.get(tp)
         if partition is None or partition.state is not ReplicaState.FOLLOWER or partition.leader_epoch != epoch:
             return True  # our role changed while the fetch was out: the answer is moot
-        code = answer.get("error_code", errors.NONE)
-        if code != errors.NONE:
-            log.debug("%s: fetch from leader %d: %s %s", partition.name, self.leader_id, errors.name_of(code),
-                      answer.get("error_message"))
-            return False  # fenced / unknown epoch / not leader: wait for metadata, back off
-        diverging = answer.get("diverging_epoch")
-        if diverging:
-            self._truncate(partition, diverging)
-            return True
-        records = answer.get("records") or b""
-        if records:
-            partition.log.append_as_follower(records)
-        hw = min(int(answer.get("high_watermark", 0)), partition.log.log_end_offset)
-        if hw > partition.log.high_watermark:
-            partition.log.update_high_watermark(hw)
-        if records or hw:
-            partition._notify()
-        return True
-
-    def _truncate(self, partition, diverging: dict) -> None:
-        leader_epoch, leader_end = int(diverging["epoch"]), int(diverging["end_offset"])
-        if leader_epoch < 0:
-            target = leader_end
-        else:
-            own_epoch, own_end = partition.end_offset_for_epoch(leader_epoch)
-            target = min(leader_end, own_end) if own_epoch >= 0 else partition.log.log_start_offset
-        target = max(target, partition.log.log_start_offset)
-        if target < partition.log.log_end_offset:
-            log.info("%s: truncating from %d to %d (leader %d: epoch %d ends at %d)", partition.name,
-                     partition.log.log_end_offset, target, self.leader_id, leader_epoch, leader_end)
-            partition.log.truncate_to(target)
+        ok, truncated = apply_fetch_answer(partition, answer, self.leader_id)
+        if truncated:
             self.truncations += 1
             self.manager.truncations += 1
-        else:
-            # Nothing past the divergence point: forget epochs the leader does not have, so the
-            # next fetch's last_fetched_epoch matches its history.
-            truncate_cache = getattr(partition.log.leader_epoch_cache, "truncate_from_end", None)
-            if truncate_cache is not None:
-                truncate_cache(target)
+        return ok
+
+
+def fetch_request_for(partition: Partition, partition_max_bytes: int) -> dict:
+    """A follower's Fetch entry for one partition: from its log end offset, with the leader
+    epoch it believes in and the epoch of its last batch."""
+    return {"partition": partition.index, "current_leader_epoch": partition.leader_epoch,
+            "fetch_offset": partition.log.log_end_offset,
+            "last_fetched_epoch": partition.log.leader_epoch_cache.latest_epoch,
+            "log_start_offset": partition.log.log_start_offset, "partition_max_bytes": partition_max_bytes}
+
+
+def apply_fetch_answer(partition: Partition, answer: dict, leader_id: int) -> tuple[bool, bool]:
+    """Take one partition's Fetch answer from the leader: truncate on a diverging epoch, else
+    append the records and move the HW. Returns (answer usable, truncated)."""
+    code = answer.get("error_code", errors.NONE)
+    if code != errors.NONE:
+        log.debug("%s: fetch from leader %d: %s %s", partition.name, leader_id, errors.name_of(code),
+                  answer.get("error_message"))
+        return False, False  # fenced / unknown epoch / not leader: wait for metadata, back off
+    diverging = answer.get("diverging_epoch")
+    if diverging:
+        return True, truncate_to_diverging(partition, diverging, leader_id)
+    records = answer.get("records") or b""
+    if records:
+        partition.log.append_as_follower(records)
+    hw = min(int(answer.get("high_watermark", 0)), partition.log.log_end_offset)
+    if hw > partition.log.high_watermark:
+        partition.log.update_high_watermark(hw)
+    if records or hw:
+        partition._notify()
+    return True, False
+
+
+def truncate_to_diverging(partition: Partition, diverging: dict, leader_id: int) -> bool:
+    """Truncate to where our history and the leader's agree: min(the leader's end offset of the
+    diverging epoch, ours). Never by high watermark. True when records were removed."""
+    leader_epoch, leader_end = int(diverging["epoch"]), int(diverging["end_offset"])
+    if leader_epoch < 0:
+        target = leader_end
+    else:
+        own_epoch, own_end = partition.end_offset_for_epoch(leader_epoch)
+        target = min(leader_end, own_end) if own_epoch >= 0 else partition.log.log_start_offset
+    target = max(target, partition.log.log_start_offset)
+    if target < partition.log.log_end_offset:
+        log.info("%s: truncating from %d to %d (leader %d: epoch %d ends at %d)", partition.name,
+                 partition.log.log_end_offset, target, leader_id, leader_epoch, leader_end)
+        partition.log.truncate_to(target)
+        return True
+    # Nothing past the divergence point: forget epochs the leader does not have, so the next
+    # fetch's last_fetched_epoch matches its history.
+    partition.log.leader_epoch_cache.truncate_from_end(target)
+    return False

@@ -29,8 +29,10 @@ FETCH_WAIT_MS_MAX = 30_000
 
 class ReplicaManager:
     def __init__(self, broker_id: int, config: Any, logs: LogManager,
-                 alter_partition: Callable[[Partition, tuple[int, ...]], Any]) -> None:
+                 alter_partition: Callable[[Partition, tuple[int, ...]], Any], *,
+                 clock: Callable[[], float] = now_ms) -> None:
         self.broker_id = broker_id
+        self.clock = clock
         self.config = config
         self.logs = logs
         self.alter_partition = alter_partition  # coroutine function (partition, new_isr) -> None
@@ -70,7 +72,8 @@ class ReplicaManager:
                     partition = None
                 if partition is None:
                     partition = Partition(name, index, self.broker_id,
-                                          self.logs.get_or_create(name, index, dict(topic.configs)))
+                                          self.logs.get_or_create(name, index, dict(topic.configs)),
+                                          clock=self.clock)
                     self.partitions[tp] = partition
                     self.topic_ids[tp] = topic.topic_id
                 elif previous_topics.get(name) is not topic:  # configs may have changed
@@ -117,7 +120,7 @@ class ReplicaManager:
         interval_s = max(0.05, min(lag_ms / 2, 1000) / 1000)
         while True:
             await asyncio.sleep(interval_s)
-            now = now_ms()
+            now = self.clock()
             for partition in list(self.partitions.values()):
                 proposal = partition.isr_proposal(lag_ms, now)
                 if proposal is not None:
