@@ -407,6 +407,107 @@ def test_a_body_that_msgpack_cannot_encode_raises_frame_error_and_the_connection
     run(main())
 
 
+def test_an_answer_msgpack_cannot_encode_is_sent_as_unknown_server_error():
+    async def main() -> None:
+        async def handler(request: Request) -> Response:
+            return Response(0, {"bad": object()} if request.body.get("bad") else {"ok": True})
+        server = await Server(handler).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            code, body = await conn.request(ApiKey.METADATA, {"bad": True}, timeout_ms=5000)
+            assert code == errors.UNKNOWN_SERVER_ERROR and "encode" in body["error_message"]
+            assert await conn.request(ApiKey.METADATA, {}, timeout_ms=5000) == (0, {"ok": True})
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_an_answer_over_the_client_max_frame_bytes_closes_the_client_connection():
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_frame_bytes=1000)
+        try:
+            with pytest.raises(NetworkExceptionError, match="socket.request.max.bytes"):
+                await conn.request(ApiKey.FETCH, {"i": 1, "pad": b"x" * 5000}, timeout_ms=5000)
+            assert conn.closed
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_a_request_without_an_answer_sent_just_before_close_still_reaches_the_server():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            assert await conn.request(ApiKey.PRODUCE, {"i": 7, "no_answer": True},
+                                      expect_response=False) == (0, None)
+            await conn.close()
+            await until(lambda: echo.started == [7])
+        finally:
+            await server.close()
+    run(main())
+
+
+def test_a_client_that_never_reads_its_answers_is_closed_after_connections_max_idle_ms():
+    async def main() -> None:
+        server = await Server(Echo(), idle_timeout_ms=300, max_buffered_bytes_per_connection=65536,
+                              max_frame_bytes=64 << 20).start(HOST, 0)
+        reader, writer = await asyncio.open_connection(HOST, server.port)
+        try:
+            # Ask for 48 MiB of answers and read none of them: more than the socket buffers hold.
+            for i in range(12):
+                writer.write(encode_request(ApiKey.FETCH, 0, i, "c", {"i": i, "pad": b"x" * (4 << 20)}))
+            try:
+                await asyncio.wait_for(writer.drain(), WAIT_S)
+            except ConnectionError:
+                pass  # the server stopped reading us, then reset the connection
+            await until(lambda: server.connection_count == 0)
+            assert server.metrics.connections_closed_idle == 1
+        finally:
+            writer.close()
+            await server.close()
+    run(main())
+
+
+def test_answers_far_larger_than_max_buffered_bytes_still_all_arrive():
+    async def main() -> None:
+        server = await Server(Echo(), max_buffered_bytes_per_connection=4096, idle_timeout_ms=2000).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=20)
+        try:
+            results = await asyncio.gather(*(
+                conn.request(ApiKey.FETCH, {"i": i, "pad": b"x" * 200_000}, timeout_ms=5000) for i in range(20)))
+            assert [body["i"] for _, body in results] == list(range(20))
+            assert all(len(body["pad"]) == 200_000 for _, body in results)
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_closing_the_server_cancels_running_handlers_and_returns_promptly():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        task = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 1, "gate": True}, timeout_ms=5000))
+        await until(lambda: echo.started == [1])
+        assert server.request_queue_depth == 1 and server.connection_count == 1
+        started = time.monotonic()
+        await server.close()
+        assert time.monotonic() - started < 1.0
+        with pytest.raises(NetworkExceptionError):
+            await task
+        await conn.close()
+        snapshot = server.metrics_snapshot()
+        assert snapshot["requests"] == {"Fetch": 1} and snapshot["bytes_in"] > 0
+        assert snapshot["connections"] == 0
+    run(main())
+
+
 @pytest.mark.perf
 def test_round_trips_per_second_on_loopback():
     """Prints sequential round trips/s and pipelined requests/s (one connection, one loop)."""

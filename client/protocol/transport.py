@@ -91,7 +91,8 @@ def _request_frame_from_packed_body(api_key: int, api_version: int, correlation_
                                     client_id: str | None, packed_body: bytes) -> bytes:
     # A fixarray of 5 is one byte (0x95); the body is packed once, before the correlation id
     # is known, so a body that cannot be encoded fails before it takes a slot.
-    head = b"\x95" + _pack(api_key) + _pack(api_version) + _pack(correlation_id) + _pack(client_id)
+    head = _pack([api_key, api_version, correlation_id, client_id])
+    head = b"\x95" + head[1:]  # fixarray of 4 -> fixarray of 5, the body follows
     return LENGTH.pack(len(head) + len(packed_body)) + head + packed_body
 
 
@@ -198,6 +199,8 @@ class Connection:
         self._slots = asyncio.Semaphore(max_in_flight_requests)
         self._next_correlation_id = 0
         self._close_error: RaftkaError | None = None
+        self._outgoing: list[bytes] = []
+        self._flush_scheduled = False
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -276,8 +279,8 @@ class Connection:
                     # (or the connection dies), even if this caller gives up first.
                     self._in_flight.append(_InFlight(correlation_id, api_key, future))
                     slot_taken = False
-                self._writer.write(frame)
-                await self._writer.drain()
+                self._send(frame)
+                await self._writer.drain()  # waits only while the socket's buffer is full
                 if future is None:
                     return errors.NONE, None
                 return await future
@@ -291,6 +294,23 @@ class Connection:
         finally:
             if slot_taken:
                 self._slots.release()
+
+    def _send(self, frame: bytes) -> None:
+        # Frames queued in one turn of the event loop go out in one write (one system call
+        # for a burst of pipelined requests); the order is the order of _send calls.
+        self._outgoing.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._outgoing:
+            return
+        data = b"".join(self._outgoing) if len(self._outgoing) > 1 else self._outgoing[0]
+        self._outgoing.clear()
+        if self._close_error is None:
+            self._writer.write(data)
 
     async def _read_loop(self) -> None:
         error: RaftkaError
@@ -326,6 +346,7 @@ class Connection:
         """Close the socket and fail every request in flight with ``error`` (idempotent)."""
         if self._close_error is not None:
             return
+        self._flush()  # frames already accepted (acks=0 requests) still go out before the close
         self._close_error = error
         self._writer.close()
         while self._in_flight:
@@ -539,6 +560,8 @@ class Server:
             writer.transport.abort()
             return
         self._next_connection_id += 1
+        # drain() then waits exactly while more than the limit is unsent (see _write_loop).
+        writer.transport.set_write_buffer_limits(high=self.max_buffered_bytes_per_connection)
         conn = _ServerConnection(self._next_connection_id, peer, reader, writer)
         self._connections[conn.id] = conn
         self.metrics.connections_accepted += 1
@@ -665,6 +688,7 @@ class Server:
                         try:
                             await asyncio.wait_for(conn.writer.drain(), self.idle_timeout_ms / 1000)
                         except asyncio.TimeoutError:
+                            self.metrics.connections_closed_idle += 1
                             log.warning("%s: closing connection from %s: it read nothing for %d ms "
                                         "(connections.max.idle.ms)", self.name, conn.peer, self.idle_timeout_ms)
                             conn.abort()
