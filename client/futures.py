@@ -1,81 +1,107 @@
 """A thread-safe future with kafka-python's surface: ``get(timeout)``, ``add_callback``,
-``add_errback``, ``succeeded()``, ``failed()``, ``is_done``, ``value``, ``exception``."""
+``add_errback``, ``succeeded()``, ``failed()``, ``is_done``, ``value``, ``exception``.
+
+Light on purpose (one lock, an Event only when someone blocks in ``get``): the producer makes
+one per record.
+"""
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import logging
+import threading
 from typing import Any, Callable, Generic, TypeVar
 
 from client.errors import KafkaTimeoutError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_PENDING = object()
 
 
 class Future(Generic[T]):
     """Completed once, from any thread. Callbacks run on the thread that completes it (the
     client's I/O thread) or at once when added after completion; they must not block."""
 
+    __slots__ = ("_value", "_error", "_lock", "_event", "_callbacks")
+
     def __init__(self) -> None:
-        self._future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._value: Any = _PENDING
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._event: threading.Event | None = None
+        self._callbacks: list[Callable[["Future[T]"], None]] | None = None
 
     # -- completion (client side) --
-    def success(self, value: T) -> "Future[T]":
-        if not self._future.done():
-            self._future.set_result(value)
+    def _complete(self, value: Any, error: BaseException | None) -> "Future[T]":
+        with self._lock:
+            if self._value is not _PENDING or self._error is not None:
+                return self
+            self._value, self._error = value, error
+            callbacks, self._callbacks = self._callbacks, None
+            event = self._event
+        if event is not None:
+            event.set()
+        for callback in callbacks or ():
+            callback(self)
         return self
 
+    def success(self, value: T) -> "Future[T]":
+        return self._complete(value, None)
+
     def failure(self, error: BaseException) -> "Future[T]":
-        if not self._future.done():
-            self._future.set_exception(error)
-        return self
+        return self._complete(None, error)
 
     # -- kafka-python's API --
     @property
     def is_done(self) -> bool:
-        return self._future.done()
+        return self._value is not _PENDING or self._error is not None
 
     def succeeded(self) -> bool:
-        return self._future.done() and self._future.exception() is None
+        return self._value is not _PENDING and self._error is None
 
     def failed(self) -> bool:
-        return self._future.done() and self._future.exception() is not None
+        return self._error is not None
 
     @property
     def value(self) -> T | None:
-        return self._future.result() if self.succeeded() else None
+        return self._value if self.succeeded() else None
 
     @property
     def exception(self) -> BaseException | None:
-        return self._future.exception() if self._future.done() else None
+        return self._error
 
     def get(self, timeout: float | None = None) -> T:
         """The value, or raise the error; ``KafkaTimeoutError`` after ``timeout`` seconds."""
-        try:
-            return self._future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise KafkaTimeoutError(f"no result within {timeout} s") from None
+        if not self.is_done:
+            with self._lock:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+            if not self.is_done and not event.wait(timeout):
+                raise KafkaTimeoutError(f"no result within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def _add(self, callback: Callable[["Future[T]"], None]) -> None:
+        with self._lock:
+            if not self.is_done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(callback)
+                return
+        callback(self)
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[T]":
         """Call ``fn(*args, value, **kwargs)`` on success."""
         call = functools.partial(fn, *args, **kwargs)
-
-        def done(f: concurrent.futures.Future[T]) -> None:
-            if f.exception() is None:
-                _safely(call, f.result())
-        self._future.add_done_callback(done)
+        self._add(lambda f: _safely(call, f._value) if f._error is None else None)
         return self
 
     def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[T]":
         """Call ``fn(*args, exception, **kwargs)`` on failure."""
         call = functools.partial(fn, *args, **kwargs)
-
-        def done(f: concurrent.futures.Future[T]) -> None:
-            error = f.exception()
-            if error is not None:
-                _safely(call, error)
-        self._future.add_done_callback(done)
+        self._add(lambda f: _safely(call, f._error) if f._error is not None else None)
         return self
 
     def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[T]":
@@ -95,3 +121,5 @@ def _safely(call: Callable[[Any], Any], arg: Any) -> None:
 
 class FutureRecordMetadata(Future["RecordMetadata"]):  # noqa: F821
     """What ``Producer.send`` returns; ``get()`` gives ``RecordMetadata``."""
+
+    __slots__ = ()

@@ -91,6 +91,8 @@ class TopicInfo:
     topic_id: Any
     error_code: int
     partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+    sorted_partitions: list[int] | None = None  # cached by ClusterMetadata
+    available: list[int] | None = None
 
 
 @dataclass
@@ -104,16 +106,23 @@ class ClusterMetadata:
     topics: dict[str, TopicInfo] = field(default_factory=dict)
 
     def partitions_for(self, topic: str) -> list[int] | None:
+        """Sorted partition indexes of ``topic``, None when unknown (cached: do not mutate)."""
         info = self.topics.get(topic)
         if info is None or info.error_code != errors.NONE or not info.partitions:
             return None
-        return sorted(info.partitions)
+        if info.sorted_partitions is None:
+            info.sorted_partitions = sorted(info.partitions)
+        return info.sorted_partitions
 
     def available_partitions(self, topic: str) -> list[int]:
+        """Partitions of ``topic`` whose leader is a known broker (cached: do not mutate)."""
         info = self.topics.get(topic)
         if info is None:
             return []
-        return sorted(p for p, m in info.partitions.items() if m.leader >= 0 and m.leader in self.brokers)
+        if info.available is None:
+            info.available = sorted(p for p, m in info.partitions.items()
+                                    if m.leader >= 0 and m.leader in self.brokers)
+        return info.available
 
     def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
         info = self.topics.get(tp.topic)
@@ -400,6 +409,7 @@ class Cluster:
             self.request_update()
             return
         info.partitions[tp.partition] = meta._replace(leader=leader["leader_id"], leader_epoch=epoch)
+        info.available = None
         if leader["leader_id"] not in self.metadata.brokers:
             self.request_update()
 

@@ -155,11 +155,31 @@ class Producer:
             raise KafkaClosedError("the producer is closed")
         if value is None and key is None:
             raise ValueError("send needs a value or a key (a None value with a key is a tombstone)")
-        await self.start()
+        key_bytes, value_bytes, header_list = self.serialize(topic, key, value, headers)
+        return await self.append_serialized(topic, key_bytes, value_bytes, header_list, partition,
+                                            timestamp_ms)
+
+    def serialize(self, topic: str, key: Any, value: Any, headers: Sequence[tuple[str, bytes]] | None
+                  ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+        """Key and value through their serializers, headers checked; SerializationError."""
         c = self.config
         key_bytes = _serialize(c["key_serializer"], key, "key", topic)
         value_bytes = _serialize(c["value_serializer"], value, "value", topic)
-        header_list = [(str(k), bytes(v) if v is not None else None) for k, v in (headers or [])]
+        header_list = []
+        for k, v in headers or []:
+            if not isinstance(k, str) or not (v is None or isinstance(v, (bytes, bytearray, memoryview))):
+                raise SerializationError(f"headers must be (str, bytes) pairs, got ({k!r}, {v!r})", topic=topic)
+            header_list.append((k, bytes(v) if v is not None else None))
+        return key_bytes, value_bytes, header_list
+
+    async def append_serialized(self, topic: str, key_bytes: bytes | None, value_bytes: bytes | None,
+                                header_list: list[tuple[str, bytes | None]], partition: int | None,
+                                timestamp_ms: int | None) -> "asyncio.Future[RecordMetadata]":
+        """``send`` after serialization (the blocking Producer serializes on the caller's thread)."""
+        if self._closing or self._closed:
+            raise KafkaClosedError("the producer is closed")
+        await self.start()
+        c = self.config
         deadline = time.monotonic() + c["max_block_ms"] / 1000
         all_partitions = await self.cluster.partitions_for(topic, c["max_block_ms"])
         if c["enable_idempotence"]:
@@ -238,6 +258,15 @@ class Producer:
         await asyncio.gather(*(t for t in [self._sender, *self._tasks] if t), return_exceptions=True)
         await self.cluster.close()
         return failures
+
+    def can_append_without_waiting(self, topic: str, partition: int | None) -> bool:
+        """True when ``append_serialized`` will very likely not wait: metadata and a producer id
+        known, buffer under half full. Read from the blocking Producer's thread as a hint."""
+        parts = self.cluster.metadata.partitions_for(topic)
+        return (parts is not None and (partition is None or partition in parts) and not self._closing
+                and (self.producer_id >= 0 or not self.config["enable_idempotence"])
+                and self.accumulator.buffer_used < self.accumulator.buffer_memory // 2
+                and not self.accumulator.memory_waiters)
 
     async def partitions_for(self, topic: str) -> set[int]:
         """The partitions of ``topic`` (waits up to max_block_ms for metadata)."""
