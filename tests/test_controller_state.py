@@ -56,3 +56,22 @@ def test_snapshot_and_restore_round_trip_controllers_and_metadata():
     copy = ControllerStateMachine(Recorder())
     copy.restore(machine.snapshot())
     assert copy.controllers == machine.controllers and copy.metadata.seen == [b"x"] and copy.offset == 3
+
+
+def test_a_snapshot_that_does_not_decode_is_refused_and_changes_nothing():
+    from raft_meta.metadata.loader import MetadataLoader
+    from raft_meta.metadata.records import RegisterBrokerRecord, encode_entry
+    machine = ControllerStateMachine(MetadataLoader())
+    machine.apply(metadata_record(encode_entry([RegisterBrokerRecord(1, "i", {}, None)])), 2)
+    image = machine.metadata.image
+    good = machine.snapshot()
+    bad_metadata = msgpack.unpackb(good, raw=False, strict_map_key=False)
+    bad_metadata["metadata"] = b"\xc1"
+    for junk in (b"", b"\xc1", msgpack.packb({"v": 99}), msgpack.packb([1]), msgpack.packb(bad_metadata)):
+        try:
+            machine.restore(junk)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"{junk!r} was accepted as a snapshot")
+        assert machine.metadata.image is image and machine.offset == 2

@@ -77,15 +77,23 @@ class MetadataFetcher:
         code, out = await call(address, API_FETCH, body, timeout_ms=self.request_timeout_ms)
         if code != errors.NONE:
             raise errors.error_for(code, (out or {}).get("error_message"))
+        records = out.get("records") if isinstance(out, dict) else None
+        if not isinstance(records, list) or not all(
+                isinstance(r, (list, tuple)) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], bytes)
+                for r in records):
+            raise errors.CorruptMessageError(f"malformed metadata Fetch answer from {address}")
         applied = 0
         before = self.loader.image
         restored = out.get("snapshot") is not None
         if restored:
-            self.state.restore(out["snapshot"])
+            try:
+                self.state.restore(out["snapshot"])
+            except (ValueError, TypeError) as error:
+                raise errors.CorruptMessageError(f"undecodable metadata snapshot from {address}: {error}") from None
             applied += 1
         self.loader.begin_batch()
         try:
-            for offset, record in out["records"]:
+            for offset, record in records:
                 if offset <= self.state.offset:
                     continue  # already have it (an answer raced with a snapshot)
                 self.state.apply(record, offset)

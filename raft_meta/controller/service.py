@@ -6,8 +6,8 @@ inherited); any other controller answers NOT_CONTROLLER with body
 ``{"controller_id": id or -1, "controller_endpoint": "host:port" or None}`` so the caller can go
 straight to the active one.
 
-A decision is a committed record: handlers build metadata records (raft_meta's decision code),
-commit them through Raft (``RaftClient.submit``) and answer only after the commit. A leader
+A decision is a committed record: the metadata handlers (``QuorumController`` in
+quorum_controller.py, attached by server.py) build typed metadata records, commit them through Raft (``RaftClient.submit``) and answer only after the commit. A leader
 change during the commit answers NOT_CONTROLLER (retriable); a commit that does not finish in
 ``controller.quorum.request.timeout.ms`` answers REQUEST_TIMED_OUT (retriable, the change may
 still happen: records are idempotent, so a retry is safe).

@@ -145,13 +145,23 @@ class ControllerStateMachine:
         }, use_bin_type=True)
 
     def restore(self, snapshot: bytes) -> None:
-        data = msgpack.unpackb(snapshot, raw=False, strict_map_key=False,
-                               max_bin_len=SNAPSHOT_BYTES_MAX)
-        assert data.get("v") == SNAPSHOT_VERSION, f"unknown snapshot version {data.get('v')}"
+        """Replace the whole state with a snapshot's. ValueError (and no change) for bytes that
+        are not a snapshot this module wrote."""
+        try:
+            data = msgpack.unpackb(snapshot, raw=False, strict_map_key=False, max_bin_len=SNAPSHOT_BYTES_MAX)
+            if not isinstance(data, dict) or data.get("v") != SNAPSHOT_VERSION:
+                raise ValueError(f"unknown snapshot version {data.get('v') if isinstance(data, dict) else None!r}")
+            controllers = {int(k): (str(v[0]), int(v[1])) for k, v in data["controllers"].items()}
+            offset = int(data["offset"])
+            metadata = data["metadata"]
+        except ValueError:
+            raise
+        except Exception as error:
+            raise ValueError(f"undecodable controller snapshot: {error!r}") from None
         with self.apply_lock:
-            self.controllers = {int(k): (str(v[0]), int(v[1])) for k, v in data["controllers"].items()}
-            self.offset = int(data["offset"])
-            self.metadata.restore(data["metadata"])
+            self.metadata.restore(metadata)  # first: it raises before anything changed
+            self.controllers = controllers
+            self.offset = offset
             self.recent.clear()
             self.recent_from = self.offset
         with self._lock:

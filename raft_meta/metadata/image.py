@@ -22,6 +22,8 @@ and their sequences are tuples. Field meanings are Kafka's:
 
 Snapshots: ``image_to_bytes`` / ``image_from_bytes`` (msgpack); a restored image equals the
 original (``==``).
+Images, brokers and topics compare with ``==`` but are not hashable (their mappings are not);
+``PartitionRegistration`` is.
 """
 from __future__ import annotations
 

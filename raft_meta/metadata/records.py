@@ -151,6 +151,8 @@ class MetadataRecord:
 
 @dataclass(frozen=True)
 class RegisterBrokerRecord(MetadataRecord):
+    """A broker (re-)registers; its broker epoch is this record's offset."""
+
     TYPE: ClassVar[str] = "register_broker"
     _CHECKS: ClassVar[dict] = {"broker_id": _int, "incarnation_id": _str, "endpoints": _str_map, "rack": _opt_str}
     broker_id: int
@@ -161,6 +163,8 @@ class RegisterBrokerRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class FenceBrokerRecord(MetadataRecord):
+    """The broker may no longer lead or be in an ISR (leader moves come in the same entry)."""
+
     TYPE: ClassVar[str] = "fence_broker"
     _CHECKS: ClassVar[dict] = {"broker_id": _int, "broker_epoch": _int}
     broker_id: int
@@ -169,6 +173,8 @@ class FenceBrokerRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class UnfenceBrokerRecord(MetadataRecord):
+    """The broker caught up and may lead and join ISRs again."""
+
     TYPE: ClassVar[str] = "unfence_broker"
     _CHECKS: ClassVar[dict] = {"broker_id": _int, "broker_epoch": _int}
     broker_id: int
@@ -177,6 +183,8 @@ class UnfenceBrokerRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class TopicRecord(MetadataRecord):
+    """A topic is created with these replica lists (leader = first replica, ISR = replicas)."""
+
     TYPE: ClassVar[str] = "topic"
     _CHECKS: ClassVar[dict] = {"name": _str, "topic_id": _str, "partitions": _assignment, "configs": _config_map}
     name: str
@@ -187,6 +195,8 @@ class TopicRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class RemoveTopicRecord(MetadataRecord):
+    """A topic (this topic id) is deleted."""
+
     TYPE: ClassVar[str] = "remove_topic"
     _CHECKS: ClassVar[dict] = {"name": _str, "topic_id": _str}
     name: str
@@ -195,6 +205,8 @@ class RemoveTopicRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class PartitionChangeRecord(MetadataRecord):
+    """A partition's leader and/or ISR change, if its partition epoch is still the expected one."""
+
     TYPE: ClassVar[str] = "partition_change"
     _CHECKS: ClassVar[dict] = {"topic": _str, "topic_id": _str, "partition": _int,
                                "expected_partition_epoch": _int, "leader": _opt_int, "isr": _opt_ids}
@@ -208,6 +220,8 @@ class PartitionChangeRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class ConfigRecord(MetadataRecord):
+    """Config overrides of a topic or of the cluster are set (None: removed)."""
+
     TYPE: ClassVar[str] = "config"
     _CHECKS: ClassVar[dict] = {"resource_type": _str, "resource_name": _str, "configs": _config_map}
     resource_type: str  # "topic" or "cluster"
@@ -217,6 +231,8 @@ class ConfigRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class ProducerIdsRecord(MetadataRecord):
+    """A block of producer ids [first_id, first_id + size) is handed out."""
+
     TYPE: ClassVar[str] = "producer_ids"
     _CHECKS: ClassVar[dict] = {"broker_id": _int, "broker_epoch": _int, "first_id": _int, "size": _int}
     broker_id: int  # who asked (a broker, or the controller's own node id)
