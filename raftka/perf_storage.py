@@ -177,10 +177,23 @@ def run(args: argparse.Namespace) -> int:
                 fsync_every = max(1, args.flush_messages // per_batch)
             raw_s, log_s, read_s, recover_s = [], [], [], []
             read_bytes = 0
-            for r in range(runs):  # raw and log alternate so both see the same disk weather
-                raw_s.append(_raw_write(work / f"raw-{r}", batches[0], total, fsync_every))
+            # Warm-up (not timed): the first write of this much data pays for the kernel
+            # reclaiming page cache; without it whichever phase runs first looks slow.
+            _raw_write(work / "warm-up", batches[0], total, None)
+            for r in range(runs):
+                # Raw and log alternate which goes first, and each starts after os.sync(), so
+                # neither pays for the other's dirty pages.
                 directory = work / f"perf-{label.replace(' ', '')}-{r}"
-                seconds, log = _log_append(directory, batches, total, config)
+                if r % 2:
+                    os.sync()
+                    seconds, log = _log_append(directory, batches, total, config)
+                    os.sync()
+                    raw_s.append(_raw_write(work / f"raw-{r}", batches[0], total, fsync_every))
+                else:
+                    os.sync()
+                    raw_s.append(_raw_write(work / f"raw-{r}", batches[0], total, fsync_every))
+                    os.sync()
+                    seconds, log = _log_append(directory, batches, total, config)
                 log_s.append(seconds)
                 seconds, read_bytes = _log_read(log)
                 read_s.append(seconds)

@@ -151,13 +151,19 @@ class Log:
         config value, KafkaStorageError when the directory cannot be read or written."""
         cfg = config if isinstance(config, LogConfig) else LogConfig.from_mapping(config)
         directory = Path(dir)
+        self = None
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self = cls(directory, cfg, topic=topic, partition=partition, clock_ms=clock_ms)
             self._load()
-        except OSError as error:
-            raise KafkaStorageError(f"cannot open the log in {directory}: {error}",
-                                    topic=topic, partition=partition) from error
+        except BaseException as error:
+            if self is not None:
+                for seg in self._segments:
+                    seg.close()
+            if isinstance(error, OSError):
+                raise KafkaStorageError(f"cannot open the log in {directory}: {error}",
+                                        topic=topic, partition=partition) from error
+            raise
         return self
 
     def _read_checkpoint(self, file: CheckpointFile, default: int) -> int:
@@ -191,12 +197,14 @@ class Log:
             if base is not None and base not in bases and entry.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
                 os.unlink(entry.path)
 
-        segments = [self._new_segment(base, create=False) for base in sorted(bases)]
+        segments = self._segments  # filled in place, so a failed open can close them
+        for base in sorted(bases):
+            segments.append(self._new_segment(base, create=False))
         # Segments wholly below the checkpointed log start offset were being deleted.
         while len(segments) > 1 and segments[1].base_offset <= lso_ckpt:
             segments.pop(0).delete()
         if not segments:
-            segments = [self._new_segment(lso_ckpt, create=True)]
+            segments.append(self._new_segment(lso_ckpt, create=True))
 
         recovered_headers: list[BatchHeader] = []
         i = 0
@@ -412,6 +420,8 @@ class Log:
             offset = last + 1
         last_offset = offset - 1
         seg = self._maybe_roll(len(data), batches[0].max_timestamp, last_offset)
+        if seg.size == 0:
+            seg.created_ms = self.clock_ms()
         try:
             seg.append(data, batches)
         except OSError as error:

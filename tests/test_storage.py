@@ -640,3 +640,17 @@ def test_log_manager_refuses_topic_names_that_are_not_legal(tmp_path):
         with pytest.raises(InvalidTopicError):
             manager.get_or_create(name, 0)
     manager.close()
+
+
+def test_raftka_perf_storage_runs_and_reports_every_figure_as_json(tmp_path):
+    import json
+    out = subprocess.run([sys.executable, "-m", "raftka", "perf", "storage", "--quick", "--json",
+                          "--mb", "4", "--runs", "1", "--dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    for key in ("16kib", "1mib"):
+        assert figures[key]["append_records_s"] > 0 and figures[key]["raw_write_mb_s"] > 0
+        assert figures[key]["ratio_to_raw"] > 0 and figures[key]["read_mb_s"] > 0
+    assert figures["encode_records_s"] > 0 and figures["decode_records_s"] > 0
+    assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
