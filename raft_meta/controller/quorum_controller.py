@@ -184,32 +184,39 @@ class QuorumController:
         election targets (see the module docstring)."""
         while True:
             await asyncio.sleep(ELECTION_CHECK_INTERVAL_MS / 1000)
-            if not self.service.is_active:
-                self.active_since = None
-                self._checked_image = None
-                continue
-            now = time.monotonic()
-            if self.active_since is None:
-                self.active_since = now
-                for broker_id in self.image.brokers:
-                    self.last_heartbeat[broker_id] = now  # grace for every broker
-            for broker_id, broker in list(self.image.brokers.items()):
-                if broker.fenced or self._alive(broker_id):
-                    continue
-                try:
-                    await self.fence(broker_id, broker.broker_epoch)
-                    log.info("fenced broker %d: no heartbeat for %d ms", broker_id, self.session_timeout_ms)
-                except RaftkaError as error:
-                    log.warning("fencing broker %d failed: %s", broker_id, error)
-            image = self.image
-            if image is self._checked_image:
-                continue  # nothing committed since the last pass found nothing to do
             try:
-                await self.commit_elections([], image.live_broker_ids())
-                if self.image is image:
-                    self._checked_image = image
+                await self._periodic_pass()
+            except Exception:  # a bug must not end the duties of the active controller
+                log.exception("periodic controller duties failed; trying again")
+
+    async def _periodic_pass(self) -> None:
+        """One pass of the duties; does nothing unless this controller is active."""
+        if not self.service.is_active:
+            self.active_since = None
+            self._checked_image = None
+            return
+        now = time.monotonic()
+        if self.active_since is None:
+            self.active_since = now
+            for broker_id in self.image.brokers:
+                self.last_heartbeat[broker_id] = now  # grace for every broker
+        for broker_id, broker in list(self.image.brokers.items()):
+            if broker.fenced or self._alive(broker_id):
+                continue
+            try:
+                await self.fence(broker_id, broker.broker_epoch)
+                log.info("fenced broker %d: no heartbeat for %d ms", broker_id, self.session_timeout_ms)
             except RaftkaError as error:
-                log.debug("partition elections: %s", error)
+                log.warning("fencing broker %d failed: %s", broker_id, error)
+        image = self.image
+        if image is self._checked_image:
+            return  # nothing committed since the last pass found nothing to do
+        try:
+            await self.commit_elections([], image.live_broker_ids())
+            if self.image is image:
+                self._checked_image = image
+        except RaftkaError as error:
+            log.debug("partition elections: %s", error)
 
     # -- topics ----------------------------------------------------------------------------
 
