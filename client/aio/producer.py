@@ -220,15 +220,11 @@ class Producer:
         self._wakeup.set()
         try:
             if waiting:
-                done = asyncio.gather(*waiting, return_exceptions=True)
-                if timeout_ms is None:
-                    await done
-                else:
-                    try:
-                        await asyncio.wait_for(done, timeout_ms / 1000)
-                    except asyncio.TimeoutError:
-                        raise KafkaTimeoutError(f"flush: {len([f for f in waiting if not f.done()])} "
-                                                f"records not acknowledged within {timeout_ms} ms") from None
+                # asyncio.wait, not wait_for(gather): a timeout must not cancel the records' futures.
+                _done, left = await asyncio.wait(waiting, timeout=None if timeout_ms is None else timeout_ms / 1000)
+                if left:
+                    raise KafkaTimeoutError(f"flush: {len(left)} records not acknowledged within "
+                                            f"{timeout_ms} ms")
         finally:
             self._flushing -= 1
         failures, self.failures = self.failures, []
@@ -325,6 +321,8 @@ class Producer:
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
                 except asyncio.TimeoutError:
                     pass
+            else:
+                await asyncio.sleep(0)  # let answers and sends run between passes
             self._wakeup.clear()
 
     async def _send_ready(self) -> float | None:

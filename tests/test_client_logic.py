@@ -1,0 +1,356 @@
+"""The client's retry, ordering, sequence and position logic against an in-process fake broker.
+
+The fake (``FakeKafka``) is a few dozen lines that answer Metadata, InitProducerId, Produce,
+Fetch and ListOffsets over the real record-batch code, with idempotent-producer dedup, and let a
+test inject per-partition errors. It exists only to provoke situations that real processes make
+hard to hit on purpose (an error on exactly the first of five pipelined batches); the same
+behaviour is exercised against real brokers in test_client_cluster.py and
+test_client_failover.py.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import pytest
+
+import client.aio
+from client import KafkaTimeoutError, NoOffsetForPartitionError, TopicPartition
+from client.errors import MessageTooLargeError, OffsetOutOfRangeError
+from client.protocol import errors
+from client.protocol import records as rec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakeKafka:
+    """Brokers 1 and 2 in one object; ``leaders`` says who leads each partition."""
+
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+        self.leaders = {TopicPartition(t, p): 1 for t, n in topics.items() for p in range(n)}
+        self.epochs = {tp: 0 for tp in self.leaders}
+        self.logs: dict[TopicPartition, list[bytes]] = collections.defaultdict(list)
+        self.leo: dict[TopicPartition, int] = collections.defaultdict(int)
+        self.log_start: dict[TopicPartition, int] = collections.defaultdict(int)
+        self.hw_lag: dict[TopicPartition, int] = collections.defaultdict(int)  # hw = leo - lag
+        self.dedup: dict[tuple[int, TopicPartition], tuple[int, dict[int, int]]] = {}
+        self.faults: dict[TopicPartition, list[int]] = collections.defaultdict(list)
+        self.produced: list[tuple[int, TopicPartition, int, int]] = []  # node, tp, base_sequence, count
+        self.next_pid = 1000
+        self.hang_produce = False
+
+    async def connect(self, host: str, port: int, client_id: str) -> "FakeConnection":
+        return FakeConnection(self, port)
+
+    def hw(self, tp: TopicPartition) -> int:
+        return self.leo[tp] - self.hw_lag[tp]
+
+    def handle(self, node: int, api: int, body: dict[str, Any]) -> tuple[int, Any]:
+        if api == 3:
+            return 0, {"cluster_id": "fake", "controller_id": 1,
+                       "brokers": [{"node_id": n, "host": "fake", "port": n, "rack": None} for n in (1, 2)],
+                       "topics": [{"error_code": 0, "name": t, "topic_id": t, "partitions": [
+                           {"error_code": 0, "partition_index": p, "leader_id": self.leaders[TopicPartition(t, p)],
+                            "leader_epoch": self.epochs[TopicPartition(t, p)], "replica_nodes": [1, 2],
+                            "isr_nodes": [1, 2], "offline_replicas": []} for p in range(n)]}
+                           for t, n in self.topics.items() if body["topics"] is None or t in body["topics"]]}
+        if api == 22:
+            self.next_pid += 1
+            return 0, {"producer_id": self.next_pid, "producer_epoch": 0}
+        if api == 0:
+            return 0, {"responses": [{"name": t["name"], "partition_responses": [
+                self.produce(node, TopicPartition(t["name"], p["index"]), p["records"])
+                for p in t["partition_data"]]} for t in body["topic_data"]], "throttle_time_ms": 0}
+        if api == 1:
+            return 0, {"responses": [{"topic": t["topic"], "partitions": [
+                self.fetch(node, TopicPartition(t["topic"], p["partition"]), p["fetch_offset"])
+                for p in t["partitions"]]} for t in body["topics"]]}
+        if api == 2:
+            return 0, {"topics": [{"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1,
+                 "offset": self.hw(TopicPartition(t["name"], p["partition_index"])) if p["timestamp"] == -1
+                 else self.log_start[TopicPartition(t["name"], p["partition_index"])]}
+                for p in t["partitions"]]} for t in body["topics"]]}
+        return errors.UNSUPPORTED_VERSION, {}
+
+    def produce(self, node: int, tp: TopicPartition, records: bytes) -> dict[str, Any]:
+        header = rec.validate_batch(records)
+        self.produced.append((node, tp, header.base_sequence, header.record_count))
+        answer = {"index": tp.partition, "error_code": 0, "error_message": None, "base_offset": -1,
+                  "log_append_time_ms": -1, "log_start_offset": 0, "current_leader": None}
+        if self.leaders[tp] != node:
+            return {**answer, "error_code": errors.NOT_LEADER_OR_FOLLOWER,
+                    "current_leader": {"leader_id": self.leaders[tp], "leader_epoch": self.epochs[tp]}}
+        if self.faults[tp]:
+            return {**answer, "error_code": self.faults[tp].pop(0)}
+        if header.producer_id >= 0:
+            expected, offsets = self.dedup.get((header.producer_id, tp), (0, {}))
+            if header.base_sequence in offsets:
+                return {**answer, "base_offset": offsets[header.base_sequence]}
+            if header.base_sequence != expected:
+                return {**answer, "error_code": errors.OUT_OF_ORDER_SEQUENCE_NUMBER}
+            offsets[header.base_sequence] = self.leo[tp]
+            self.dedup[(header.producer_id, tp)] = (expected + header.record_count, offsets)
+        base = self.leo[tp]
+        self.logs[tp].append(rec.assign_offsets(records, base, self.epochs[tp]))
+        self.leo[tp] += header.record_count
+        return {**answer, "base_offset": base}
+
+    def fetch(self, node: int, tp: TopicPartition, offset: int) -> dict[str, Any]:
+        answer = {"partition_index": tp.partition, "error_code": 0, "high_watermark": self.hw(tp),
+                  "log_start_offset": self.log_start[tp], "records": b"", "current_leader": None}
+        if self.leaders[tp] != node:
+            return {**answer, "error_code": errors.NOT_LEADER_OR_FOLLOWER}
+        if offset > self.leo[tp] or offset < self.log_start[tp]:
+            return {**answer, "error_code": errors.OFFSET_OUT_OF_RANGE}
+        # Deliberately sloppy: whole batches from the one holding ``offset``, even past the HW,
+        # so the consumer's own filtering is what the tests see.
+        out = [b for b in self.logs[tp] if rec.read_header(b).next_offset > offset]
+        return {**answer, "records": b"".join(out)}
+
+
+class FakeConnection:
+    def __init__(self, kafka: FakeKafka, node: int) -> None:
+        self.kafka = kafka
+        self.node = node
+
+    async def request(self, api_key: int, body: Any, api_version: int = 0, *, timeout_ms: int | None = None,
+                      expect_response: bool = True) -> tuple[int, Any]:
+        await asyncio.sleep(0)
+        if api_key == 0 and self.kafka.hang_produce:
+            await asyncio.sleep(3600)
+        if api_key == 1 and not any(self.kafka.hw(TopicPartition(t["topic"], p["partition"])) > p["fetch_offset"]
+                                    for t in body["topics"] for p in t["partitions"]):
+            await asyncio.sleep(0.01)  # a short long-poll
+        code, answer = self.kafka.handle(self.node, api_key, body)
+        return (code, answer) if expect_response else (0, None)
+
+    async def close(self) -> None:
+        pass
+
+
+def values_in_log(kafka: FakeKafka, tp: TopicPartition) -> list[bytes]:
+    return [r.value for b in kafka.logs[tp] for r in rec.decode_batch(b)[1]]
+
+
+def producer(kafka: FakeKafka, **configs: Any) -> client.aio.Producer:
+    return client.aio.Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect, **configs)
+
+
+def consumer(kafka: FakeKafka, **configs: Any) -> client.aio.Consumer:
+    return client.aio.Consumer(bootstrap_servers="fake:1", connection_factory=kafka.connect, **configs)
+
+
+def test_a_retried_batch_keeps_its_sequence_and_is_resent_before_later_batches():
+    # Five batches of one partition are pipelined; the first fails retriably, so the leader
+    # answers the next four OUT_OF_ORDER_SEQUENCE_NUMBER. All five must be re-sent in order with
+    # their original sequences, and the log must hold every record once, in send order.
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    kafka.faults[tp] = [errors.NOT_ENOUGH_REPLICAS]
+
+    async def main() -> list[Any]:
+        p = producer(kafka, batch_size=200, linger_ms=0, retry_backoff_ms=10)
+        futures = [await p.send("t", b"%04d" % i, partition=0) for i in range(60)]
+        assert await p.flush(5000) == []
+        metas = [f.result() for f in futures]
+        assert p.metrics["batch_retries"] >= 1
+        await p.close()
+        return metas
+
+    metas = asyncio.run(main())
+    assert values_in_log(kafka, tp) == [b"%04d" % i for i in range(60)]
+    assert [m.offset for m in metas] == list(range(60))
+    first_sends: dict[int, int] = {}
+    for _node, _tp, seq, count in kafka.produced:
+        first_sends.setdefault(seq, count)
+    assert sorted(first_sends) == sorted(set(first_sends))  # each sequence had one size
+    rejected_then_resent = [seq for _n, _t, seq, _c in kafka.produced]
+    assert rejected_then_resent.count(0) == 2, "the failed first batch was sent again with sequence 0"
+    assert len(kafka.produced) > len(first_sends), "later batches were re-sent too"
+
+
+def test_a_leader_move_is_followed_from_the_error_answer_without_losing_order():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0, retry_backoff_ms=10)
+        for i in range(10):
+            await p.send("t", b"%d" % i)
+        assert await p.flush(5000) == []
+        kafka.leaders[tp] = 2
+        kafka.epochs[tp] = 1
+        for i in range(10, 20):
+            await p.send("t", b"%d" % i)
+        assert await p.flush(5000) == []
+        await p.close()
+
+    asyncio.run(main())
+    assert values_in_log(kafka, tp) == [b"%d" % i for i in range(20)]
+    assert kafka.produced[-1][0] == 2
+
+
+def test_batches_that_cannot_be_delivered_fail_after_delivery_timeout_ms_and_later_sends_work():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    kafka.faults[tp] = [errors.NOT_ENOUGH_REPLICAS] * 1000
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0, retry_backoff_ms=20, request_timeout_ms=100, delivery_timeout_ms=400)
+        doomed = await p.send("t", b"lost")
+        with pytest.raises(KafkaTimeoutError, match="delivery_timeout_ms") as info:
+            await asyncio.wait_for(doomed, 5)
+        assert info.value.topic == "t" and info.value.partition == 0
+        assert "NOT_ENOUGH_REPLICAS" in str(info.value)
+        failures = await p.flush(1000)
+        assert [tp_ for tp_, _ in failures] == [tp]
+        kafka.faults[tp] = []
+        ok = await p.send("t", b"kept")
+        assert (await asyncio.wait_for(ok, 5)).offset == 0
+        assert p.metrics["producer_id_resets"] == 1  # the sequence gap needs a new producer id
+        await p.close()
+
+    asyncio.run(main())
+    assert values_in_log(kafka, tp) == [b"kept"]
+
+
+def test_a_non_retriable_error_fails_that_batch_with_a_typed_error_naming_the_partition():
+    kafka = FakeKafka({"t": 2})
+    kafka.faults[TopicPartition("t", 1)] = [errors.MESSAGE_TOO_LARGE]
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0)
+        bad = await p.send("t", b"x", partition=1)
+        good = await p.send("t", b"y", partition=0)
+        with pytest.raises(MessageTooLargeError) as info:
+            await bad
+        assert (info.value.topic, info.value.partition) == ("t", 1)
+        assert (await good).offset == 0
+        failures = await p.flush()
+        assert [(tp.partition, type(e)) for tp, e in failures] == [(1, MessageTooLargeError)]
+        await p.close()
+
+    asyncio.run(main())
+
+
+def test_acks_0_completes_without_an_answer_and_reports_offset_minus_one():
+    kafka = FakeKafka({"t": 1})
+
+    async def main() -> None:
+        p = producer(kafka, acks=0, enable_idempotence=False, linger_ms=0)
+        meta = await (await p.send("t", b"x"))
+        assert meta.offset == -1 and meta.partition == 0
+        await p.close()
+
+    asyncio.run(main())
+    assert values_in_log(kafka, TopicPartition("t", 0)) == [b"x"]
+
+
+def test_a_full_buffer_blocks_send_for_max_block_ms_then_raises_and_close_fails_the_rest():
+    kafka = FakeKafka({"t": 1})
+    kafka.hang_produce = True
+
+    async def main() -> None:
+        p = producer(kafka, buffer_memory=2000, max_request_size=2000, max_block_ms=200, linger_ms=0,
+                     request_timeout_ms=5000)
+        pending = [await p.send("t", b"x" * 500) for _ in range(3)]
+        with pytest.raises(KafkaTimeoutError, match="buffer_memory=2000"):
+            for _ in range(10):
+                await p.send("t", b"x" * 500)
+        failures = await p.close(timeout_ms=100)
+        assert failures and all(f.done() for f in pending)
+        assert all(isinstance(f.exception(), errors.RaftkaError) for f in pending)
+
+    asyncio.run(main())
+
+
+def test_consumer_drops_records_before_its_position_and_at_or_above_the_high_watermark():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    builder = rec.BatchBuilder()
+    for i in range(10):
+        builder.append(1000 + i, None, b"%d" % i)
+    kafka.produce(1, tp, builder.build())
+    kafka.hw_lag[tp] = 3  # offsets 7, 8, 9 are not committed yet
+
+    async def main() -> None:
+        c = consumer(kafka, auto_offset_reset="earliest")
+        c.assign([tp])
+        c.seek(tp, 4)
+        got = await c.poll(timeout_ms=2000)
+        assert [r.offset for r in got[tp]] == [4, 5, 6]
+        assert await c.position(tp) == 7
+        assert await c.poll(timeout_ms=100) == {}
+        kafka.hw_lag[tp] = 0
+        got = await c.poll(timeout_ms=2000)
+        assert [r.offset for r in got[tp]] == [7, 8, 9]
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_consumer_out_of_range_resets_by_policy_or_raises_until_a_seek():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    builder = rec.BatchBuilder()
+    for i in range(5):
+        builder.append(1000 + i, None, b"%d" % i)
+    kafka.produce(1, tp, builder.build())
+    kafka.log_start[tp] = 2  # "retention" removed offsets 0 and 1
+
+    async def main() -> None:
+        c = consumer(kafka, auto_offset_reset="earliest")
+        c.assign([tp])
+        c.seek(tp, 0)
+        got = await c.poll(timeout_ms=2000)
+        assert got[tp][0].offset == 2
+        await c.close()
+
+        c = consumer(kafka, auto_offset_reset="none")
+        c.assign([tp])
+        with pytest.raises(NoOffsetForPartitionError):
+            await c.poll(timeout_ms=100)
+        c.seek(tp, 0)
+        for _ in range(2):  # raised again on every poll until the application seeks
+            with pytest.raises(OffsetOutOfRangeError):
+                await c.poll(timeout_ms=1000)
+        c.seek(tp, 3)
+        got = await c.poll(timeout_ms=2000)
+        assert [r.offset for r in got[tp]] == [3, 4]
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_consumer_follows_a_leader_move_and_keeps_its_position():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0)
+        for i in range(5):
+            await p.send("t", b"%d" % i)
+        await p.flush()
+        c = consumer(kafka, auto_offset_reset="earliest", retry_backoff_ms=10)
+        c.assign([tp])
+        first = await c.poll(timeout_ms=2000)
+        assert len(first[tp]) == 5
+        kafka.leaders[tp] = 2
+        kafka.epochs[tp] = 1
+        for i in range(5, 8):
+            await p.send("t", b"%d" % i)
+        await p.flush()
+        got: list[int] = []
+        for _ in range(50):
+            batch = await c.poll(timeout_ms=100)
+            got += [r.offset for r in batch.get(tp, [])]
+            if len(got) >= 3:
+                break
+        assert got == [5, 6, 7]
+        await p.close()
+        await c.close()
+
+    asyncio.run(main())
