@@ -6,6 +6,7 @@ mocks of our own parts. Every wait in these tests has a timeout, so a hang fails
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import struct
 import time
@@ -18,7 +19,7 @@ from client.protocol import errors
 from client.protocol.api import ApiKey, api_versions_body
 from client.protocol.errors import FrameError, NetworkExceptionError, RequestTimedOutError
 from client.protocol.transport import (
-    Connection, Request, Response, Server, decode_request, decode_response, encode_request,
+    CORRELATION_ID_MAX, Connection, Request, Response, Server, decode_request, decode_response, encode_request,
     encode_response, _request_frame_from_packed_body,
 )
 
@@ -505,6 +506,71 @@ def test_closing_the_server_cancels_running_handlers_and_returns_promptly():
         snapshot = server.metrics_snapshot()
         assert snapshot["requests"] == {"Fetch": 1} and snapshot["bytes_in"] > 0
         assert snapshot["connections"] == 0
+    run(main())
+
+
+def test_correlation_ids_wrap_before_int32_overflow():
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            conn._next_correlation_id = CORRELATION_ID_MAX - 2
+            results = await asyncio.gather(*(conn.request(ApiKey.METADATA, {"i": i}, timeout_ms=5000)
+                                             for i in range(5)))
+            assert [body["i"] for _, body in results] == list(range(5))
+            assert conn._next_correlation_id == 2
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_seeded_random_mix_of_slow_failing_silent_and_timed_out_requests_keeps_every_answer_matched(seed):
+    """Four connections, 400 requests with random delays, acks=0-style requests, handler errors
+    and client timeouts: every answered request gets its own body, nothing is misrouted, and the
+    connections survive."""
+    rng = random.Random(seed)
+    plans = [[{"i": c * 100 + i, "delay_ms": rng.choice([0, 0, 1, 3, 8]),
+               "no_answer": rng.random() < 0.15, "fail": rng.choice([None] * 8 + ["bug", "typed"]),
+               "timeout_ms": rng.choice([5000] * 9 + [2])} for i in range(100)] for c in range(4)]
+    for plan in (p for conn_plans in plans for p in conn_plans):
+        if plan["no_answer"]:  # a handler owing no answer must not fail (see Server's docstring)
+            plan["fail"] = None
+
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo, max_in_flight_per_connection=16).start(HOST, 0)
+        conns = [await Connection.open(HOST, server.port, max_in_flight_requests=8) for _ in plans]
+        completed: set[int] = set()
+        try:
+            async def one(conn: Connection, plan: dict) -> None:
+                body = {k: v for k, v in plan.items() if k != "timeout_ms"}
+                try:
+                    code, answer = await conn.request(ApiKey.PRODUCE, body, timeout_ms=plan["timeout_ms"],
+                                                      expect_response=not plan["no_answer"])
+                except RequestTimedOutError:
+                    assert plan["timeout_ms"] == 2, f"seed {seed}: unexpected timeout for {plan}"
+                    return  # perhaps never sent: it may have timed out waiting for a slot
+                completed.add(plan["i"])
+                if plan["no_answer"]:
+                    assert (code, answer) == (0, None)
+                elif plan["fail"] == "bug":
+                    assert code == errors.UNKNOWN_SERVER_ERROR, f"seed {seed}"
+                elif plan["fail"] == "typed":
+                    assert code == errors.NOT_LEADER_OR_FOLLOWER, f"seed {seed}"
+                else:
+                    assert (code, answer["i"]) == (0, plan["i"]), f"seed {seed}: answer misrouted"
+            await asyncio.gather(*(one(conn, p) for conn, plan in zip(conns, plans) for p in plan))
+            assert not any(c.closed for c in conns), f"seed {seed}"
+            await until(lambda: all(c.in_flight_count == 0 for c in conns))
+            assert completed <= set(echo.started), f"seed {seed}: answered but never handled?"
+            assert len(echo.started) == len(set(echo.started)), f"seed {seed}: handled twice"
+            assert len(completed) > 300
+        finally:
+            for conn in conns:
+                await conn.close()
+            await server.close()
     run(main())
 
 

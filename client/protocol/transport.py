@@ -459,6 +459,11 @@ class Server:
     handler running and no bytes read or written for that long is closed). ``api_versions``
     maps the api keys served to their ``(min, max)`` versions; anything else is answered
     UNSUPPORTED_VERSION without calling the handler.
+
+    A handler for a request that expects no answer (Produce with acks=0) must return None even
+    on errors: if it raises, the transport answers, and the client, expecting nothing, closes
+    the connection on the unexpected correlation id (much as Kafka closes the connection when an
+    acks=0 produce fails, so the client refreshes its metadata).
     """
 
     def __init__(self, handler: Handler, *,
