@@ -118,8 +118,14 @@ class MetadataFetcher:
 
     @property
     def image(self) -> MetadataImage:
-        """The local metadata image (committed records up to ``image.offset``)."""
+        """The local metadata image (committed metadata records up to ``image.offset``)."""
         return self.loader.image
+
+    @property
+    def offset(self) -> int:
+        """The last committed offset applied, of any record kind (what BrokerHeartbeat reports
+        as ``current_metadata_offset``); >= ``image.offset``."""
+        return self.state.offset
 
     async def run(self) -> None:
         while not self._closed.is_set():
