@@ -76,3 +76,70 @@ async def wait_async(predicate, timeout_s):
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"
         await asyncio.sleep(0.02)
+
+
+def test_after_a_snapshot_the_fetcher_hands_over_the_delta_from_its_old_image_to_the_restored_one():
+    """A controller whose in-memory window moved past the fetcher's offset answers with a
+    snapshot; the callback's delta must still say what changed for this broker (in process:
+    a real ControllerService + RPC listener over a commit-at-once Raft stand-in)."""
+    from raft_meta.controller.config import server_config
+    from raft_meta.controller.quorum_controller import QuorumController
+    from raft_meta.controller.rpc import RpcServer
+    from raft_meta.controller.service import ControllerService
+    from raft_meta.controller.state import ControllerStateMachine, metadata_record
+    from raft_meta.metadata.loader import MetadataLoader
+    from raft_meta.metadata.records import (
+        PartitionChangeRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord,
+        encode_entry,
+    )
+
+    class CommitAtOnce:
+        def __init__(self, state):
+            self.state, self.index, self.term, self.is_leader, self.leader_id = state, 1, 1, True, 1
+
+        async def submit(self, record, timeout_ms):
+            self.index += 1
+            return self.state.apply(record, self.index)
+
+    async def scenario():
+        config = server_config({"process.roles": "controller", "node.id": "1",
+                                "controller.quorum.voters": "1@127.0.0.1:9301",
+                                "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "unused"})
+        state = ControllerStateMachine(MetadataLoader(), recent_records_max=2)
+        raft = CommitAtOnce(state)
+        service = ControllerService(config, raft, state)
+        QuorumController(service)
+        server = RpcServer(service.handle)
+        await server.start("127.0.0.1", 0)
+        calls = []
+        fetcher = MetadataFetcher([f"127.0.0.1:{server.port}"], replica_id=7, max_wait_ms=0,
+                                  on_metadata_update=lambda d, i: calls.append((d, i)))
+        restores = []
+        real_restore = fetcher.state.restore
+        fetcher.state.restore = lambda snapshot: (restores.append(1), real_restore(snapshot))
+
+        async def commit(*records):
+            result = await raft.submit(metadata_record(encode_entry(list(records))), 1000)
+            assert isinstance(result, list), result
+        try:
+            await commit(RegisterBrokerRecord(7, "i", {"PLAINTEXT": "127.0.0.1:1"}, None))
+            await commit(UnfenceBrokerRecord(7, 2))
+            await commit(TopicRecord("old", "OLD", ((7,),), {}), TopicRecord("kept", "KEPT", ((7,), (8, 7)), {}))
+            await fetcher.fetch_once()  # offset 0 is behind the window of 2: a snapshot
+            assert calls[-1][1].topics.keys() == {"old", "kept"}
+            assert set(calls[-1][0].local_changes(7).leaders) == {("old", 0), ("kept", 0)}
+            # The broker falls behind: delete one topic, move a leader, create another, and more
+            # records than the window holds, so the next answer is a snapshot again.
+            await commit(RemoveTopicRecord("old", "OLD"))
+            await commit(PartitionChangeRecord("kept", "KEPT", 0, 0, -1, None))
+            await commit(TopicRecord("new", "NEW", ((8, 7),), {}))
+            await fetcher.fetch_once()
+            assert len(restores) == 2  # both answers were snapshots
+            delta, image = calls[-1]
+            assert image == state.metadata.image and delta.image is calls[-2][1]
+            changes = delta.local_changes(7)
+            assert changes.deletes == {("old", 0)}
+            assert set(changes.followers) == {("kept", 0), ("new", 0)} and not changes.leaders
+        finally:
+            await server.close()
+    asyncio.run(scenario())
