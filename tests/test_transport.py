@@ -574,6 +574,29 @@ def test_a_seeded_random_mix_of_slow_failing_silent_and_timed_out_requests_keeps
     run(main())
 
 
+def test_the_controller_rpc_adapter_serves_its_handle_and_answers_api_versions_itself():
+    from raft_meta.controller.rpc import RpcServer, call
+
+    async def handle(api_key: int, api_version: int, body: Any, ctx: Any) -> tuple[int, Any]:
+        return errors.NONE, {"api_key": api_key, "client_id": ctx["client_id"]}
+
+    async def main() -> None:
+        server = await RpcServer(handle).start(HOST, 0)
+        address = f"{HOST}:{server.port}"
+        try:
+            assert await call(address, ApiKey.DESCRIBE_QUORUM, {}, client_id="t") == (
+                0, {"api_key": 55, "client_id": "t"})
+            code, body = await call(address, ApiKey.API_VERSIONS, {})
+            keys = {entry["api_key"] for entry in body["api_keys"]}
+            assert code == 0 and {ApiKey.FETCH, ApiKey.DESCRIBE_QUORUM, ApiKey.API_VERSIONS} <= keys
+            assert ApiKey.PRODUCE not in keys
+        finally:
+            await server.close()
+        with pytest.raises(NetworkExceptionError):
+            await call(address, ApiKey.DESCRIBE_QUORUM, {}, timeout_ms=2000)
+    run(main())
+
+
 @pytest.mark.perf
 def test_round_trips_per_second_on_loopback():
     """Prints sequential round trips/s and pipelined requests/s (one connection, one loop)."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
+from client.protocol.api import CONTROLLER_API_KEYS, ApiKey, api_versions_body
 from client.protocol.errors import RequestTimedOutError
 from client.protocol.transport import (  # noqa: F401  (re-exported for existing callers)
     CONNECT_TIMEOUT_MS_DEFAULT, LENGTH, SOCKET_REQUEST_MAX_BYTES_DEFAULT, Connection, Request,
@@ -26,12 +27,16 @@ Handle = Callable[[int, int, Any, Any], Awaitable[tuple[int, Any]]]
 
 class RpcServer:
     """The controller listener: calls ``handle(api_key, api_version, body, ctx)`` per request,
-    ``ctx`` being ``{"peer", "client_id", "connection_id"}``. Metrics: ``server.metrics``."""
+    ``ctx`` being ``{"peer", "client_id", "connection_id"}``, and answers ApiVersions itself.
+    Metrics: ``server.metrics``."""
 
     def __init__(self, handle: Handle, *, max_frame_bytes: int = FRAME_BYTES_MAX_DEFAULT,
                  max_connections: int = 1000, idle_timeout_ms: int = 600_000,
-                 name: str = "controller") -> None:
+                 name: str = "controller",
+                 api_keys: Iterable[int] | None = CONTROLLER_API_KEYS) -> None:
         self.handle = handle
+        # ApiVersions (18) is answered here from ``api_keys`` (None: passed to ``handle``).
+        self.api_keys = None if api_keys is None else frozenset(api_keys)
         self.server = Server(self._on_request, max_frame_bytes=max_frame_bytes,
                              max_connections=max_connections, idle_timeout_ms=idle_timeout_ms,
                              name=name)
@@ -45,6 +50,8 @@ class RpcServer:
         return self.server.connection_count
 
     async def _on_request(self, request: Request) -> Response:
+        if request.api_key == ApiKey.API_VERSIONS and self.api_keys is not None:
+            return Response(0, api_versions_body(self.api_keys))
         ctx = {"peer": request.peer, "client_id": request.client_id,
                "connection_id": request.connection_id}
         code, out = await self.handle(request.api_key, request.api_version, request.body, ctx)
