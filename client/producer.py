@@ -138,7 +138,19 @@ class Producer:
             await asyncio.wait_for(self._flush(None), timeout_ms / 1000)
         except asyncio.TimeoutError:
             pass
-        return await self._aio.close(timeout_ms)
+        failures = await self._aio.close(timeout_ms)
+        with self._lock:  # records still on their way to the accumulator fail, never hang
+            left, self._queue = list(self._queue), deque()
+        for item in left:
+            error = KafkaClosedError("the producer was closed before this record was queued",
+                                     topic=item.topic, partition=item.partition)
+            item.error = error
+            item.result.failure(error)
+            if item.appended is not None:
+                item.appended.set()
+            failures.append((TopicPartition(item.topic, item.partition if item.partition is not None else -1),
+                             error))
+        return failures
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition indexes of ``topic`` (waits up to max_block_ms for metadata)."""

@@ -354,3 +354,37 @@ def test_consumer_follows_a_leader_move_and_keeps_its_position():
         await c.close()
 
     asyncio.run(main())
+
+
+def test_a_kafka_python_style_custom_partitioner_is_called_with_key_and_partition_lists():
+    kafka = FakeKafka({"t": 3})
+    calls = []
+
+    def last_partition(key_bytes, all_partitions, available):
+        calls.append((key_bytes, list(all_partitions), list(available)))
+        return all_partitions[-1]
+
+    async def main() -> None:
+        p = producer(kafka, partitioner=last_partition, linger_ms=0)
+        meta = await (await p.send("t", b"v", key=b"k"))
+        assert meta.partition == 2
+        await p.close()
+
+    asyncio.run(main())
+    assert calls == [(b"k", [0, 1, 2], [0, 1, 2])]
+
+
+def test_blocking_producer_close_fails_records_it_could_not_deliver_instead_of_hanging():
+    from client import KafkaClosedError, Producer
+    kafka = FakeKafka({"t": 1})
+    kafka.hang_produce = True
+    p = Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect, linger_ms=0,
+                 request_timeout_ms=5000)
+    futures = [p.send("t", b"%d" % i) for i in range(20)]
+    failures = p.close(timeout=0.3)
+    assert failures
+    for f in futures:
+        with pytest.raises(errors.RaftkaError):
+            f.get(timeout=2)
+    with pytest.raises(KafkaClosedError):
+        p.send("t", b"late")

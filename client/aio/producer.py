@@ -185,9 +185,12 @@ class Producer:
         if c["enable_idempotence"]:
             await self._ensure_producer_id(max(0.0, deadline - time.monotonic()) * 1000)
         if partition is None:
-            partition = self.partitioner(topic, key_bytes, all_partitions,
-                                         self.cluster.metadata.available_partitions(topic))
-        elif partition not in all_partitions:
+            available = self.cluster.metadata.available_partitions(topic)
+            if isinstance(self.partitioner, DefaultPartitioner):
+                partition = self.partitioner(topic, key_bytes, all_partitions, available)
+            else:  # kafka-python's partitioner signature: (key_bytes, all_partitions, available)
+                partition = self.partitioner(key_bytes, all_partitions, available)
+        if partition not in all_partitions:
             raise errors.UnknownTopicOrPartitionError(
                 f"partition {partition} does not exist (the topic has {len(all_partitions)})",
                 topic=topic, partition=partition)
