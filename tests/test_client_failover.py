@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import random
+import threading
 import time
 
 import pytest
@@ -35,6 +36,20 @@ def test_killing_a_partition_leader_mid_stream_loses_nothing_and_duplicates_noth
         with AdminClient(bootstrap_servers=cluster.bootstrap_servers) as admin:
             admin.create_topics([NewTopic("orders", 3, 3)])
             leader = admin.describe_topics(["orders"])[0]["partitions"][0]["leader"]
+        # A consumer reads all along, across the kill: it must see the same as a reader after.
+        live: dict[int, list[bytes]] = collections.defaultdict(list)
+        stop = threading.Event()
+        live_consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                                 request_timeout_ms=3000, retry_backoff_ms=50)
+        live_consumer.assign([TopicPartition("orders", p) for p in range(3)])
+
+        def read_live() -> None:
+            while not stop.is_set():
+                for tp, records in live_consumer.poll(timeout_ms=200).items():
+                    live[tp.partition] += [r.value for r in records]
+
+        reader = threading.Thread(target=read_live, daemon=True)
+        reader.start()
         producer = Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=2,
                             request_timeout_ms=3000, delivery_timeout_ms=60_000, retry_backoff_ms=50)
         sent: dict[int, list[bytes]] = collections.defaultdict(list)
@@ -69,7 +84,14 @@ def test_killing_a_partition_leader_mid_stream_loses_nothing_and_duplicates_noth
             read: dict[int, list[bytes]] = collections.defaultdict(list)
             for record in consumer:
                 read[record.partition].append(record.value)
+        deadline = time.monotonic() + 20
+        while sum(len(v) for v in live.values()) < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        reader.join(5)
+        live_consumer.close()
         for partition in range(3):
+            assert live[partition] == read[partition], f"seed {seed}: the live reader saw something else"
             got = read[partition]
             assert len(got) == len(set(got)), f"seed {seed}: duplicates in partition {partition}"
             assert got == acked[partition], f"seed {seed}: partition {partition} differs from send order"
