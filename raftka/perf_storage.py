@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             fsync_every = None
             if args.flush_messages:
                 config["flush.messages"] = args.flush_messages
-                fsync_every = max(1, args.flush_messages // per_batch)
+                fsync_every = -(-args.flush_messages // per_batch)  # the log's flush cadence
             raw_s, log_s, read_s, recover_s = [], [], [], []
             read_bytes = 0
             # Warm-up (not timed): the first write of this much data pays for the kernel

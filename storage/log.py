@@ -606,15 +606,18 @@ class Log:
                 raise self._error(KafkaStorageError, f"could not write {self._rp_file.path}: "
                                   f"{error.strerror or error}") from error
 
-    def flush(self) -> None:
+    def flush(self, *, active_indexes: bool = False) -> None:
         """fsync every segment with data at or past the recovery point; move the recovery point
-        to the log end offset. KafkaStorageError on a disk error (the log goes offline)."""
+        to the log end offset. KafkaStorageError on a disk error (the log goes offline).
+        The active segment's indexes are fsynced only with ``active_indexes`` (at close): after
+        an unclean stop recovery rebuilds them anyway."""
         with self._lock:
             self._check_usable()
             leo = self.log_end_offset
+            active = self._segments[-1]
             try:
                 for seg in self._segments[self._segment_index_for(self.recovery_point):]:
-                    seg.flush()
+                    seg.flush(indexes=active_indexes or seg is not active)
             except OSError as error:
                 # After a failed fsync the kernel may have dropped the dirty pages: nothing
                 # written since the last good flush can be trusted any more.
@@ -750,7 +753,7 @@ class Log:
                 return
             try:
                 if not self._failed:
-                    self.flush()
+                    self.flush(active_indexes=True)
                     self.checkpoint_high_watermark()
                     self._checkpoint_recovery_point()
                     self.producer_state.take_snapshot(self.log_end_offset)

@@ -146,12 +146,13 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """At roll: make the time index end with the segment's largest timestamp, and write
-        both indexes to their files (fsync comes with the next flush)."""
+        both indexes to their files, fsynced (flush() skips the active segment's indexes; the
+        log data itself is fsynced by the next flush)."""
         if self.max_timestamp > self.time_index.last_timestamp:
             self.time_index.timestamps.append(self.max_timestamp)
             self.time_index.relative_offsets.append(self.offset_of_max_timestamp - self.base_offset)
-        self.offset_index.sync_to_file(fsync=False)
-        self.time_index.sync_to_file(fsync=False)
+        self.offset_index.sync_to_file(fsync=True)
+        self.time_index.sync_to_file(fsync=True)
 
     # --- reads -------------------------------------------------------------------------------
     def pread(self, position: int, length: int) -> bytes:
@@ -314,11 +315,13 @@ class LogSegment:
         self.time_index.sync_to_file(fsync=False)
         return removed
 
-    def flush(self) -> None:
-        """Make the log file and both indexes durable (fsync)."""
+    def flush(self, *, indexes: bool = True) -> None:
+        """Make the log file durable (fsync), and both indexes unless ``indexes`` is False (the
+        active segment's indexes are always rebuilt after an unclean stop, so fsyncing them at
+        every flush buys nothing); they are still written to their files."""
         os.fsync(self.fd)
-        self.offset_index.sync_to_file(fsync=True)
-        self.time_index.sync_to_file(fsync=True)
+        self.offset_index.sync_to_file(fsync=indexes)
+        self.time_index.sync_to_file(fsync=indexes)
 
     def close(self) -> None:
         if self.fd >= 0:
