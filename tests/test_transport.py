@@ -65,6 +65,8 @@ class Echo:
         self.started.append(body.get("i"))
         if body.get("fail") == "bug":
             raise KeyError("a bug in the handler")
+        if body.get("fail") == "own-timeout":
+            await asyncio.wait_for(asyncio.sleep(1), 0.01)
         if body.get("fail") == "typed":
             raise errors.NotLeaderOrFollowerError("broker 2 leads it now")
         if body.get("gate"):
@@ -183,6 +185,24 @@ def test_a_wrong_shape_counts_as_a_bad_frame_in_the_metrics():
     run(main())
 
 
+def test_a_client_that_half_closes_still_gets_every_answer_then_the_server_closes():
+    async def main() -> None:
+        server = await Server(Echo()).start(HOST, 0)
+        try:
+            frames = b"".join(encode_request(ApiKey.METADATA, 0, i, "raw", {"i": i, "delay_ms": 5 - i})
+                              for i in range(3))
+            received = await asyncio.get_running_loop().run_in_executor(None, raw_exchange, server.port, frames)
+            answers = []
+            while received:
+                (length,) = struct.unpack(">I", received[:4])
+                answers.append(decode_response(received[4:4 + length], 1 << 20))
+                received = received[4 + length:]
+            assert [(cid, code, body["i"]) for cid, code, body in answers] == [(0, 0, 0), (1, 0, 1), (2, 0, 2)]
+        finally:
+            await server.close()
+    run(main())
+
+
 def test_an_unknown_api_key_or_version_is_answered_unsupported_version_without_the_handler():
     async def main() -> None:
         echo = Echo()
@@ -219,6 +239,23 @@ def test_a_handler_exception_is_answered_unknown_server_error_and_the_connection
             await server.close()
     run(main())
     assert any("handler failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_handler_over_handler_timeout_ms_is_cancelled_and_answered_request_timed_out():
+    async def main() -> None:
+        server = await Server(Echo(), handler_timeout_ms=100).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port)
+        try:
+            code, body = await conn.request(ApiKey.FETCH, {"i": 1, "delay_ms": 2000}, timeout_ms=5000)
+            assert code == errors.REQUEST_TIMED_OUT and "100 ms" in body["error_message"]
+            # A TimeoutError of the handler's own making is a handler failure, not ours.
+            code, body = await conn.request(ApiKey.FETCH, {"i": 3, "fail": "own-timeout"}, timeout_ms=5000)
+            assert code == errors.UNKNOWN_SERVER_ERROR
+            assert (await conn.request(ApiKey.FETCH, {"i": 2}, timeout_ms=5000))[1]["i"] == 2
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
 
 
 def test_losing_the_connection_fails_every_request_in_flight_with_network_exception():

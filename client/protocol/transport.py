@@ -56,6 +56,7 @@ MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT: Final = 8 * 1024 * 1024  # server: un
 MAX_IN_FLIGHT_REQUESTS_DEFAULT: Final = 5  # max.in.flight.requests.per.connection
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000  # request.timeout.ms
 CONNECT_TIMEOUT_MS_DEFAULT: Final = 10_000  # socket.connection.setup.timeout.ms
+HANDLER_TIMEOUT_MS_DEFAULT: Final = 300_000  # server: a safety net, far above any request's own timeout
 CLOSE_TIMEOUT_MS: Final = 2_000  # how long close() waits for sockets and tasks to finish
 STREAM_LIMIT_BYTES: Final = 1 << 20  # asyncio StreamReader buffer before it pauses the socket
 
@@ -458,7 +459,9 @@ class Server:
     until answers drain), ``idle_timeout_ms`` (connections.max.idle.ms: a connection with no
     handler running and no bytes read or written for that long is closed). ``api_versions``
     maps the api keys served to their ``(min, max)`` versions; anything else is answered
-    UNSUPPORTED_VERSION without calling the handler.
+    UNSUPPORTED_VERSION without calling the handler. ``handler_timeout_ms`` is a safety net: a
+    handler still running after it is cancelled and answered REQUEST_TIMED_OUT (handlers bound
+    their own waits, e.g. a Fetch's ``max_wait_ms``, far below it).
 
     A handler for a request that expects no answer (Produce with acks=0) must return None even
     on errors: if it raises, the transport answers, and the client, expecting nothing, closes
@@ -473,11 +476,12 @@ class Server:
                  max_buffered_bytes_per_connection: int = MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT,
                  idle_timeout_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
                  api_versions: Mapping[int, tuple[int, int]] | None = None,
+                 handler_timeout_ms: int = HANDLER_TIMEOUT_MS_DEFAULT,
                  name: str = "server") -> None:
         for key, value in (("max_frame_bytes", max_frame_bytes), ("max_connections", max_connections),
                            ("max_in_flight_per_connection", max_in_flight_per_connection),
                            ("max_buffered_bytes_per_connection", max_buffered_bytes_per_connection),
-                           ("idle_timeout_ms", idle_timeout_ms)):
+                           ("idle_timeout_ms", idle_timeout_ms), ("handler_timeout_ms", handler_timeout_ms)):
             if not _is_int(value) or value < 1:
                 raise errors.ConfigError(key, f"must be a positive integer, got {value!r}")
         self.handler = handler
@@ -486,6 +490,7 @@ class Server:
         self.max_in_flight_per_connection = max_in_flight_per_connection
         self.max_buffered_bytes_per_connection = max_buffered_bytes_per_connection
         self.idle_timeout_ms = idle_timeout_ms
+        self.handler_timeout_ms = handler_timeout_ms
         self.api_versions: Mapping[int, tuple[int, int]] = (
             SUPPORTED_API_VERSIONS if api_versions is None else dict(api_versions))
         self.name = name
@@ -642,8 +647,10 @@ class Server:
             return errors.UNSUPPORTED_VERSION, {
                 "error_message": f"{api_name(request.api_key)} version {request.api_version} is not "
                                  f"supported (versions {versions[0]}..{versions[1]})"}
+        deadline = asyncio.timeout(self.handler_timeout_ms / 1000)
         try:
-            result = await self.handler(request)
+            async with deadline:
+                result = await self.handler(request)
             if result is None:
                 raise _NoAnswer
             code, body = result
@@ -652,15 +659,26 @@ class Server:
             return code, body
         except _NoAnswer:
             raise
+        except TimeoutError:
+            if not deadline.expired():  # the handler's own timeout escaped it: a handler bug
+                return self._handler_failed(request)
+            log.error("%s: handler for %s from %s ran over %d ms; cancelled", self.name,
+                      api_name(request.api_key), request.peer, self.handler_timeout_ms)
+            return errors.REQUEST_TIMED_OUT, {
+                "error_message": f"{self.name} gave up on {api_name(request.api_key)} after "
+                                 f"{self.handler_timeout_ms} ms"}
         except RaftkaError as error:
             return error.code, {"error_message": error.message}
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("%s: handler failed for %s from %s", self.name, api_name(request.api_key),
-                          request.peer)
-            return errors.UNKNOWN_SERVER_ERROR, {
-                "error_message": f"{self.name} failed to handle {api_name(request.api_key)}; see its log"}
+            return self._handler_failed(request)
+
+    def _handler_failed(self, request: Request) -> tuple[int, Any]:
+        log.exception("%s: handler failed for %s from %s", self.name, api_name(request.api_key),
+                      request.peer)
+        return errors.UNKNOWN_SERVER_ERROR, {
+            "error_message": f"{self.name} failed to handle {api_name(request.api_key)}; see its log"}
 
     async def _write_loop(self, conn: _ServerConnection) -> None:
         """Write answers in arrival order; batch the consecutive ones that are ready."""
