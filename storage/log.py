@@ -430,12 +430,18 @@ class Log:
                               f"could not append {len(data)} bytes to {seg.log_path}: "
                               f"{error.strerror or error}; nothing was appended") from error
         # Epochs and producer state follow the bytes now in the log.
-        if leader_epoch is not None:
-            self.leader_epoch_cache.assign(leader_epoch, base)
-        else:
-            for header in headers:
-                self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         self.producer_state.on_append(headers, base if leader else None)
+        try:
+            if leader_epoch is not None:
+                self.leader_epoch_cache.assign(leader_epoch, base)
+            else:
+                for header in headers:
+                    self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        except OSError as error:
+            # The batches are in the log but the epoch checkpoint is not: go offline (as Kafka
+            # does for a failing log dir); the next open re-derives epochs from the batches.
+            self._failed = f"writing {LEADER_EPOCH_CHECKPOINT} failed: {error.strerror or error}"
+            raise self._error(KafkaStorageError, self._failed) from error
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -476,14 +482,14 @@ class Log:
         old = self._segments[-1]
         base = old.next_offset
         try:
+            self.producer_state.on_roll(base)
             old.on_become_inactive()
             new = self._new_segment(base, create=True)
         except OSError as error:
             raise self._error(KafkaStorageError, f"could not roll a new segment at offset {base} "
-                              f"in {self.dir}: {error.strerror or error}") from error
+                              f"in {self.dir}: {error.strerror or error}; nothing was appended") from error
         self._segments.append(new)
         self._bases.append(base)
-        self.producer_state.on_roll(base)
         log.debug("%s: rolled segment %d (%s)", self, base, reason)
         return new
 
@@ -761,6 +767,10 @@ class Log:
                     os.fsync(fd)
                     os.close(fd)
                     fsync_dir(self.dir)
+            except OSError as error:
+                # Not marked clean: the next open recovers from the last recovery point.
+                raise self._error(KafkaStorageError, f"closing the log in {self.dir}: "
+                                  f"{error.strerror or error}") from error
             finally:
                 self._closed = True
                 for seg in self._segments:

@@ -558,6 +558,27 @@ def test_a_failing_write_is_a_storage_error_and_leaves_no_partial_batch(tmp_path
     assert_contiguous(read_all(lg), 0, 4)
 
 
+def test_a_failing_fsync_takes_the_log_offline_and_a_reopen_recovers_it(tmp_path, monkeypatch):
+    import storage.segment as segment_module
+    lg = open_log(tmp_path)
+    lg.append_as_leader(make_batch(3), 0)
+
+    def eio(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(segment_module.os, "fsync", eio)
+    with pytest.raises(KafkaStorageError, match="Input/output error"):
+        lg.flush()
+    monkeypatch.undo()
+    with pytest.raises(KafkaStorageError, match="offline"):
+        lg.append_as_leader(make_batch(1), 0)
+    with pytest.raises(KafkaStorageError, match="offline"):
+        lg.read(0, 100)
+    lg = open_log(tmp_path)
+    assert lg.log_end_offset == 3
+    assert_contiguous(read_all(lg), 0, 3)
+
+
 def test_a_file_size_limit_in_a_real_process_gives_a_storage_error_and_an_intact_log(tmp_path):
     """A child process runs with RLIMIT_FSIZE so its writes fail with EFBIG the way a full disk
     fails them; it appends until refused, then the parent reopens the log."""

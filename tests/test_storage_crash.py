@@ -4,7 +4,8 @@ A child (tests/procs/log_crasher.py) appends batches to a partition log and fsyn
 printing each flushed log end offset. The parent SIGKILLs it at a seeded random moment, twice
 per seed (the second child recovers what the first left), then reopens the log and checks:
 every offset the child reported as flushed is there; every batch passes its CRC and decodes to
-records whose values spell their own offsets; offsets are contiguous from 0; the file holds no
+records whose values spell their own offsets; offsets and the idempotent producer's
+sequence numbers are contiguous from 0 (no retry appended twice); the file holds no
 byte past the last whole batch, so no partial batch can be served. Seeds are printed on failure.
 """
 from __future__ import annotations
@@ -52,11 +53,15 @@ def _check_log(directory: Path, flushed: int, seed: int) -> int:
         leo = log.log_end_offset
         assert leo >= flushed, f"seed {seed}: flushed up to {flushed}, log ends at {leo}"
         offset = 0
+        sequence = 0
         while offset < leo:
             data = log.read(offset, 1 << 20).records
             end = 0
             for pos, header in iter_batches(data):
                 assert header.base_offset == offset, f"seed {seed}: gap at {offset}"
+                assert header.base_sequence == sequence, \
+                    f"seed {seed}: producer sequence {header.base_sequence} at offset {offset}, expected {sequence}"
+                sequence = header.last_sequence + 1
                 _, records = decode_batch(data, pos)  # checks the CRC too
                 for record in records:
                     stamp = b"%d;" % record.offset
