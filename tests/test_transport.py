@@ -351,6 +351,30 @@ def test_the_server_stops_reading_a_connection_at_max_in_flight_per_connection()
     run(main())
 
 
+def test_request_bytes_being_handled_across_connections_stay_under_queued_max_request_bytes():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo, queued_max_request_bytes=5000).start(HOST, 0)
+        conns = [await Connection.open(HOST, server.port, max_in_flight_requests=10) for _ in range(2)]
+        try:
+            tasks = [asyncio.create_task(conn.request(ApiKey.PRODUCE, {"i": n * 10 + i, "gate": True,
+                                                                       "pad": b"x" * 2000}, timeout_ms=5000))
+                     for n, conn in enumerate(conns) for i in range(5)]
+            await until(lambda: len(echo.started) == 2)
+            await asyncio.sleep(0.15)
+            assert len(echo.started) == 2, "two ~2 KB requests fit in 5000 bytes, a third does not"
+            assert server.request_bytes_in_flight <= 5000
+            echo.gate.set()
+            results = [await t for t in tasks]
+            assert sorted(body["i"] for _, body in results) == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
+            assert server.request_bytes_in_flight == 0
+        finally:
+            for conn in conns:
+                await conn.close()
+            await server.close()
+    run(main())
+
+
 def test_the_server_stops_reading_while_answers_over_max_buffered_bytes_wait():
     async def main() -> None:
         echo = Echo()

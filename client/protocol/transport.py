@@ -53,6 +53,7 @@ CONNECTIONS_MAX_IDLE_MS_DEFAULT: Final = 600_000  # connections.max.idle.ms
 MAX_CONNECTIONS_DEFAULT: Final = 1000  # max.connections (Kafka: unbounded; we bound it)
 MAX_IN_FLIGHT_PER_CONNECTION_DEFAULT: Final = 100  # server: requests of one connection in flight
 MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT: Final = 8 * 1024 * 1024  # server: unsent answers
+QUEUED_MAX_REQUEST_BYTES_DEFAULT: Final = 512 * 1024 * 1024  # queued.max.request.bytes (Kafka: unbounded)
 MAX_IN_FLIGHT_REQUESTS_DEFAULT: Final = 5  # max.in.flight.requests.per.connection
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000  # request.timeout.ms
 CONNECT_TIMEOUT_MS_DEFAULT: Final = 10_000  # socket.connection.setup.timeout.ms
@@ -459,7 +460,9 @@ class Server:
     Limits: ``max_frame_bytes`` (socket.request.max.bytes), ``max_connections``
     (max.connections; more are refused), ``max_in_flight_per_connection`` and
     ``max_buffered_bytes_per_connection`` (past either, the server stops reading that socket
-    until answers drain), ``idle_timeout_ms`` (connections.max.idle.ms: a connection with no
+    until answers drain), ``queued_max_request_bytes`` (queued.max.request.bytes: request bytes
+    being handled, all connections, past which no connection's next request starts; one always
+    may), ``idle_timeout_ms`` (connections.max.idle.ms: a connection with no
     handler running and no bytes read or written for that long is closed). ``api_versions``
     maps the api keys served to their ``(min, max)`` versions; anything else is answered
     UNSUPPORTED_VERSION without calling the handler. ``handler_timeout_ms`` is a safety net: a
@@ -480,11 +483,13 @@ class Server:
                  idle_timeout_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
                  api_versions: Mapping[int, tuple[int, int]] | None = None,
                  handler_timeout_ms: int = HANDLER_TIMEOUT_MS_DEFAULT,
+                 queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES_DEFAULT,
                  name: str = "server") -> None:
         for key, value in (("max_frame_bytes", max_frame_bytes), ("max_connections", max_connections),
                            ("max_in_flight_per_connection", max_in_flight_per_connection),
                            ("max_buffered_bytes_per_connection", max_buffered_bytes_per_connection),
-                           ("idle_timeout_ms", idle_timeout_ms), ("handler_timeout_ms", handler_timeout_ms)):
+                           ("idle_timeout_ms", idle_timeout_ms), ("handler_timeout_ms", handler_timeout_ms),
+                           ("queued_max_request_bytes", queued_max_request_bytes)):
             if not _is_int(value) or value < 1:
                 raise errors.ConfigError(key, f"must be a positive integer, got {value!r}")
         self.handler = handler
@@ -494,6 +499,9 @@ class Server:
         self.max_buffered_bytes_per_connection = max_buffered_bytes_per_connection
         self.idle_timeout_ms = idle_timeout_ms
         self.handler_timeout_ms = handler_timeout_ms
+        self.queued_max_request_bytes = queued_max_request_bytes
+        self.request_bytes_in_flight = 0  # request frames being handled, all connections
+        self._waiting_for_bytes: set[_ServerConnection] = set()
         self.api_versions: Mapping[int, tuple[int, int]] = (
             SUPPORTED_API_VERSIONS if api_versions is None else dict(api_versions))
         self.name = name
@@ -604,23 +612,33 @@ class Server:
             # Backpressure: while too much is owed to this client, hold this request and read
             # no further (the socket pauses once asyncio's read buffer fills). Checked after the
             # read, as answers may have piled up while we waited for this frame.
+            size = LENGTH_BYTES + len(payload)
             while (len(conn.queue) >= self.max_in_flight_per_connection
-                   or conn.unsent_bytes() > self.max_buffered_bytes_per_connection):
+                   or conn.unsent_bytes() > self.max_buffered_bytes_per_connection
+                   or (self.request_bytes_in_flight
+                       and self.request_bytes_in_flight + size > self.queued_max_request_bytes)):
                 conn.wake_reader.clear()
-                await conn.wake_reader.wait()  # set by the writer (or abort); idle reaper bounds it
+                self._waiting_for_bytes.add(conn)
+                try:
+                    # Set by this connection's writer, by any finished handler, or by abort;
+                    # the idle reaper bounds the wait.
+                    await conn.wake_reader.wait()
+                finally:
+                    self._waiting_for_bytes.discard(conn)
                 if conn.closing:
                     return
+            self.request_bytes_in_flight += size
             request = Request(api_key, api_version, correlation_id, client_id, body, conn.peer,
                               conn.id, conn.last_activity)
             self.metrics.requests[api_key if api_key in self.api_versions else UNKNOWN_API_KEY_LABEL] += 1
             conn.running += 1
-            task = loop.create_task(self._run(conn, request))
+            task = loop.create_task(self._run(conn, request, size))
             self._handler_tasks.add(task)
             task.add_done_callback(self._handler_tasks.discard)
             conn.queue.append(task)
             conn.wake_writer.set()
 
-    async def _run(self, conn: _ServerConnection, request: Request) -> bytes | None:
+    async def _run(self, conn: _ServerConnection, request: Request, size: int) -> bytes | None:
         """Handle one request; the encoded answer frame, or None to send nothing."""
         try:
             code, body = await self._answer(request)
@@ -628,6 +646,9 @@ class Server:
             return None
         finally:
             conn.running -= 1
+            self.request_bytes_in_flight -= size
+            for waiting in self._waiting_for_bytes:
+                waiting.wake_reader.set()
         if code != errors.NONE:
             label = request.api_key if request.api_key in self.api_versions else UNKNOWN_API_KEY_LABEL
             self.metrics.errors[label] += 1
