@@ -12,7 +12,7 @@ from client.protocol import errors
 from client.protocol.errors import RaftkaError
 from raftka.cluster import Cluster, wait_until
 from test_broker import (
-    FAST, batch, create_topic, http_get, partition_metadata, produce, read_all, wait_for_partition,
+    FAST, batch, create_topic, http_get, partition_metadata, produce, read_all, request, wait_for_partition,
 )
 
 RETRIABLE = {errors.NOT_LEADER_OR_FOLLOWER, errors.LEADER_NOT_AVAILABLE, errors.REQUEST_TIMED_OUT,
@@ -164,3 +164,41 @@ def test_a_former_leader_truncates_records_nobody_else_has_by_leader_epoch(clust
     assert values == committed  # what only the old leader had is gone; nothing committed is
     _, metrics = http_get(cluster.http_address(old), "/metrics")
     assert 'raftka_broker_truncations_total{node="%d"} 0' % old not in metrics
+
+
+def idempotent_batch(producer_id: int, sequence: int, value: bytes) -> bytes:
+    from client.protocol.records import BatchBuilder
+    builder = BatchBuilder(producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+    builder.append(int(time.time() * 1000), None, value)
+    return builder.build()
+
+
+def test_idempotent_retries_are_not_duplicated_even_after_the_leader_dies(cluster):
+    restore(cluster)
+    create_topic(cluster, "idempotent")
+    leader = current_leader(cluster, "idempotent")
+    address = cluster.broker_address(leader)
+    code, out = request(address, 22, {"transactional_id": None, "transaction_timeout_ms": 60000})
+    assert code == errors.NONE
+    pid = out["producer_id"]
+    offsets = [produce(address, "idempotent", idempotent_batch(pid, seq, b"v%d" % seq))["base_offset"]
+               for seq in range(3)]
+    assert offsets == [0, 1, 2]
+    retried = produce(address, "idempotent", idempotent_batch(pid, 1, b"v1"))
+    assert (retried["error_code"], retried["base_offset"]) == (errors.NONE, 1)  # its original offset
+    gap = produce(address, "idempotent", idempotent_batch(pid, 7, b"v7"))
+    assert gap["error_code"] == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    cluster.kill(leader)
+    deadline = time.monotonic() + 30
+    while True:  # the retry of sequence 2 reaches the new leader: answered with offset 2 again
+        new = current_leader(cluster, "idempotent")
+        answer = produce(cluster.broker_address(new), "idempotent", idempotent_batch(pid, 2, b"v2")) \
+            if new is not None else {"error_code": errors.LEADER_NOT_AVAILABLE}
+        if answer["error_code"] == errors.NONE:
+            break
+        assert answer["error_code"] in RETRIABLE and time.monotonic() < deadline, answer
+        time.sleep(0.05)
+    assert answer["base_offset"] == 2
+    assert produce(cluster.broker_address(new), "idempotent", idempotent_batch(pid, 3, b"v3"))["base_offset"] == 3
+    assert read_all(cluster.broker_address(new), "idempotent") == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"v3")]
+    restore(cluster, "idempotent")
