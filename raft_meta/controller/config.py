@@ -91,6 +91,9 @@ SERVER_CONFIGS = (
     .define("queued.max.requests", "int", 500,
             "Requests one connection may have in flight before the broker stops reading it (backpressure).",
             at_least(1))
+    .define("queued.max.request.bytes", "long", 104_857_600,
+            "Bytes of produce payloads a broker holds at once (appending or waiting for acks); past it, "
+            "produce requests wait in arrival order and their connections stop being read.", at_least(1))
     .define("fetch.max.bytes", "int", 57_671_680, "Upper bound on the bytes one Fetch response carries.",
             at_least(1024))
     .define("controller.request.timeout.ms", "int", 10_000,
