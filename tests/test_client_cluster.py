@@ -138,7 +138,7 @@ def test_lz4_compressed_records_round_trip_with_keys_headers_and_timestamps(clus
             p.send(topic, value, key=key, headers=headers, partition=0, timestamp_ms=ts)
         assert p.flush(timeout=20) == []
     with Consumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
-                  consumer_timeout_ms=3000) as c:
+                  consumer_timeout_ms=1000) as c:
         c.assign([TopicPartition(topic, 0)])
         got = list(c)
     assert [(r.key, r.value, r.headers, r.timestamp) for r in got] == sent
@@ -153,7 +153,7 @@ def test_serializers_and_deserializers_apply_to_keys_and_values(cluster, admin):
         p.send(topic, {"n": 1}, key="a").get(timeout=10)
         p.send(topic, None, key="tombstone").get(timeout=10)
     with Consumer(topic, bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
-                  key_deserializer=bytes.decode, value_deserializer=json.loads, consumer_timeout_ms=3000) as c:
+                  key_deserializer=bytes.decode, value_deserializer=json.loads, consumer_timeout_ms=1000) as c:
         got = [(r.key, r.value) for r in c]
     assert got == [("a", {"n": 1}), ("tombstone", None)]
 
@@ -307,3 +307,29 @@ def test_the_asyncio_flavour_produces_and_consumes(cluster, admin):
 
     got = asyncio.run(main())
     assert sorted(int(r.value) for r in got) == list(range(40))
+
+
+def test_pattern_subscription_topic_listing_and_group_id_without_groups(cluster, admin):
+    prefix = f"pat-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(f"{prefix}-a", 1, 1), NewTopic(f"{prefix}-b", 2, 1)])
+    with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
+        p.send(f"{prefix}-a", b"a").get(timeout=10)
+        p.send(f"{prefix}-b", b"b", partition=1).get(timeout=10)
+    with pytest.warns(UserWarning, match="consumer groups are not implemented yet"):
+        c = Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id="g", auto_offset_reset="earliest",
+                     consumer_timeout_ms=1500)
+    with c:
+        assert {f"{prefix}-a", f"{prefix}-b"} <= c.topics()
+        assert c.partitions_for_topic(f"{prefix}-b") == {0, 1}
+        assert c.partitions_for_topic("no-such-topic-here") is None
+        c.subscribe(pattern=f"{prefix}-.*")
+        got = sorted((r.topic, r.partition, r.value) for r in c)
+        assert got == [(f"{prefix}-a", 0, b"a"), (f"{prefix}-b", 1, b"b")]
+        assert c.assignment() == {TopicPartition(f"{prefix}-a", 0), TopicPartition(f"{prefix}-b", 0),
+                                  TopicPartition(f"{prefix}-b", 1)}
+        with pytest.raises(IllegalStateError, match="consumer groups"):
+            c.committed(TopicPartition(f"{prefix}-a", 0))
+        c.unsubscribe()
+        assert c.assignment() == set() and c.subscription() is None
+        c.assign([TopicPartition(f"{prefix}-a", 0)])
+        assert c.assignment() == {TopicPartition(f"{prefix}-a", 0)}

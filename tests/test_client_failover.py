@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from client import AdminClient, Consumer, KafkaTimeoutError, NewTopic, Producer, TopicPartition
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -95,3 +95,28 @@ def test_killing_a_partition_leader_mid_stream_loses_nothing_and_duplicates_noth
             got = read[partition]
             assert len(got) == len(set(got)), f"seed {seed}: duplicates in partition {partition}"
             assert got == acked[partition], f"seed {seed}: partition {partition} differs from send order"
+
+
+def test_with_every_broker_dead_clients_fail_with_typed_timeouts_within_their_budgets(tmp_path):
+    from raftka.cluster import Cluster
+    with Cluster.start(tmp_path / "c", controllers=1, brokers=2, configs=FAST) as cluster:
+        with AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=1000) as admin:
+            admin.create_topics([NewTopic("t", 1, 2)])
+            producer = Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=0, max_block_ms=1000,
+                                request_timeout_ms=500, delivery_timeout_ms=1500, retry_backoff_ms=50)
+            assert producer.send("t", b"first").get(timeout=10).offset == 0
+            consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=800)
+            for broker in cluster.broker_ids:
+                cluster.kill(broker)
+            started = time.monotonic()
+            future = producer.send("t", b"second")
+            with pytest.raises(KafkaTimeoutError, match="delivery_timeout_ms") as info:
+                future.get(timeout=10)
+            assert (info.value.topic, info.value.partition) == ("t", 0)
+            assert time.monotonic() - started < 5
+            assert producer.close(timeout=1) == []  # the failure was reported by its future already
+            with pytest.raises(KafkaTimeoutError):
+                admin.list_topics()
+            with pytest.raises(KafkaTimeoutError):
+                consumer.end_offsets([TopicPartition("t", 0)])
+            consumer.close()

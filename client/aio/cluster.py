@@ -332,10 +332,10 @@ class Cluster:
                 return code, answer
             left_s = deadline - time.monotonic()
             if left_s <= 0:
-                if isinstance(last, RaftkaError) and not isinstance(last, RequestTimedOutError):
+                if isinstance(last, RaftkaError) and not last.retriable:
                     raise last
                 raise KafkaTimeoutError(f"no broker answered within {timeout_ms} ms "
-                                        f"(last error: {last})")
+                                        f"(last error: {last})") from last
             await asyncio.sleep(min(left_s, self.retry_backoff_ms / 1000))
 
     # -- metadata --
@@ -433,6 +433,7 @@ class Cluster:
         if parts is not None:
             return parts
         deadline = time.monotonic() + timeout_ms / 1000
+        refreshes_before = self._refresh_count
         while True:
             left_ms = (deadline - time.monotonic()) * 1000
             if left_ms <= 0:
@@ -446,7 +447,7 @@ class Cluster:
         if info is not None and info.error_code not in (errors.NONE, errors.UNKNOWN_TOPIC_OR_PARTITION,
                                                         errors.LEADER_NOT_AVAILABLE):
             raise errors.error_for(info.error_code, topic=topic)
-        if info is not None or self._metadata_at:
+        if self._refresh_count > refreshes_before:  # a broker answered: the topic is not there
             raise errors.UnknownTopicOrPartitionError(
                 f"topic not found in metadata within {int(timeout_ms)} ms", topic=topic)
         raise KafkaTimeoutError(f"no metadata within {int(timeout_ms)} ms (last error: "

@@ -250,11 +250,11 @@ class Consumer:
         return set(meta.topics)
 
     async def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partitions of ``topic`` as the cluster says now; None when it does not exist."""
         await self.start()
-        try:
-            return set(await self.cluster.partitions_for(topic, self.config["request_timeout_ms"]))
-        except errors.UnknownTopicOrPartitionError:
-            return None
+        fresh = await self.cluster.refresh_metadata([topic])
+        parts = fresh.partitions_for(topic)
+        return set(parts) if parts is not None else None
 
     # -- positions --
     def _state(self, tp: TopicPartition) -> PartitionState:

@@ -252,9 +252,12 @@ class Producer:
         self.failures = []
         if self._sender is not None:
             self._sender.cancel()
+        if self._pid_task is not None:
+            self._pid_task.cancel()
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*(t for t in [self._sender, *self._tasks] if t), return_exceptions=True)
+        await asyncio.gather(*(t for t in [self._sender, self._pid_task, *self._tasks] if t),
+                             return_exceptions=True)
         await self.cluster.close()
         return failures
 
