@@ -25,6 +25,7 @@ import uuid
 from typing import Any, Callable
 
 from broker.controller_channel import ControllerChannel
+from broker.limits import ByteBudget
 from broker.logs import STORAGE, LogManager
 from broker.metadata import MetadataFollower, MetadataView
 from broker.metrics import BrokerMetrics
@@ -70,6 +71,7 @@ class BrokerServer:
                                hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"])
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
         self.metrics = BrokerMetrics(self)
+        self.produce_budget = ByteBudget(config["queued.max.request.bytes"])
         self.metadata: MetadataFollower | None = None
         self.broker_epoch = -1
         self.incarnation_id = uuid.uuid4().hex
@@ -293,6 +295,15 @@ class BrokerServer:
         topic_data = body.get("topic_data")
         if not isinstance(topic_data, list):
             raise InvalidRequestError("topic_data must be a list")
+        size = _payload_bytes(topic_data)
+        if not self.produce_budget.try_acquire(size):  # no await on the usual path
+            await self.produce_budget.acquire(size)  # FIFO: a later produce never overtakes
+        try:
+            return await self._produce(acks, deadline, topic_data)
+        finally:
+            self.produce_budget.release(size)
+
+    async def _produce(self, acks: int, deadline: float, topic_data: list) -> "tuple[int, dict] | None":
         # Every append happens here, before the first await: arrival order is append order.
         results: list[tuple[str, list[dict]]] = []
         waits: list[tuple[dict, Partition, int]] = []
@@ -393,6 +404,16 @@ class BrokerServer:
         if code != errors.NONE:
             raise errors.error_for(code, (out or {}).get("error_message"))
         partition.take_alter_result(out)  # committed: the metadata log brings the same state
+
+
+def _payload_bytes(topic_data: list) -> int:
+    total = 0
+    for topic in topic_data:
+        for part in (topic.get("partition_data") or []) if isinstance(topic, dict) else []:
+            records = part.get("records") if isinstance(part, dict) else None
+            if isinstance(records, (bytes, bytearray)):
+                total += len(records)
+    return total
 
 
 def run_broker(config: ServerConfig, *, print_line: Callable[[str], None] | None = None) -> int:
