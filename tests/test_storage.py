@@ -371,6 +371,37 @@ def test_property_appends_read_back_contiguously_across_rolls_truncation_and_reo
     lg.close()
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(counts=st.lists(st.integers(1, 5), min_size=1, max_size=25), data=st.data())
+def test_property_reads_are_whole_batches_within_max_bytes_and_below_max_offset(
+        tmp_path_factory, counts, data):
+    lg = open_log(tmp_path_factory.mktemp("read"), segment_bytes=data.draw(st.integers(600, 2000)),
+                  index_interval_bytes=data.draw(st.sampled_from([0, 150, 4096])))
+    for i, n in enumerate(counts):
+        lg.append_as_leader(make_batch(n, tag=i, value_size=data.draw(st.integers(0, 60))), 0)
+    end = lg.log_end_offset
+    for _ in range(10):
+        offset = data.draw(st.integers(0, end))
+        max_bytes = data.draw(st.integers(0, 1500))
+        max_offset = data.draw(st.one_of(st.none(), st.integers(0, end + 2)))
+        one = data.draw(st.booleans())
+        fetched = lg.read(offset, max_bytes, max_offset=max_offset, min_one_batch=one)
+        headers = batches_of(fetched.records)
+        limit = end if max_offset is None else min(max_offset, end)
+        if not headers:
+            continue
+        assert headers[0].base_offset <= offset <= headers[0].last_offset
+        assert fetched.first_offset == headers[0].base_offset
+        assert all(h.last_offset < limit for h in headers)
+        assert len(fetched.records) <= max_bytes or (len(headers) == 1 and one)
+        assert_contiguous(headers, headers[0].base_offset, headers[-1].next_offset)
+        # Nothing was left out that fitted: the next batch would break a limit.
+        nxt = headers[-1].next_offset
+        if nxt < limit:
+            following = batches_of(lg.read(nxt, 1).records)[0]
+            assert len(fetched.records) + following.size > max_bytes or following.last_offset >= limit
+
+
 # --- truncation and leader epochs ----------------------------------------------------------------
 
 def test_truncate_to_drops_the_tail_across_segments_and_trims_epochs_and_high_watermark(tmp_path):
