@@ -178,10 +178,13 @@ class _InFlight:
 
 
 class Connection:
-    """One client-side TCP connection with pipelined requests. Open with :meth:`open`.
+    """One client-side TCP connection with pipelined requests. Open with :meth:`open`; it
+    belongs to the event loop that opened it.
 
     At most ``max_in_flight_requests`` requests wait for answers; more wait for a slot (within
-    their own timeout). Answers are matched to requests by correlation id, oldest first.
+    their own timeout). Answers are matched to requests by correlation id, oldest first. A timed
+    out request leaves the connection open (a slow server answers later requests behind it); a
+    caller that suspects a dead peer closes it and opens a new one.
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, host: str,
@@ -189,6 +192,8 @@ class Connection:
                  max_frame_bytes: int, request_timeout_ms: int) -> None:
         if max_in_flight_requests < 1:
             raise errors.ConfigError("max_in_flight_requests", f"must be >= 1, got {max_in_flight_requests}")
+        if client_id is not None and not isinstance(client_id, str):
+            raise errors.ConfigError("client_id", f"must be a string, got {type(client_id).__name__}")
         self.host = host
         self.port = port
         self.client_id = client_id
