@@ -22,6 +22,7 @@ async def start_http(broker: Any, host: str, port: int) -> web.AppRunner:
                    "fenced": broker.fenced, "metadata_caught_up": broker.caught_up,
                    "replicas_in_sync": replicas_caught_up,
                    "metadata_offset": broker.metadata.offset if broker.metadata else -1,
+                   "storage_error": broker.storage_error,
                    "ready": broker.ready and replicas_caught_up}
         return web.Response(status=200 if summary["ready"] else 503, text=json.dumps(summary),
                             content_type="application/json")

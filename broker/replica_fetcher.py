@@ -131,7 +131,11 @@ class ReplicaFetcher:
         partition = self.manager.partitions.get(tp)
         if partition is None or partition.state is not ReplicaState.FOLLOWER or partition.leader_epoch != epoch:
             return True  # our role changed while the fetch was out: the answer is moot
-        ok, truncated = apply_fetch_answer(partition, answer, self.leader_id)
+        try:
+            ok, truncated = apply_fetch_answer(partition, answer, self.leader_id)
+        except errors.KafkaStorageError as error:
+            self.manager.storage_failed(partition, error)
+            return False
         if truncated:
             self.truncations += 1
             self.manager.truncations += 1

@@ -36,6 +36,8 @@ class ReplicaManager:
         self.config = config
         self.logs = logs
         self.alter_partition = alter_partition  # coroutine function (partition, new_isr) -> None
+        # Called once per disk error (KAFKA_STORAGE_ERROR from storage): the broker stops leading.
+        self.on_storage_error: Callable[[Partition, RaftkaError], None] | None = None
         self.partitions: dict[TP, Partition] = {}
         self.topic_ids: dict[TP, str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -209,7 +211,16 @@ class ReplicaManager:
                                             topic=topic, partition=index)
         # storage validates each header and CRC and max.message.bytes (topic, else the broker's
         # message.max.bytes) before it writes anything.
-        return partition, partition.append_as_leader(bytes(records), acks)
+        try:
+            return partition, partition.append_as_leader(bytes(records), acks)
+        except errors.KafkaStorageError as error:
+            self.storage_failed(partition, error)
+            raise
+
+    def storage_failed(self, partition: Partition, error: RaftkaError) -> None:
+        log.error("%s: disk error, this broker gives up its partitions: %s", partition.name, error.message)
+        if self.on_storage_error is not None:
+            self.on_storage_error(partition, error)
 
     # -- Fetch --------------------------------------------------------------------------------------
 

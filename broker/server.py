@@ -72,6 +72,8 @@ class BrokerServer:
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
         self.metrics = BrokerMetrics(self)
         self.produce_budget = ByteBudget(config["queued.max.request.bytes"])
+        self.storage_error: str | None = None  # set at the first disk error; the broker then asks to be fenced
+        self.replicas.on_storage_error = self._on_storage_error
         self.metadata: MetadataFollower | None = None
         self.broker_epoch = -1
         self.incarnation_id = uuid.uuid4().hex
@@ -138,6 +140,14 @@ class BrokerServer:
             log.info("registration refused (%s); retrying", errors.name_of(code))
             await asyncio.sleep(0.5)
 
+    def _on_storage_error(self, partition: Partition, error: RaftkaError) -> None:
+        """A write failed (disk full, I/O error): like a Kafka broker whose log dir went offline,
+        ask the controller to fence us so every partition we lead moves to a healthy ISR member."""
+        if self.storage_error is None:
+            self.storage_error = f"{partition.name}: {error.message}"
+            log.error("log dir failed (%s): asking the controller to fence this broker", self.storage_error)
+            self._metadata_event.set()  # heartbeat now
+
     def _on_metadata(self, view: MetadataView) -> None:
         self.replicas.on_metadata(view)
         me = view.brokers.get(self.broker_id)
@@ -165,7 +175,7 @@ class BrokerServer:
     async def heartbeat(self, *, want_shut_down: bool = False) -> dict:
         assert self.metadata is not None
         body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
-                "current_metadata_offset": self.metadata.offset, "want_fence": False,
+                "current_metadata_offset": self.metadata.offset, "want_fence": self.storage_error is not None,
                 "want_shut_down": want_shut_down}
         code, out = await self.controllers.request(ApiKey.BROKER_HEARTBEAT, body,
                                                    timeout_ms=self.config["broker.heartbeat.interval.ms"] * 2)
@@ -213,7 +223,7 @@ class BrokerServer:
 
     @property
     def ready(self) -> bool:
-        return self.registered and self.caught_up and not self.fenced
+        return self.registered and self.caught_up and not self.fenced and self.storage_error is None
 
     # -- dispatch -----------------------------------------------------------------------------------
 
@@ -425,6 +435,9 @@ def run_broker(config: ServerConfig, *, print_line: Callable[[str], None] | None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        # A write past the file-size limit fails with EFBIG (a KAFKA_STORAGE_ERROR) instead of
+        # killing the process.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         broker = BrokerServer(config, say)
         try:
             await broker.start()

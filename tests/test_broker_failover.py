@@ -202,3 +202,33 @@ def test_idempotent_retries_are_not_duplicated_even_after_the_leader_dies(cluste
     assert produce(cluster.broker_address(new), "idempotent", idempotent_batch(pid, 3, b"v3"))["base_offset"] == 3
     assert read_all(cluster.broker_address(new), "idempotent") == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"v3")]
     restore(cluster, "idempotent")
+
+
+def test_a_full_disk_answers_kafka_storage_error_and_leadership_moves_to_a_healthy_replica(cluster):
+    """A broker whose writes fail (here: its file-size limit lowered under it with prlimit, so
+    appends fail with EFBIG as on a full disk) answers KAFKA_STORAGE_ERROR, appends nothing, asks
+    to be fenced, and a healthy ISR member takes over with every acknowledged record."""
+    import resource
+    restore(cluster)
+    create_topic(cluster, "disk")
+    acked = {b"before-%d" % i: produce_until_acked(cluster, "disk", b"before-%d" % i) for i in range(3)}
+    leader = current_leader(cluster, "disk")
+    others = [b for b in cluster.broker_ids if b != leader]
+    pid = cluster.process(leader).pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (1024, hard))  # no file may grow past 1 KiB
+    try:
+        answer = produce(cluster.broker_address(leader), "disk", batch([b"x" * 2000]))
+        assert answer["error_code"] == errors.KAFKA_STORAGE_ERROR, answer
+        wait_for_partition(cluster, "disk", 0, lambda p: p["leader_id"] in others and leader not in p["isr_nodes"],
+                           among=others)
+        status, text = http_get(cluster.http_address(leader), "/health")
+        assert status == 503 and "disk" in text
+        acked[b"after"] = produce_until_acked(cluster, "disk", b"after")
+        new = current_leader(cluster, "disk")
+        assert new in others
+        assert {v: o for o, v in read_all(cluster.broker_address(new), "disk")} == acked  # nothing lost, no x*2000
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (soft, hard))
+    cluster.kill(leader)  # an operator restarts it once the disk has room again
+    restore(cluster, "disk")
