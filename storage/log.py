@@ -251,7 +251,8 @@ class Log:
             self.leader_epoch_cache = LeaderEpochCache(self.dir, lambda: self.log_end_offset)
             for _, header in self._all_headers():
                 self.leader_epoch_cache._assign(header.partition_leader_epoch, header.base_offset)
-            self.leader_epoch_cache.flush()
+            if self.leader_epoch_cache.epoch_entries() or self.leader_epoch_cache.checkpoint.path.exists():
+                self.leader_epoch_cache.flush()
         else:
             self.leader_epoch_cache = LeaderEpochCache(self.dir, lambda: self.log_end_offset,
                                                        [(e, s) for e, s in entries])
@@ -269,11 +270,12 @@ class Log:
         # Everything now in the files has been validated: make it durable and say so.
         if not clean:
             for seg in self._segments:
-                if seg.next_offset > rp_ckpt or seg is self._segments[-1]:
+                if seg.size and (seg.next_offset > rp_ckpt or seg is self._segments[-1]):
                     seg.flush()
         self.recovery_point = leo
+        self._rp_checkpointed = rp_ckpt if self._rp_file.path.exists() else 0
         self._checkpoint_recovery_point()
-        if lso_ckpt != self.log_start_offset or not self._lso_file.path.exists():
+        if lso_ckpt != self.log_start_offset:  # a missing file reads as 0
             self._lso_file.write_value(self.log_start_offset)
         if clean:
             os.unlink(self.dir / CLEAN_SHUTDOWN_FILE)
@@ -762,10 +764,10 @@ class Log:
                     self.flush(active_indexes=True)
                     self.checkpoint_high_watermark()
                     self._checkpoint_recovery_point()
-                    self.producer_state.take_snapshot(self.log_end_offset)
-                    fd = os.open(self.dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
-                    os.fsync(fd)
-                    os.close(fd)
+                    # Snapshot unsynced (it is checksummed); one directory fsync then makes
+                    # its rename and the clean-shutdown marker durable together.
+                    self.producer_state.take_snapshot(self.log_end_offset, fsync=False)
+                    os.close(os.open(self.dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644))
                     fsync_dir(self.dir)
             except OSError as error:
                 # Not marked clean: the next open recovers from the last recovery point.
