@@ -40,6 +40,8 @@ class FakeKafka:
         self.produced: list[tuple[int, TopicPartition, int, int]] = []  # node, tp, base_sequence, count
         self.next_pid = 1000
         self.hang_produce = False
+        self.hang_nodes: set[int] = set()  # these brokers never answer anything
+        self.requests: collections.Counter[int] = collections.Counter()  # api key -> count
 
     async def connect(self, host: str, port: int, client_id: str) -> "FakeConnection":
         return FakeConnection(self, port)
@@ -119,6 +121,9 @@ class FakeConnection:
     async def request(self, api_key: int, body: Any, api_version: int = 0, *, timeout_ms: int | None = None,
                       expect_response: bool = True) -> tuple[int, Any]:
         await asyncio.sleep(0)
+        self.kafka.requests[api_key] += 1
+        if self.node in self.kafka.hang_nodes:
+            await asyncio.sleep(3600)
         if api_key == 0 and self.kafka.hang_produce:
             await asyncio.sleep(3600)
         if api_key == 1 and not any(self.kafka.hw(TopicPartition(t["topic"], p["partition"])) > p["fetch_offset"]
@@ -388,3 +393,39 @@ def test_blocking_producer_close_fails_records_it_could_not_deliver_instead_of_h
             f.get(timeout=2)
     with pytest.raises(KafkaClosedError):
         p.send("t", b"late")
+
+
+def test_metadata_is_refreshed_every_metadata_max_age_ms_without_errors():
+    kafka = FakeKafka({"t": 1})
+
+    async def main() -> None:
+        p = producer(kafka, metadata_max_age_ms=100)
+        await (await p.send("t", b"x"))
+        before = kafka.requests[3]
+        await asyncio.sleep(0.55)
+        assert kafka.requests[3] - before >= 3
+        await p.close()
+
+    asyncio.run(main())
+
+
+def test_a_hung_leader_costs_one_request_timeout_then_the_batch_goes_to_the_new_leader():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0, request_timeout_ms=300, retry_backoff_ms=20)
+        await (await p.send("t", b"before"))
+        kafka.hang_nodes.add(1)  # broker 1 stops answering; the controller moves leadership
+        kafka.leaders[tp] = 2
+        kafka.epochs[tp] = 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        meta = await asyncio.wait_for(await p.send("t", b"after"), 10)
+        assert meta.offset == 1
+        assert 0.25 < loop.time() - started < 5
+        kafka.hang_nodes.clear()
+        await p.close()
+
+    asyncio.run(main())
+    assert values_in_log(kafka, tp) == [b"before", b"after"]

@@ -197,6 +197,7 @@ class Cluster:
         self._tracked: set[str] = set()
         self._all_topics = False  # track every topic (pattern subscriptions, admin)
         self._connections: dict[tuple[str, int], ConnectionLike] = {}
+        self._failed_at: dict[tuple[str, int], float] = {}  # address -> monotonic time of last failure
         self._opening: dict[tuple[str, int], asyncio.Future[ConnectionLike]] = {}
         self._update_wanted = asyncio.Event()
         self._updated = asyncio.Condition()
@@ -230,7 +231,9 @@ class Cluster:
     async def _connection(self, address: tuple[str, int], timeout_ms: int) -> ConnectionLike:
         conn = self._connections.get(address)
         if conn is not None:
-            return conn
+            if not getattr(conn, "closed", False):
+                return conn
+            await self._drop(address)  # the broker closed it (idle, restart): open a new one
         pending = self._opening.get(address)
         if pending is None:
             if len(self._connections) >= CONNECTIONS_MAX:
@@ -242,16 +245,20 @@ class Cluster:
             conn = await asyncio.wait_for(asyncio.shield(pending), timeout_ms / 1000)
         except asyncio.TimeoutError:
             pending.cancel()
+            self._failed_at[address] = time.monotonic()
             raise NetworkExceptionError(f"could not connect to {address[0]}:{address[1]} "
                                         f"within {timeout_ms} ms") from None
         except RaftkaError:
+            self._failed_at[address] = time.monotonic()
             raise
         except OSError as error:
+            self._failed_at[address] = time.monotonic()
             raise NetworkExceptionError(f"could not connect to {address[0]}:{address[1]}: {error}") from None
         self._connections.setdefault(address, conn)
         return self._connections[address]
 
     async def _drop(self, address: tuple[str, int]) -> None:
+        self._failed_at[address] = time.monotonic()
         conn = self._connections.pop(address, None)
         if conn is not None:
             try:
@@ -276,6 +283,7 @@ class Cluster:
                 left_ms / 1000 + 0.5)
         except asyncio.TimeoutError:
             await self._drop(address)
+            self.request_update()
             raise RequestTimedOutError(f"no answer from {address[0]}:{address[1]} within "
                                        f"{timeout_ms} ms (request_timeout_ms)") from None
         except (NetworkExceptionError, RequestTimedOutError):
@@ -303,7 +311,11 @@ class Cluster:
         self._rng.shuffle(known)
         boot = list(self.bootstrap)
         self._rng.shuffle(boot)
-        return list(dict.fromkeys(known + boot))
+        candidates = list(dict.fromkeys(known + boot))
+        # Addresses that failed lately go last (stable sort keeps the shuffle among equals), so a
+        # paused broker does not cost a request timeout on every metadata refresh.
+        candidates.sort(key=lambda a: self._failed_at.get(a, 0.0))
+        return candidates
 
     async def request_any(self, api_key: int, body: Any, *, timeout_ms: int | None = None,
                           retry_codes: Iterable[int] = (errors.NOT_CONTROLLER,)) -> tuple[int, Any]:

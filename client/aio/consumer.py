@@ -29,7 +29,7 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from client.aio.cluster import API_FETCH, API_LIST_OFFSETS, Cluster
 from client.errors import (ConfigError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
