@@ -120,3 +120,30 @@ def test_with_every_broker_dead_clients_fail_with_typed_timeouts_within_their_bu
             with pytest.raises(KafkaTimeoutError):
                 consumer.end_offsets([TopicPartition("t", 0)])
             consumer.close()
+
+
+def test_a_paused_leader_costs_a_request_timeout_then_records_go_to_the_new_leader_once(tmp_path):
+    # SIGSTOP keeps the leader's connections open but silent: only request_timeout_ms notices.
+    from raftka.cluster import Cluster
+    with Cluster.start(tmp_path / "c", controllers=1, brokers=3, configs=FAST) as cluster:
+        with AdminClient(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            admin.create_topics([NewTopic("p", 1, 3)])
+            leader = admin.describe_topics(["p"])[0]["partitions"][0]["leader"]
+        with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=0, request_timeout_ms=1000,
+                      retry_backoff_ms=50) as producer:
+            for i in range(20):
+                producer.send("p", b"%d" % i)
+            assert producer.flush(timeout=10) == []
+            cluster.pause(leader)
+            try:
+                started = time.monotonic()
+                futures = [producer.send("p", b"%d" % i) for i in range(20, 40)]
+                offsets = [f.get(timeout=30).offset for f in futures]
+                took = time.monotonic() - started
+            finally:
+                cluster.resume(leader)
+        assert offsets == list(range(20, 40)) and took >= 1.0
+        with Consumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                      consumer_timeout_ms=1500) as consumer:
+            consumer.assign([TopicPartition("p", 0)])
+            assert [r.value for r in consumer] == [b"%d" % i for i in range(40)]
