@@ -42,10 +42,12 @@ def _now_ms() -> int:
 class LogManager:
     """The logs of one broker (see the module docstring)."""
 
-    def __init__(self, log_dirs: list[str], default_config: Mapping[str, Any] | None = None, *,
+    def __init__(self, log_dirs: list[str] | str, default_config: Mapping[str, Any] | None = None, *,
                  clock_ms: Callable[[], int] = _now_ms,
                  hw_checkpoint_interval_ms: int = 5000,
                  recovery_point_checkpoint_interval_ms: int = 60000) -> None:
+        if isinstance(log_dirs, str):  # "a,b" as written in a properties file
+            log_dirs = [d.strip() for d in log_dirs.split(",") if d.strip()]
         if not log_dirs:
             raise KafkaStorageError("log.dirs is empty: a broker needs at least one log directory")
         self.default_config = dict(default_config or {})
