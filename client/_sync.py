@@ -32,6 +32,7 @@ class LoopThread:
             self.loop.close()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop; a concurrent future of its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
@@ -50,9 +51,11 @@ class LoopThread:
             raise KafkaTimeoutError(f"no result within {timeout_s} s") from None
 
     def call_soon(self, fn: Any, *args: Any) -> None:
+        """Call ``fn(*args)`` on the loop thread."""
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the loop and join its thread (up to ``timeout_s``)."""
         if self.loop.is_closed():
             return
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -61,6 +64,7 @@ class LoopThread:
 
     @property
     def alive(self) -> bool:
+        """True while the loop thread runs."""
         return self._thread.is_alive()
 
 

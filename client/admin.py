@@ -30,6 +30,7 @@ class AdminClient:
 
     def delete_topics(self, topics: Sequence[str], timeout_ms: int | None = None,
                       raise_errors: bool = True) -> dict[str, RaftkaError | None]:
+        """Delete topics; raises the first error unless ``raise_errors=False``."""
         return self._io.run(self._aio.delete_topics(topics, timeout_ms, raise_errors))
 
     def list_topics(self) -> list[str]:
@@ -45,13 +46,16 @@ class AdminClient:
         return self._io.run(self._aio.describe_cluster())
 
     def describe_configs(self, config_resources: Iterable[ConfigResource | str]) -> dict[str, dict[str, ConfigEntry]]:
+        """{topic: {key: ConfigEntry(name, value, is_default)}} for topic names or ConfigResources."""
         return self._io.run(self._aio.describe_configs(list(config_resources)))
 
     def alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True
                       ) -> dict[str, RaftkaError | None]:
+        """Set (or, with None, remove) topic config overrides; {topic: None or error}."""
         return self._io.run(self._aio.alter_configs(list(config_resources), None, raise_errors))
 
     def close(self) -> None:
+        """Close connections and the I/O thread. Safe to call twice."""
         if not self._io.alive:
             return
         try:

@@ -44,6 +44,7 @@ class Consumer:
         self._call(self._aio.assign, list(partitions))
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned now."""
         return self._call(self._aio.assignment)
 
     def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
@@ -51,9 +52,11 @@ class Consumer:
         self._call(self._aio.subscribe, topics, pattern)
 
     def subscription(self) -> set[str] | None:
+        """The subscribed topic names (None when assigned by hand or by pattern)."""
         return self._call(self._aio.subscription)
 
     def unsubscribe(self) -> None:
+        """Drop the subscription and every assigned partition."""
         self._iter_buffer.clear()
         self._call(self._aio.unsubscribe)
 
@@ -63,10 +66,12 @@ class Consumer:
         self._call(self._aio.seek, partition, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Next records come from the log start offset (all assigned partitions when none given)."""
         self._drop_iterated(*partitions)
         self._call(self._aio.seek_to_beginning, *partitions)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Next records come from the high watermark (all assigned partitions when none given)."""
         self._drop_iterated(*partitions)
         self._call(self._aio.seek_to_end, *partitions)
 
@@ -88,15 +93,19 @@ class Consumer:
         return self._io.run(self._aio.position(tp))
 
     def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning (and fetching) records of these partitions until ``resume``."""
         self._call(self._aio.pause, *partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
+        """Undo ``pause``."""
         self._call(self._aio.resume, *partitions)
 
     def paused(self) -> set[TopicPartition]:
+        """The paused partitions."""
         return self._call(self._aio.paused)
 
     def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark of the last fetch of ``partition`` (None before one)."""
         return self._call(self._aio.highwater, partition)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -108,12 +117,15 @@ class Consumer:
         return self._io.run(self._aio.end_offsets(list(partitions)))
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first offset whose timestamp is >= the given one (None: no such record)."""
         return self._io.run(self._aio.offsets_for_times(timestamps))
 
     def topics(self) -> set[str]:
+        """Every topic name in the cluster."""
         return self._io.run(self._aio.topics())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partitions of ``topic``; None when it does not exist."""
         return self._io.run(self._aio.partitions_for_topic(topic))
 
     # -- reading --

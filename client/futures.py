@@ -46,28 +46,35 @@ class Future(Generic[T]):
         return self
 
     def success(self, value: T) -> "Future[T]":
+        """Complete with ``value`` (ignored when already complete)."""
         return self._complete(value, None)
 
     def failure(self, error: BaseException) -> "Future[T]":
+        """Complete with ``error`` (ignored when already complete)."""
         return self._complete(None, error)
 
     # -- kafka-python's API --
     @property
     def is_done(self) -> bool:
+        """True once completed either way."""
         return self._value is not _PENDING or self._error is not None
 
     def succeeded(self) -> bool:
+        """True once completed with a value."""
         return self._value is not _PENDING and self._error is None
 
     def failed(self) -> bool:
+        """True once completed with an error."""
         return self._error is not None
 
     @property
     def value(self) -> T | None:
+        """The value once succeeded, else None."""
         return self._value if self.succeeded() else None
 
     @property
     def exception(self) -> BaseException | None:
+        """The error once failed, else None."""
         return self._error
 
     def get(self, timeout: float | None = None) -> T:

@@ -69,6 +69,7 @@ class DefaultPartitioner:
 
     def sticky_partition(self, topic: str, all_partitions: Sequence[int],
                          available: Sequence[int]) -> int:
+        """The current sticky partition of ``topic`` (chosen when there is none)."""
         current = self._sticky.get(topic)
         if current is not None and current in all_partitions:
             return current

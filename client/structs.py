@@ -25,6 +25,7 @@ class RecordMetadata(NamedTuple):
 
     @property
     def topic_partition(self) -> TopicPartition:
+        """``TopicPartition(topic, partition)``."""
         return TopicPartition(self.topic, self.partition)
 
 

@@ -39,6 +39,7 @@ COMPRESSION_CODES = {None: rec.COMPRESSION_NONE, "none": rec.COMPRESSION_NONE, "
 
 def record_size_estimate(key: bytes | None, value: bytes | None,
                          headers: list[tuple[str, bytes]] | None) -> int:
+    """Bytes a record counts against ``buffer_memory`` (an estimate of its encoded size)."""
     size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
     for hkey, hvalue in headers or ():
         size += len(hkey) + (len(hvalue) if hvalue else 0) + 4
@@ -82,9 +83,11 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
+        """Records appended so far."""
         return len(self.records)
 
     def close(self) -> None:
+        """No more appends: build the batch's bytes."""
         if not self.closed:
             self.closed = True
             self.buffer = self.builder.build()
@@ -114,6 +117,7 @@ class ProducerBatch:
                                                r.header_size))
 
     def fail(self, error: BaseException) -> None:
+        """Every record's future gets ``error``."""
         self.done = True
         self.last_error = error
         for r in self.records:
@@ -173,6 +177,7 @@ class RecordAccumulator:
             self.memory_waiters -= 1
 
     def release(self, nbytes: int) -> None:
+        """Give ``nbytes`` back to ``buffer_memory`` and wake waiting sends."""
         self.buffer_used -= nbytes
         if self._memory_freed is not None and self.memory_waiters:
             cond = self._memory_freed
@@ -235,10 +240,12 @@ class RecordAccumulator:
             self.release(batch.reserved_bytes)
 
     def batches(self) -> Iterator[ProducerBatch]:
+        """Every queued batch, partition by partition."""
         for dq in self.queues.values():
             yield from dq
 
     def has_queued(self) -> bool:
+        """True when any partition has a queued batch."""
         return any(self.queues.values())
 
     def first_ready(self, tp: TopicPartition, now: float, *, urgent: bool) -> tuple[ProducerBatch | None, float | None]:
@@ -257,6 +264,7 @@ class RecordAccumulator:
         return None, due
 
     def pop(self, tp: TopicPartition) -> ProducerBatch:
+        """Take the head batch of ``tp`` for sending (closing it)."""
         batch = self.queues[tp].popleft()
         batch.close()
         return batch

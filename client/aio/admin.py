@@ -58,6 +58,7 @@ class AdminClient:
                                connection_factory=c["connection_factory"])
 
     async def close(self) -> None:
+        """Close every connection."""
         await self.cluster.close()
 
     async def _call(self, api_key: int, body: dict[str, Any], timeout_ms: int | None) -> dict[str, Any]:

@@ -50,9 +50,13 @@ class ConnectionLike(Protocol):
 
     async def request(self, api_key: int, body: Any, api_version: int = 0, *,
                       timeout_ms: int | None = None,
-                      expect_response: bool = True) -> tuple[int, Any]: ...
+                      expect_response: bool = True) -> tuple[int, Any]:
+        """Send one request; ``(error_code, body)`` of its answer."""
+        ...
 
-    def close(self) -> Any: ...
+    def close(self) -> Any:
+        """Close; requests in flight fail with NetworkExceptionError."""
+        ...
 
 
 ConnectionFactory = Callable[[str, int, str], Awaitable[ConnectionLike]]
@@ -79,6 +83,7 @@ def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
 
 
 async def default_connection_factory(host: str, port: int, client_id: str) -> ConnectionLike:
+    """Open a pipelined connection with the shared transport (client/protocol/transport.py)."""
     from client.protocol.transport import Connection  # the shared transport
     return await Connection.open(host, port, client_id=client_id)
 
@@ -125,16 +130,19 @@ class ClusterMetadata:
         return info.available
 
     def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
+        """The metadata of one partition, None when unknown."""
         info = self.topics.get(tp.topic)
         return info.partitions.get(tp.partition) if info else None
 
     def leader_for(self, tp: TopicPartition) -> int | None:
+        """The leader's node id, None when offline or not a known broker."""
         meta = self.partition(tp)
         if meta is None or meta.leader < 0 or meta.leader not in self.brokers:
             return None
         return meta.leader
 
     def leader_epoch(self, tp: TopicPartition) -> int:
+        """The cached leader epoch of ``tp`` (-1 when unknown)."""
         meta = self.partition(tp)
         return meta.leader_epoch if meta else -1
 
@@ -213,6 +221,7 @@ class Cluster:
             self._task = asyncio.get_running_loop().create_task(self._metadata_loop())
 
     async def close(self) -> None:
+        """Stop the metadata task and close every connection."""
         self._closed = True
         if self._task is not None:
             self._task.cancel()
@@ -225,6 +234,7 @@ class Cluster:
 
     # -- connections and requests --
     def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """(host, port) of broker ``node_id`` from the metadata, None when unknown."""
         broker = self.metadata.brokers.get(node_id)
         return (broker.host, broker.port) if broker else None
 
@@ -359,6 +369,7 @@ class Cluster:
             self.request_update()
 
     def track_all_topics(self, value: bool = True) -> None:
+        """Fetch every topic's metadata on refresh (pattern subscriptions)."""
         self._all_topics = value
         self.request_update()
 
@@ -368,6 +379,7 @@ class Cluster:
 
     @property
     def metadata_age_ms(self) -> float:
+        """Milliseconds since the last successful refresh (inf before one)."""
         return (time.monotonic() - self._metadata_at) * 1000 if self._metadata_at else float("inf")
 
     async def refresh_metadata(self, topics: Sequence[str] | None | object = TRACKED, *,

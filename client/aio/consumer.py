@@ -160,6 +160,7 @@ class Consumer:
 
     # -- lifecycle --
     async def start(self) -> None:
+        """Start the metadata and fetcher tasks (poll and friends call it)."""
         if self._fetcher is None:
             self.cluster.start()
             self._fetcher = asyncio.get_running_loop().create_task(self._run_fetcher())
@@ -224,9 +225,11 @@ class Consumer:
         self._update_subscription()
 
     def subscription(self) -> set[str] | None:
+        """The subscribed topic names (None when assigned by hand or by pattern)."""
         return set(self._subscription) if self._subscription is not None else None
 
     def unsubscribe(self) -> None:
+        """Drop the subscription and every assigned partition."""
         self._subscription = None
         self._pattern = None
         self._states.clear()
@@ -301,15 +304,18 @@ class Consumer:
         return state.position
 
     def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning (and fetching) records of these partitions until ``resume``."""
         for tp in partitions:
             self._state(tp).paused = True
 
     def resume(self, *partitions: TopicPartition) -> None:
+        """Undo ``pause``."""
         for tp in partitions:
             self._state(tp).paused = False
         self._wakeup.set()
 
     def paused(self) -> set[TopicPartition]:
+        """The paused partitions."""
         return {tp for tp, s in self._states.items() if s.paused}
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -662,7 +668,9 @@ class Consumer:
 
     # -- groups: not yet --
     async def commit(self, offsets: Any = None) -> None:
+        """Not available yet (consumer groups): raises IllegalStateError."""
         raise IllegalStateError("consumer groups are not implemented yet (#consumer-groups): nothing to commit to")
 
     async def committed(self, partition: TopicPartition) -> int | None:
+        """Not available yet (consumer groups): raises IllegalStateError."""
         raise IllegalStateError("consumer groups are not implemented yet (#consumer-groups): no committed offsets")
