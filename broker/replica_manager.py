@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 FETCH_WAIT_MS_MAX = 30_000
+# The controller's Raft journal directory (<log.dirs[0]>/__cluster_metadata-0 in combined mode):
+# never a partition replica of ours, never deleted.
+METADATA_TOPIC = "__cluster_metadata"
 
 
 class ReplicaManager:
@@ -164,7 +167,7 @@ class ReplicaManager:
         """Once caught up with the metadata log: delete local logs of partitions this broker no
         longer hosts (topics deleted or moved while it was down)."""
         stray = [(lg.topic, lg.partition) for lg in self.logs.logs()
-                 if (lg.topic, lg.partition) not in self.partitions]
+                 if (lg.topic, lg.partition) not in self.partitions and lg.topic != METADATA_TOPIC]
         for topic, index in stray:
             log.info("%s-%d: deleting a stray log (not a replica here any more)", topic, index)
             self.logs.delete(topic, index)

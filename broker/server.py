@@ -56,8 +56,11 @@ def _map(body: Any) -> dict:
 class BrokerServer:
     """One broker: listener, metadata follower, heartbeats, replica manager."""
 
-    def __init__(self, config: ServerConfig, say: Callable[[str], None] | None = None) -> None:
+    def __init__(self, config: ServerConfig, say: Callable[[str], None] | None = None, *,
+                 http: bool = True) -> None:
         self.config = config
+        self.http = http
+        self.http_runner = None
         self.broker_id = config.node_id
         self.say = say or (lambda line: print(line, flush=True))
         self.controllers = ControllerChannel(config["controller.quorum.bootstrap.servers"],
@@ -106,8 +109,7 @@ class BrokerServer:
                              idle_timeout_ms=self.config["connections.max.idle.ms"],
                              api_versions={int(k): (0, 0) for k in self.handlers}, name=f"broker {self.broker_id}")
         await self.server.start(host, port)
-        self.http_runner = None
-        if "HTTP" in self.config.listeners:
+        if self.http and "HTTP" in self.config.listeners:
             from broker.http import start_http
             http_host, http_port = self.config.listeners["HTTP"]
             self.http_runner = await start_http(self, http_host, http_port)
@@ -431,30 +433,75 @@ def run_broker(config: ServerConfig, *, print_line: Callable[[str], None] | None
     say = print_line or (lambda line: print(line, flush=True))
 
     async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        # A write past the file-size limit fails with EFBIG (a KAFKA_STORAGE_ERROR) instead of
-        # killing the process.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        broker = BrokerServer(config, say)
+        stop = _stop_on_signals()
+        await serve_broker(config, stop, say)
+        return 0
+    return asyncio.run(main())
+
+
+def run_combined(config: ServerConfig, *, print_line: Callable[[str], None] | None = None) -> int:
+    """Combined mode (process.roles=broker,controller): a controller and a broker in one process
+    and one event loop. The Raft member is built on the main thread first (pysyncobj's tick
+    thread dies with its creator). The broker reaches the quorum through
+    controller.quorum.bootstrap.servers, or else through this process's own CONTROLLER listener
+    (NOT_CONTROLLER answers lead it to the active controller). The HTTP listener, if any, is the
+    controller's."""
+    from raft_meta.controller.server import build_raft, serve_controller
+    say = print_line or (lambda line: print(line, flush=True))
+    if not config["controller.quorum.bootstrap.servers"]:
+        host, port = config.controller_listener
+        config.values["controller.quorum.bootstrap.servers"] = [f"{host}:{port}"]
+    raft, state = build_raft(config)
+
+    async def main() -> int:
+        stop = _stop_on_signals()
+        controller_stop = asyncio.Event()
+        controller = asyncio.create_task(serve_controller(config, raft, state, controller_stop, say))
         try:
-            await broker.start()
+            await serve_broker(config, stop, say, http=False)
+        finally:
+            controller_stop.set()  # the broker first: its controlled shutdown needs the quorum
+            await controller
+        return 0
+    try:
+        return asyncio.run(main())
+    finally:
+        raft.close()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # A write past the file-size limit fails with EFBIG (a KAFKA_STORAGE_ERROR) instead of
+    # killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    return stop
+
+
+async def serve_broker(config: ServerConfig, stop: asyncio.Event, say: Callable[[str], None], *,
+                       http: bool = True) -> None:
+    """Run a broker on the running loop until ``stop`` is set; prints the ready line."""
+    broker = BrokerServer(config, say, http=http)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        started = asyncio.create_task(broker.start())
+        await asyncio.wait([started, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if started.done():
+            started.result()  # a failed start raises here
             ready = asyncio.create_task(broker.wait_ready(3600))
-            stopped = asyncio.create_task(stop.wait())
             await asyncio.wait([ready, stopped], return_when=asyncio.FIRST_COMPLETED)
-            if ready.done() and not ready.exception():
-                http = ""
-                if "HTTP" in config.listeners:
-                    http = " http=%s:%d" % config.listeners["HTTP"]
-                host, port = config.advertised_plaintext
-                say(f"raftka broker {config.node_id} ready plaintext={host}:{broker.server.port}{http} "
+            if ready.done() and not ready.cancelled() and not ready.exception():
+                note = " http=%s:%d" % config.listeners["HTTP"] if http and "HTTP" in config.listeners else ""
+                host, _ = config.advertised_plaintext
+                say(f"raftka broker {config.node_id} ready plaintext={host}:{broker.server.port}{note} "
                     f"epoch={broker.broker_epoch} storage={STORAGE}")
             await stopped
             say(f"raftka broker {config.node_id} stopping")
             await broker.controlled_shutdown()
-        finally:
-            await broker.close()
-        return 0
-    return asyncio.run(main())
+        else:
+            started.cancel()
+    finally:
+        stopped.cancel()
+        await broker.close()

@@ -435,11 +435,18 @@ class Cluster(ControllerCluster):
 
     def __init__(self, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,
                  configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
-                 secret: str | None = None) -> None:
+                 secret: str | None = None, combined: bool = False) -> None:
         super().__init__(root, controllers, configs, secret=secret)
         self.controller_ids = list(self.nodes)
-        ports = free_ports(2 * brokers)
         self.broker_ids: list[int] = []
+        if combined:  # process.roles=broker,controller: the controllers are brokers too
+            for node_id, port in zip(self.controller_ids, free_ports(len(self.controller_ids))):
+                spec = self.nodes[node_id]
+                spec.roles = ("broker", "controller")
+                spec.broker_port = port
+                spec.extra.update(broker_configs or {})
+                self.broker_ids.append(node_id)
+        ports = free_ports(2 * brokers)
         for i in range(brokers):
             node_id = controllers + i + 1
             self.nodes[node_id] = NodeSpec(node_id, ("broker",), None, None, ports[2 * i],
@@ -450,15 +457,18 @@ class Cluster(ControllerCluster):
     @classmethod
     def start(cls, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,  # type: ignore[override]
               configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
-              timeout_s: float = READY_TIMEOUT_S, secret: str | None = None) -> "Cluster":
-        cluster = cls(root, controllers, brokers, configs, broker_configs=broker_configs, secret=secret)
+              timeout_s: float = READY_TIMEOUT_S, secret: str | None = None, combined: bool = False) -> "Cluster":
+        cluster = cls(root, controllers, brokers, configs, broker_configs=broker_configs, secret=secret,
+                      combined=combined)
         try:
             for node_id in cluster.controller_ids:
                 cluster.launch(node_id)
             for node_id in cluster.controller_ids:
-                cluster.wait_ready(node_id, timeout_s)
+                if node_id not in cluster.broker_ids:
+                    cluster.wait_ready(node_id, timeout_s)
             for node_id in cluster.broker_ids:
-                cluster.launch(node_id)
+                if node_id not in cluster.processes:
+                    cluster.launch(node_id)
             for node_id in cluster.broker_ids:
                 cluster.wait_ready(node_id, timeout_s)
         except BaseException:
@@ -476,6 +486,14 @@ class Cluster(ControllerCluster):
 
     def http_address(self, node_id: int) -> str:
         return f"127.0.0.1:{self.nodes[node_id].http_port}"
+
+    def wait_ready(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """The node's ready line; a node with the broker role (combined too) is ready when its
+        broker is (registered, unfenced, caught up)."""
+        if "broker" not in self.nodes[node_id].roles:
+            return super().wait_ready(node_id, timeout_s)
+        return self.processes[node_id].wait_for_line(lambda l: l.startswith("raftka broker ") and " ready " in l,
+                                                     timeout_s)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

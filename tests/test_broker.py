@@ -374,3 +374,14 @@ def test_health_is_ready_and_metrics_are_prometheus_text(cluster):
                  "raftka_broker_isr_shrinks_total", "raftka_broker_request_latency_seconds_bucket",
                  "raftka_broker_request_queue_depth", "raftka_partition_high_watermark"):
         assert name in metrics, name
+
+
+def test_combined_mode_runs_a_controller_and_a_broker_in_one_process(tmp_path):
+    with Cluster.start(tmp_path, controllers=1, brokers=0, combined=True,
+                       configs={"broker.heartbeat.interval.ms": 250}) as single:
+        assert single.broker_ids == [1]
+        create_topic(single, "laptop", rf=1)
+        _, address = leader_address(single, "laptop")
+        assert produce(address, "laptop", batch([b"one", b"two"]))["error_code"] == errors.NONE
+        assert read_all(address, "laptop") == [(0, b"one"), (1, b"two")]
+        assert single.stop(1) == 0  # SIGTERM: controlled shutdown, clean exit

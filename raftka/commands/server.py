@@ -20,8 +20,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_server_config(args.config)
     if "broker" in config.roles:
         if config.is_controller:
-            raise SystemExit("error: combined mode (process.roles=broker,controller) is not implemented yet; "
-                             "run brokers and controllers as separate processes")
+            from broker.server import run_combined
+            return run_combined(config)
         from broker.server import run_broker
         return run_broker(config)
     from raft_meta.controller.server import run_controller
