@@ -706,3 +706,60 @@ def test_raftka_perf_storage_runs_and_reports_every_figure_as_json(tmp_path):
         assert figures[key]["ratio_to_raw"] > 0 and figures[key]["read_mb_s"] > 0
     assert figures["encode_records_s"] > 0 and figures["decode_records_s"] > 0
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_property_random_operations_agree_with_a_model_of_the_log(tmp_path_factory, seed):
+    """Seeded random appends, truncations, rolls, retention, clean and unclean reopens and torn
+    tails, checked after every step against a list of (base, last, epoch, tag) batches: the
+    log's batches, log start/end offsets and leader-epoch entries must match the model."""
+    import random
+    rng = random.Random(seed)
+    path = tmp_path_factory.mktemp("model")
+    config = {"segment_bytes": rng.choice([400, 900, 5000]), "index_interval_bytes": rng.choice([0, 200]),
+              "retention_bytes": rng.choice([-1, 1500]), "retention_ms": -1}
+    lg = open_log(path, **config)
+    model: list[tuple[int, int, int, int]] = []
+    epoch = 0
+    for step in range(50):
+        op = rng.choices(["append", "truncate", "roll", "retention", "reopen", "crash", "torn"],
+                         [10, 2, 1, 2, 1, 1, 1])[0]
+        if op == "append":
+            epoch += rng.random() < 0.2
+            n = rng.randint(1, 4)
+            info = lg.append_as_leader(make_batch(n, tag=step), epoch)
+            model.append((info.first_offset, info.last_offset, epoch, step))
+        elif op == "truncate" and model:
+            target = rng.randint(lg.log_start_offset, lg.log_end_offset)
+            lg.truncate_to(target)
+            model = [b for b in model if b[1] < target]
+        elif op == "roll":
+            lg.roll()
+        elif op == "retention":
+            lg.update_high_watermark(rng.randint(lg.log_start_offset, lg.log_end_offset))
+            lg.delete_old_segments(0)
+            assert lg.log_start_offset <= lg.high_watermark, f"seed {seed}"
+            model = [b for b in model if b[0] >= lg.log_start_offset]
+        elif op == "reopen":
+            lg.close()
+            lg = open_log(path, **config)
+        elif op in ("crash", "torn"):
+            if op == "torn":
+                with open(_active_segment_file(path), "ab") as f:
+                    f.write(os.urandom(rng.randint(1, 200)))
+            lg = open_log(path, **config)
+        end = model[-1][1] + 1 if model else lg.log_end_offset
+        assert lg.log_end_offset == end, f"seed {seed} step {step} {op}"
+        if model:
+            assert lg.log_start_offset == model[0][0], f"seed {seed} step {step} {op}"
+        got = read_all(lg)
+        assert [(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in got] == \
+            [b[:3] for b in model], f"seed {seed} step {step} {op}"
+        expected_epochs: list[tuple[int, int]] = []
+        for base, _, e, _ in model:
+            if not expected_epochs or expected_epochs[-1][0] != e:
+                expected_epochs.append((e, base))
+        if model:
+            assert lg.leader_epoch_cache.epoch_entries() == expected_epochs, f"seed {seed} step {step} {op}"
+    lg.close()
