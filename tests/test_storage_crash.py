@@ -2,7 +2,9 @@
 
 A child (tests/procs/log_crasher.py) appends batches to a partition log and fsyncs in a loop,
 printing each flushed log end offset. The parent SIGKILLs it at a seeded random moment, twice
-per seed (the second child recovers what the first left), then reopens the log and checks:
+per seed (the second child recovers what the first left); after half of the kills it also
+plays a machine crash (the unflushed tail cut at a random point and followed by random bytes or
+zeros, the newest producer snapshot torn). Then it reopens the log and checks:
 every offset the child reported as flushed is there; every batch passes its CRC and decodes to
 records whose values spell their own offsets; offsets and the idempotent producer's
 sequence numbers are contiguous from 0 (no retry appended twice); the file holds no
@@ -48,6 +50,33 @@ def _run_and_kill(directory: Path, seed: int, rng: random.Random) -> int:
     return flushed[-1] if flushed else -1
 
 
+def _lose_unflushed_data(directory: Path, flushed: int, rng: random.Random) -> None:
+    """Simulate a machine crash: everything from the batch at offset ``flushed`` on was never
+    fsynced, so cut it at a random point and leave random bytes or zeros after the cut (pages
+    half written); tear the newest producer snapshot too (they are written without fsync)."""
+    segments = sorted(directory.glob("*.log"))
+    damaged = False
+    for path in segments:
+        data = path.read_bytes()
+        if int(path.name[:20]) >= flushed:
+            cut = 0
+        else:
+            cut = None
+            for pos, header in iter_batches(data):
+                if header.base_offset >= flushed:
+                    cut = pos
+                    break
+            if cut is None:
+                continue
+        cut = rng.randint(cut, len(data))
+        tail = rng.choice([b"", os.urandom(rng.randint(1, 3000)), b"\0" * rng.randint(1, 3000)])
+        path.write_bytes(data[:cut] + tail)
+        damaged = True
+    snapshots = sorted(directory.glob("*.snapshot"))
+    if damaged and snapshots and rng.random() < 0.5:
+        snapshots[-1].write_bytes(snapshots[-1].read_bytes()[:rng.randint(0, 40)])
+
+
 def _check_log(directory: Path, flushed: int, seed: int) -> int:
     log = Log.open(directory, {}, topic="crash", partition=0)
     try:
@@ -87,7 +116,7 @@ def test_every_flushed_batch_survives_sigkill_intact_and_nothing_partial_is_serv
     for kill in range(KILLS_PER_SEED):
         flushed = _run_and_kill(directory, seed * 100 + kill, rng)
         last_flushed = max(last_flushed, flushed)
-        if kill == KILLS_PER_SEED - 1:
-            break
+        if rng.random() < 0.5 and last_flushed >= 0:
+            _lose_unflushed_data(directory, last_flushed, rng)
     leo = _check_log(directory, last_flushed, seed)
     assert leo >= max(last_flushed, 0)
