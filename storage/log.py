@@ -45,19 +45,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from client.protocol.errors import (
+    CODES,
     CorruptRecordError,
     FencedLeaderEpochError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     for_code,
-    CODES,
 )
 from client.protocol.records import (
-    LOG_OVERHEAD_BYTES,
     BatchHeader,
     assign_offsets,
     iter_batches,
-    read_header,
     set_log_append_time,
     validate_batch,
     validate_batches,
@@ -70,7 +68,6 @@ from storage.producer_state import ProducerStateManager
 from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
     AppendedBatch,
     LogSegment,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import time
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -37,8 +36,6 @@ from storage.index import IndexError_, OffsetIndex, TimeIndex
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-SNAPSHOT_SUFFIX = ".snapshot"
-RECOVERY_CHUNK_BYTES = 8 << 20  # bytes validated per step during recovery
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -347,7 +344,3 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
