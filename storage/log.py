@@ -376,7 +376,9 @@ class Log:
         """Append batches copied from the leader, offsets and epochs included. Each batch must
         pass its CRC and the offsets must continue from the log end offset. Errors as
         ``append_as_leader``; a gap or overlap in offsets is a CorruptRecordError. max.message.bytes
-        is not checked: the leader accepted the batch (as in Kafka)."""
+        is not checked: the leader accepted the batch (as in Kafka). More bytes than a segment
+        holds are appended in several runs (rolling between them); validation still covers
+        every batch before the first byte is written."""
         with self._lock:
             self._check_usable()
             headers = []
@@ -396,11 +398,27 @@ class Log:
                 headers.append(header)
                 expected = header.next_offset
                 pos += header.size
-            if total > self.config.segment_bytes:
-                raise self._error(RecordListTooLargeError,
-                                  f"{total} bytes of batches do not fit in a segment "
-                                  f"(segment.bytes={self.config.segment_bytes})")
-            return self._append(bytes(records), headers, self.log_end_offset, None, -1, leader=False)
+            # A fetch may bring more than a segment holds: append it in runs of whole batches
+            # that each fit one segment (a single batch larger than a segment is refused).
+            runs: list[tuple[int, int, list[BatchHeader]]] = []
+            start = 0
+            for header in headers:
+                if header.size > self.config.segment_bytes:
+                    raise self._error(RecordListTooLargeError,
+                                      f"a {header.size}-byte batch does not fit in a segment "
+                                      f"(segment.bytes={self.config.segment_bytes})")
+                if runs and runs[-1][1] - runs[-1][0] + header.size <= self.config.segment_bytes:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + header.size, runs[-1][2] + [header])
+                else:
+                    runs.append((start, start + header.size, [header]))
+                start += header.size
+            view = memoryview(records)
+            infos = [self._append(bytes(view[a:b]), run, run[0].base_offset, None, -1, leader=False)
+                     for a, b, run in runs]
+            first, last = infos[0], infos[-1]
+            return AppendInfo(first.first_offset, last.last_offset,
+                              max(i.max_timestamp for i in infos), -1,
+                              sum(i.record_count for i in infos), len(headers), False)
 
     def _append(self, data: bytes, headers: list[BatchHeader], base: int, leader_epoch: int | None,
                  append_time: int, *, leader: bool) -> AppendInfo:

@@ -234,6 +234,19 @@ def test_follower_appends_keep_the_leaders_offsets_and_epochs_and_refuse_gaps(tm
     assert follower.log_end_offset == 5
 
 
+def test_a_follower_fetch_larger_than_a_segment_is_appended_across_several_segments(tmp_path):
+    leader = open_log(tmp_path / "leader")
+    for _ in range(12):
+        leader.append_as_leader(make_batch(3, value_size=40), 2)
+    data = leader.read(0, 1 << 20).records
+    follower = open_log(tmp_path / "follower", segment_bytes=700)
+    assert len(data) > 700
+    info = follower.append_as_follower(data)
+    assert (info.first_offset, info.last_offset, info.batch_count) == (0, 35, 12)
+    assert len(follower.segments) > 1 and all(s.size <= 700 for s in follower.segments)
+    assert_contiguous(read_all(follower), 0, 36)
+
+
 # --- segments, indexes, recovery -------------------------------------------------------------
 
 def test_segments_roll_at_segment_bytes_and_are_named_by_base_offset(tmp_path):
