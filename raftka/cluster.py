@@ -503,12 +503,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raftka.cluster",
                                      description="Start a local controller quorum for trying Raftka out.")
     parser.add_argument("--voters", type=int, default=3, choices=[1, 3, 5])
+    parser.add_argument("--brokers", type=int, default=0,
+                        help="also start this many brokers (default 0: controllers only)")
     parser.add_argument("--dir", required=True, help="directory for configs, logs and data")
     parser.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with ControllerCluster.start(args.dir, voters=args.voters, timeout_s=args.ready_timeout_s) as cluster:
+    if args.brokers > 0:
+        started: ControllerCluster = Cluster.start(
+            args.dir, controllers=args.voters, brokers=args.brokers, timeout_s=args.ready_timeout_s,
+            configs={"default.replication.factor": min(3, args.brokers),
+                     "min.insync.replicas": min(2, args.brokers)})
+    else:
+        started = ControllerCluster.start(args.dir, voters=args.voters, timeout_s=args.ready_timeout_s)
+    with started as cluster:
+        if isinstance(cluster, Cluster):
+            print(f"brokers ready: bootstrap servers {cluster.bootstrap_servers}", flush=True)
         leader = cluster.wait_for_leader(timeout_s=args.ready_timeout_s)
         print(f"controller quorum ready: voters {cluster.voters_string}", flush=True)
         print(f"bootstrap controllers (RPC): {cluster.bootstrap_controllers}", flush=True)
