@@ -228,8 +228,16 @@ def run(args: argparse.Namespace) -> int:
         say(f"{'batch encode (BatchBuilder, 100-byte values)':<50} {'':>9} {encode:>12,.0f}")
         say(f"{'batch decode (decode_batch, 100-byte values)':<50} {'':>9} {decode:>12,.0f}")
         say("")
-        say("targets: 1 MiB append >= 70% of raw; >= 300,000 records/s for 16 KiB batches; "
-            "encode >= 1,000,000 and decode >= 500,000 records/s")
+        checks = [
+            ("1 MiB append vs raw", results["1mib"]["ratio_to_raw"], 0.70, "{:.0%}"),
+            ("16 KiB append records/s", results["16kib"]["append_records_s"], 300_000, "{:,.0f}"),
+            ("encode records/s", encode, 1_000_000, "{:,.0f}"),
+            ("decode records/s", decode, 500_000, "{:,.0f}"),
+        ]
+        results["targets_met"] = all(value >= target for _, value, target, _ in checks)
+        for name, value, target, fmt in checks:
+            verdict = "met" if value >= target else "MISSED"
+            say(f"target {name}: {fmt.format(value)} (>= {fmt.format(target)}): {verdict}")
         if args.json:
             print(json.dumps(results, indent=2))
         return 0
