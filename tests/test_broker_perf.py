@@ -14,7 +14,7 @@ from client.protocol import errors
 from client.protocol.records import BatchBuilder
 from client.protocol.transport import Connection
 from raftka.cluster import Cluster
-from test_broker import create_topic, leader_address
+from test_broker import create_topic, leader_address, wait_for_partition
 
 pytestmark = pytest.mark.perf
 
@@ -111,3 +111,32 @@ def test_the_produce_path_costs_per_batch_not_per_record(tmp_path):
     # The same bytes in 10x the records cost about the same: the work is per batch and per byte
     # (CRC-32C, one write), never per record.
     assert costs[1000, 100] < 2 * costs[100, 1000]
+
+
+def test_failover_time_after_kill_9_and_after_sigterm_of_the_leader(tmp_path):
+    """kill -9: the controller fences the silent broker after broker.session.timeout.ms, then elects
+    from the ISR. SIGTERM: controlled shutdown fences the broker at once, so leadership moves first."""
+    from test_broker import FAST
+    from test_broker_failover import current_leader, produce_until_acked
+    with Cluster.start(tmp_path, controllers=3, brokers=3, configs=FAST) as cluster:
+        create_topic(cluster, "failover")
+        produce_until_acked(cluster, "failover", b"warm-up")
+        figures = {}
+        for how in ("kill -9", "SIGTERM"):
+            times = []
+            for i in range(5):
+                leader = current_leader(cluster, "failover")
+                started = time.monotonic()
+                if how == "kill -9":
+                    cluster.kill(leader)
+                else:
+                    cluster.stop(leader)
+                produce_until_acked(cluster, "failover", b"%s-%d" % (how.encode(), i))
+                times.append(time.monotonic() - started)
+                cluster.restart(leader)
+                wait_for_partition(cluster, "failover", 0, lambda p: len(p["isr_nodes"]) == 3, timeout_s=30)
+            figures[how] = times
+            print(f"\n{how} of the leader -> next acks=all write acknowledged: median "
+                  f"{statistics.median(times):.2f} s, max {max(times):.2f} s (session timeout "
+                  f"{FAST['broker.session.timeout.ms']} ms)")
+        assert statistics.median(figures["SIGTERM"]) < statistics.median(figures["kill -9"])
