@@ -138,7 +138,7 @@ class Log:
         self._rp_file = CheckpointFile(directory / RECOVERY_POINT_CHECKPOINT, 1)
         self._lso_file = CheckpointFile(directory / LOG_START_CHECKPOINT, 1)
         self.leader_epoch_cache = LeaderEpochCache(directory, lambda: self.log_end_offset)
-        self.producer_state = ProducerStateManager(directory)
+        self.producer_state = ProducerStateManager(directory, clock_ms)
 
     # --- opening -----------------------------------------------------------------------------
     @classmethod

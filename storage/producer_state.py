@@ -18,7 +18,7 @@ Rules on a leader append of a batch with producer_id >= 0 (as Kafka):
 Persistence: ``<offset>.snapshot`` files hold the whole state as of ``offset`` (every batch
 below it applied). Written at segment roll and at close (temp file + rename). Format: a 4-byte
 big-endian CRC-32 (zlib) of the rest, then UTF-8 JSON
-``{"version": 1, "offset": N, "producers": [[pid, epoch, last_timestamp, [[first_seq,
+``{"version": 1, "offset": N, "producers": [[pid, epoch, last_append_ms, [[first_seq,
 last_seq, first_offset, last_offset], ...]], ...]}``. **Checksummed**: a snapshot that fails its
 CRC or does not parse is deleted and an older one (or the log itself) is used. On open the
 state is the newest good snapshot at or below the log end offset, plus a replay of the batch
@@ -81,8 +81,9 @@ def snapshot_path(directory: Path, offset: int) -> Path:
 class ProducerStateManager:
     """The producer state of one partition log (see the module docstring)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, clock_ms: Callable[[], int]) -> None:
         self.directory = directory
+        self.clock_ms = clock_ms
         self._producers: dict[int, ProducerEntry] = {}
 
     # --- queries -----------------------------------------------------------------------------
@@ -144,6 +145,7 @@ class ProducerStateManager:
         appends, whose headers carry the producer's offsets); None when the headers already
         carry their log offsets (follower appends, replay)."""
         offset = base_offset
+        now = self.clock_ms()
         for header in headers:
             first = header.base_offset if offset is None else offset
             last = first + header.last_offset_delta
@@ -156,10 +158,12 @@ class ProducerStateManager:
             if entry is None or header.producer_epoch > entry.epoch:
                 entry = self._producers[pid] = ProducerEntry(header.producer_epoch)
             entry.batches.append((header.base_sequence, header.last_sequence, first, last))
-            entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+            entry.last_timestamp = now
 
     def remove_expired(self, now_ms: int, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
-        """Forget producers silent for ``expiration_ms`` (by their batches' timestamps)."""
+        """Forget producers silent for ``expiration_ms``. Silence is measured on the log's clock
+        (when their last batch was appended, or replayed at open), not by the batches' own
+        timestamps, which producers choose."""
         doomed = [pid for pid, e in self._producers.items() if now_ms - e.last_timestamp > expiration_ms]
         for pid in doomed:
             del self._producers[pid]

@@ -139,3 +139,14 @@ def test_property_random_retries_leave_every_sequence_exactly_once_and_in_order(
     for pid in (1, 2):
         seqs = [s for p, s, _ in in_log if p == pid]
         assert seqs == list(range(0, next_seq[pid], 2)), f"seed {seed}"
+
+
+def test_producers_expire_by_the_log_clock_not_by_their_batch_timestamps(tmp_path):
+    now = [5_000_000_000]
+    lg = Log.open(tmp_path / "t-0", {}, topic="t", partition=0, clock_ms=lambda: now[0])
+    lg.append_as_leader(pbatch(1, 0, 0, ts=10), 0)  # a producer stamping ancient timestamps
+    assert lg.remove_expired_producers(now[0] + 1000) == 0
+    assert lg.append_as_leader(pbatch(1, 0, 0, ts=10), 0).duplicate
+    assert lg.remove_expired_producers(now[0] + 86_400_001) == 1
+    with pytest.raises(OutOfOrderSequenceNumberError):  # forgotten: must restart at 0
+        lg.append_as_leader(pbatch(1, 0, 2), 0)
