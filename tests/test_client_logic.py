@@ -429,3 +429,22 @@ def test_a_hung_leader_costs_one_request_timeout_then_the_batch_goes_to_the_new_
 
     asyncio.run(main())
     assert values_in_log(kafka, tp) == [b"before", b"after"]
+
+
+def test_a_partition_whose_position_cannot_be_found_does_not_stall_the_others():
+    kafka = FakeKafka({"t": 1, "u": 1})
+    kafka.hang_nodes.add(2)
+    kafka.leaders[TopicPartition("u", 0)] = 2  # u's leader never answers ListOffsets
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0, request_timeout_ms=300)  # broker 2 may be asked for a pid
+        await (await p.send("t", b"x"))
+        c = consumer(kafka, auto_offset_reset="earliest", request_timeout_ms=5000)
+        c.assign([TopicPartition("t", 0), TopicPartition("u", 0)])
+        c.seek(TopicPartition("t", 0), 0)
+        got = await c.poll(timeout_ms=2000)
+        assert [r.value for r in got[TopicPartition("t", 0)]] == [b"x"]
+        await p.close()
+        await c.close()
+
+    asyncio.run(main())

@@ -148,6 +148,7 @@ class Consumer:
         self._data = asyncio.Event()
         self._nodes_in_flight: set[int] = set()
         self._fetcher: asyncio.Task[None] | None = None
+        self._resolver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         if c["group_id"] is not None:
@@ -170,10 +171,10 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
-        for task in [self._fetcher, *self._tasks]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*(t for t in [self._fetcher, *self._tasks] if t), return_exceptions=True)
+        tasks = [t for t in [self._fetcher, self._resolver, *self._tasks] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.cluster.close()
 
     def _check_open(self) -> None:
@@ -439,18 +440,29 @@ class Consumer:
             self._wakeup.clear()
             try:
                 self._update_subscription()
-                await self._resolve_positions(timeout_ms=self.config["request_timeout_ms"])
+                # Positions are looked up in a task of their own: a partition whose ListOffsets
+                # keeps failing must not hold up fetching for the others.
+                if (self._resolver is None or self._resolver.done()) and any(
+                        s.position is None and s.reset is not None for s in self._states.values()):
+                    self._resolver = asyncio.get_running_loop().create_task(self._resolve_in_background())
                 self._send_fetches()
             except asyncio.CancelledError:
                 raise
-            except RaftkaError as error:
-                log.debug("consumer fetcher: %s", error)
-            except Exception:
+            except Exception:  # a bug here must not stop every partition's fetching
                 log.exception("consumer fetcher step failed")
             try:
                 await asyncio.wait_for(self._wakeup.wait(), backoff if self._needs_retry() else 1.0)
             except asyncio.TimeoutError:
                 pass
+
+    async def _resolve_in_background(self) -> None:
+        try:
+            await self._resolve_positions(timeout_ms=self.config["request_timeout_ms"])
+        except RaftkaError as error:
+            log.debug("consumer: looking up reset positions failed: %s", error)
+            await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+        finally:
+            self._wakeup.set()
 
     def _needs_retry(self) -> bool:
         return any(s.position is None or s.retry_at for s in self._states.values()) or (
