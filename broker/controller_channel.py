@@ -21,6 +21,7 @@ ATTEMPT_TIMEOUT_MS_MAX = 5000
 
 
 class ControllerChannel:
+    """A broker's client of the active controller (see the module docstring)."""
     def __init__(self, bootstrap: Sequence[str], *, timeout_ms: int = 10_000, client_id: str = "raftka-broker") -> None:
         assert bootstrap, "at least one controller address"
         self.bootstrap = list(bootstrap)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 
 async def start_http(broker: Any, host: str, port: int) -> web.AppRunner:
+    """Serve /health and /metrics for ``broker`` on host:port; returns the runner to clean up."""
     app = web.Application()
 
     async def health(request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ import collections
 
 
 class ByteBudget:
+    """Bytes taken and given back, with FIFO waiters (see the module docstring)."""
     def __init__(self, max_bytes: int) -> None:
         assert max_bytes > 0
         self.max_bytes = max_bytes
@@ -31,6 +32,7 @@ class ByteBudget:
         return False
 
     async def acquire(self, size: int) -> None:
+        """Take ``size`` bytes, waiting behind every earlier waiter."""
         if self.try_acquire(size):
             return
         future = asyncio.get_running_loop().create_future()
@@ -46,6 +48,7 @@ class ByteBudget:
             raise
 
     def release(self, size: int) -> None:
+        """Give ``size`` bytes back and wake waiters that now fit, in order."""
         self.used -= size
         assert self.used >= 0
         self._wake()
@@ -60,4 +63,5 @@ class ByteBudget:
 
     @property
     def waiting(self) -> int:
+        """Requests waiting for bytes now."""
         return len(self._waiters)

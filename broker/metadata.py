@@ -14,6 +14,7 @@ from raft_meta.controller.fetcher import MetadataFetcher
 
 @dataclass(frozen=True)
 class BrokerInfo:
+    """A registered broker as committed: id, epoch, endpoints, rack, fenced."""
     broker_id: int
     broker_epoch: int
     endpoints: dict[str, str]
@@ -21,6 +22,7 @@ class BrokerInfo:
     fenced: bool
 
     def endpoint(self, listener: str = "PLAINTEXT") -> tuple[str, int] | None:
+        """(host, port) of the named listener, or None."""
         address = self.endpoints.get(listener)
         if not address:
             return None
@@ -41,6 +43,7 @@ class PartitionInfo:
 
 @dataclass(frozen=True)
 class TopicInfo:
+    """A topic as committed: id, partitions, config overrides."""
     name: str
     topic_id: str
     partitions: tuple[PartitionInfo, ...]
@@ -58,6 +61,7 @@ class MetadataView:
         self.controllers = controllers
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        """The committed state of ``topic``-``index``, or None."""
         info = self.topics.get(topic)
         if info is None or not 0 <= index < len(info.partitions):
             return None
@@ -105,7 +109,9 @@ class MetadataFollower:
         self._on_update(self.view)
 
     async def run(self) -> None:
+        """Follow the log until closed."""
         await self.fetcher.run()
 
     async def close(self) -> None:
+        """Stop following."""
         await self.fetcher.close()

@@ -9,18 +9,21 @@ from client.protocol.api import API_NAMES
 
 
 class Histogram:
+    """Cumulative latency buckets (Prometheus histogram)."""
     def __init__(self) -> None:
         self.counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
         self.total = 0.0
         self.count = 0
 
     def observe(self, seconds: float) -> None:
+        """Count one sample of ``seconds``."""
         self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
         self.total += seconds
         self.count += 1
 
 
 class BrokerMetrics:
+    """Counters the broker keeps for /metrics; gauges are read from the broker at render time."""
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.bytes_in = 0
@@ -31,12 +34,15 @@ class BrokerMetrics:
         self.latencies: dict[int, Histogram] = {}
 
     def request(self, api_key: int) -> None:
+        """Count a request of ``api_key``."""
         self.requests[api_key] = self.requests.get(api_key, 0) + 1
 
     def error(self, api_key: int) -> None:
+        """Count a request of ``api_key`` answered with an error."""
         self.errors[api_key] = self.errors.get(api_key, 0) + 1
 
     def latency(self, api_key: int, seconds: float) -> None:
+        """Record how long a request of ``api_key`` took."""
         self.latencies.setdefault(api_key, Histogram()).observe(seconds)
 
     def render(self) -> str:

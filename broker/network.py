@@ -27,6 +27,7 @@ class PeerConnection:
         self._connection: Connection | None = None
 
     async def request(self, api_key: int, body: Any, *, timeout_ms: int) -> tuple[int, Any]:
+        """Send one request on the (re)opened connection; (error_code, body)."""
         if self._connection is None or self._connection.closed:
             host, _, port = self.address.rpartition(":")
             self._connection = await Connection.open(host, int(port), client_id=self.client_id,
@@ -36,6 +37,7 @@ class PeerConnection:
         return await self._connection.request(api_key, body, timeout_ms=timeout_ms)
 
     async def close(self) -> None:
+        """Close the connection, if open."""
         if self._connection is not None:
             await self._connection.close()
             self._connection = None

@@ -37,15 +37,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from client.protocol import errors
-from client.protocol.errors import (
-    FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError, RaftkaError,
-)
+from client.protocol.errors import FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError
 from broker.metadata import PartitionInfo
 
 log = logging.getLogger(__name__)
 
 
 class ReplicaState(enum.Enum):
+    """A replica's role on this broker (the state table in the module docstring)."""
     NONE = "none"
     LEADER = "leader"
     FOLLOWER = "follower"
@@ -67,11 +66,13 @@ class FollowerProgress:
 
 
 def now_ms() -> float:
+    """Monotonic milliseconds (the default clock)."""
     return time.monotonic() * 1000
 
 
 @dataclass
 class Partition:
+    """One partition replica on this broker; moves only as committed metadata says (module docstring)."""
     topic: str
     index: int
     broker_id: int
@@ -93,18 +94,22 @@ class Partition:
 
     @property
     def name(self) -> str:
+        """topic-index, for logs."""
         return f"{self.topic}-{self.index}"
 
     @property
     def is_leader(self) -> bool:
+        """True while this replica leads at its current leader epoch."""
         return self.state is ReplicaState.LEADER
 
     @property
     def high_watermark(self) -> int:
+        """The log's high watermark."""
         return self.log.high_watermark
 
     @property
     def log_end_offset(self) -> int:
+        """The log's end offset."""
         return self.log.log_end_offset
 
     # -- waking long polls and acks=all waiters -----------------------------------------------
@@ -180,6 +185,7 @@ class Partition:
         self._notify()  # acks=all waiters of a former leadership answer NOT_LEADER_OR_FOLLOWER
 
     def stop(self) -> None:
+        """STOPPED (final): waiters wake and answer NOT_LEADER_OR_FOLLOWER."""
         self.state = ReplicaState.STOPPED
         self.followers = {}
         self._notify()
@@ -209,6 +215,7 @@ class Partition:
     # -- leader: appends, follower progress, HW, ISR proposals ----------------------------------
 
     def check_leader(self, current_leader_epoch: int | None = None) -> None:
+        """NotLeaderOrFollowerError unless leading; epoch errors as ``check_epoch``."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {self.name} "
                                            f"(leader {self.leader_id} at epoch {self.leader_epoch})",
@@ -216,6 +223,7 @@ class Partition:
         self.check_epoch(current_leader_epoch)
 
     def check_epoch(self, current_leader_epoch: int | None) -> None:
+        """FENCED_LEADER_EPOCH for an older ``current_leader_epoch``, UNKNOWN_LEADER_EPOCH for a newer one."""
         if current_leader_epoch is None or current_leader_epoch < 0:
             return
         if current_leader_epoch < self.leader_epoch:
@@ -331,8 +339,7 @@ class Partition:
 
     @property
     def under_replicated(self) -> bool:
+        """Leading with an ISR smaller than the replica set."""
         return self.is_leader and len(self.isr) < len(self.replicas)
 
 
-OnAlter = Callable[[Partition, tuple[int, ...]], None]
-__all__ = ["Partition", "ReplicaState", "FollowerProgress", "IllegalTransition", "RaftkaError"]

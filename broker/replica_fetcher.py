@@ -29,6 +29,7 @@ REQUEST_TIMEOUT_MARGIN_MS = 5000
 
 
 class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader broker (module docstring)."""
     def __init__(self, manager: "ReplicaManager", leader_id: int) -> None:
         self.manager = manager
         self.leader_id = leader_id
@@ -41,16 +42,20 @@ class ReplicaFetcher:
         self.truncations = 0
 
     def add(self, tp: tuple[str, int]) -> None:
+        """Start fetching ``tp`` from this leader."""
         self.partitions.add(tp)
         self._wake.set()
 
     def remove(self, tp: tuple[str, int]) -> None:
+        """Stop fetching ``tp``."""
         self.partitions.discard(tp)
 
     def start(self) -> None:
+        """Run the fetch loop as a task."""
         self.task = asyncio.create_task(self.run(), name=f"replica-fetcher-{self.leader_id}")
 
     async def close(self) -> None:
+        """Stop the loop and close the connection."""
         self._closed = True
         self._wake.set()
         if self.task is not None:
@@ -75,6 +80,7 @@ class ReplicaFetcher:
         return self._connection
 
     async def run(self) -> None:
+        """Fetch rounds until closed; back off after a failed round."""
         config = self.manager.config
         backoff_s = config["replica.fetch.backoff.ms"] / 1000
         while not self._closed:

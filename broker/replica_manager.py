@@ -31,6 +31,7 @@ METADATA_TOPIC = "__cluster_metadata"
 
 
 class ReplicaManager:
+    """The partition replicas of one broker and the data APIs on them (module docstring)."""
     def __init__(self, broker_id: int, config: Any, logs: LogManager,
                  alter_partition: Callable[[Partition, tuple[int, ...]], Any], *,
                  clock: Callable[[], float] = now_ms) -> None:
@@ -51,12 +52,14 @@ class ReplicaManager:
     # -- metadata -> roles -----------------------------------------------------------------------
 
     def endpoint_of(self, broker_id: int) -> str | None:
+        """A broker's PLAINTEXT endpoint as committed, or None."""
         broker = self.view.brokers.get(broker_id)
         if broker is None:
             return None
         return broker.endpoints.get("PLAINTEXT")
 
     def min_isr_of(self, configs: dict) -> int:
+        """min.insync.replicas of a topic: its override, else the broker default."""
         value = configs.get("min.insync.replicas")
         return int(value) if value is not None else self.config["min.insync.replicas"]
 
@@ -117,6 +120,7 @@ class ReplicaManager:
     # -- background: ISR proposals, HW checkpoints ---------------------------------------------------
 
     def start(self) -> None:
+        """Start the ISR check and storage maintenance tasks."""
         self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-check"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
 
@@ -157,6 +161,7 @@ class ReplicaManager:
                 log.exception("log maintenance failed")
 
     def checkpoint_all(self) -> None:
+        """Write every hosted partition's HW checkpoint now."""
         for partition in list(self.partitions.values()):
             try:
                 partition.log.checkpoint_high_watermark()
@@ -174,6 +179,7 @@ class ReplicaManager:
         return len(stray)
 
     async def close(self) -> None:
+        """Stop fetchers and background tasks; checkpoint HWs."""
         for task in self._tasks:
             task.cancel()
         for fetcher in list(self.fetchers.values()):
@@ -188,12 +194,14 @@ class ReplicaManager:
     # -- lookups ----------------------------------------------------------------------------------
 
     def current_leader(self, topic: str, index: int) -> dict:
+        """{leader_id, leader_epoch} as committed, for NOT_LEADER_OR_FOLLOWER answers."""
         info = self.view.partition(topic, index)
         if info is None:
             return {"leader_id": -1, "leader_epoch": -1}
         return {"leader_id": info.leader, "leader_epoch": info.leader_epoch}
 
     def leader_partition(self, topic: str, index: int, current_leader_epoch: int | None = None) -> Partition:
+        """The partition if this broker leads it (at ``current_leader_epoch`` when given), else a typed error."""
         partition = self.partitions.get((topic, index))
         if partition is None:
             if self.view.partition(topic, index) is None:
@@ -221,6 +229,7 @@ class ReplicaManager:
             raise
 
     def storage_failed(self, partition: Partition, error: RaftkaError) -> None:
+        """A disk error on ``partition``: tell the broker (it asks to be fenced)."""
         log.error("%s: disk error, this broker gives up its partitions: %s", partition.name, error.message)
         if self.on_storage_error is not None:
             self.on_storage_error(partition, error)
@@ -269,6 +278,7 @@ class ReplicaManager:
         return out
 
     async def fetch(self, body: dict) -> dict:
+        """A Fetch answer; waits up to max_wait_ms for min_bytes (long poll)."""
         replica_id = int(body.get("replica_id", -1))
         max_wait_ms = min(max(int(body.get("max_wait_ms", 0)), 0), FETCH_WAIT_MS_MAX)
         min_bytes = max(int(body.get("min_bytes", 1)), 0)
@@ -313,6 +323,7 @@ class ReplicaManager:
     # -- ListOffsets, OffsetsForLeaderEpoch ---------------------------------------------------------
 
     def list_offset(self, topic: str, request: dict) -> dict:
+        """One partition's ListOffsets answer (-1 latest = HW, -2 earliest, else by timestamp)."""
         index = request.get("partition_index")
         out = {"partition_index": index, "error_code": errors.NONE, "timestamp": -1, "offset": -1,
                "leader_epoch": -1}
@@ -338,6 +349,7 @@ class ReplicaManager:
         return out
 
     def offsets_for_leader_epoch(self, topic: str, request: dict) -> dict:
+        """One partition's OffsetsForLeaderEpoch answer."""
         index = request.get("partition")
         out = {"partition": index, "error_code": errors.NONE, "leader_epoch": -1, "end_offset": -1}
         try:

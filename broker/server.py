@@ -102,6 +102,7 @@ class BrokerServer:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Listen, register with the quorum, follow the metadata log, heartbeat."""
         host, port = self.config.listeners["PLAINTEXT"]
         self.server = Server(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
                              max_connections=self.config["connections.max"],
@@ -121,9 +122,11 @@ class BrokerServer:
         self.replicas.start()
 
     async def wait_ready(self, timeout_s: float) -> None:
+        """Wait until registered, unfenced and caught up with the metadata log."""
         await asyncio.wait_for(self._caught_up_event.wait(), timeout_s)
 
     async def register(self) -> None:
+        """BrokerRegistration with a new incarnation id, retried until accepted."""
         endpoint = "%s:%d" % self.config.advertised_plaintext
         if self.server is not None and self.config.advertised_plaintext[1] == 0:
             endpoint = f"{self.config.advertised_plaintext[0]}:{self.server.port}"
@@ -175,6 +178,7 @@ class BrokerServer:
             self._metadata_event.clear()
 
     async def heartbeat(self, *, want_shut_down: bool = False) -> dict:
+        """One BrokerHeartbeat; registers again when the quorum forgot us."""
         assert self.metadata is not None
         body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
                 "current_metadata_offset": self.metadata.offset, "want_fence": self.storage_error is not None,
@@ -207,6 +211,7 @@ class BrokerServer:
             await asyncio.sleep(0.1)
 
     async def close(self) -> None:
+        """Stop tasks, the listener, the replicas and the logs."""
         for task in self._tasks:
             task.cancel()
         if self.metadata is not None:
@@ -225,11 +230,13 @@ class BrokerServer:
 
     @property
     def ready(self) -> bool:
+        """Registered, unfenced, caught up, and no disk error."""
         return self.registered and self.caught_up and not self.fenced and self.storage_error is None
 
     # -- dispatch -----------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> "tuple[int, Any] | None":
+        """Dispatch one request to its API handler (the transport answers unknown keys)."""
         handler = self.handlers[request.api_key]  # the Server answers unknown keys and versions itself
         started = time.monotonic()
         self.metrics.request(request.api_key)
@@ -245,6 +252,7 @@ class BrokerServer:
     # -- ApiVersions, Metadata, DescribeCluster -----------------------------------------------------
 
     async def api_versions(self, body: dict) -> tuple[int, dict]:
+        """ApiVersions: the keys this broker serves."""
         return errors.NONE, api_versions_body(list(self.handlers))
 
     def _controller_id(self) -> int:
