@@ -448,3 +448,29 @@ def test_a_partition_whose_position_cannot_be_found_does_not_stall_the_others():
         await c.close()
 
     asyncio.run(main())
+
+
+def test_a_subscription_picks_up_a_topic_created_after_it():
+    kafka = FakeKafka({"t": 1})
+
+    async def main() -> None:
+        c = consumer(kafka, auto_offset_reset="earliest")
+        c.subscribe(["late"])
+        assert await c.poll(timeout_ms=300) == {}
+        kafka.topics["late"] = 2
+        for p in range(2):
+            kafka.leaders[TopicPartition("late", p)] = 1
+            kafka.epochs[TopicPartition("late", p)] = 0
+        p = producer(kafka, linger_ms=0)
+        await (await p.send("late", b"hello", partition=1))
+        got: dict = {}
+        for _ in range(40):
+            got = await c.poll(timeout_ms=100)
+            if got:
+                break
+        assert [r.value for r in got[TopicPartition("late", 1)]] == [b"hello"]
+        assert c.assignment() == {TopicPartition("late", 0), TopicPartition("late", 1)}
+        await p.close()
+        await c.close()
+
+    asyncio.run(main())

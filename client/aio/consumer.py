@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 LATEST = -1
 EARLIEST = -2
+SUBSCRIPTION_REFRESH_MS = 1000  # metadata age at which a subscription with missing topics refreshes
 RESETS = {"earliest": EARLIEST, "smallest": EARLIEST, "latest": LATEST, "largest": LATEST, "none": None}
 
 DEFAULTS: dict[str, Any] = {
@@ -244,6 +245,9 @@ class Consumer:
         else:
             topics = sorted(self._subscription or ())
         wanted = [TopicPartition(t, p) for t in topics for p in (meta.partitions_for(t) or [])]
+        if (any(meta.partitions_for(t) is None for t in topics) or self._pattern is not None) \
+                and self.cluster.metadata_age_ms > SUBSCRIPTION_REFRESH_MS:
+            self.cluster.request_update()  # a subscribed topic may appear (or match) any time
         if set(wanted) != set(self._states):
             self._set_assignment(wanted)
 
