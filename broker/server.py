@@ -245,6 +245,14 @@ class BrokerServer:
         except RaftkaError as error:
             self.metrics.error(request.api_key)
             return error.code, {"error_message": error.message}
+        except (TypeError, ValueError, AttributeError, KeyError) as error:
+            # A body of the wrong shape (a list where a map belongs, a string for an offset):
+            # the sender's mistake, answered as such; the connection and the broker go on.
+            self.metrics.error(request.api_key)
+            log.debug("malformed %s body from %s: %r", request.api_key, request.peer, error)
+            if request.api_key == ApiKey.PRODUCE and isinstance(request.body, dict) and request.body.get("acks") == 0:
+                return None
+            return errors.INVALID_REQUEST, {"error_message": f"malformed request body: {type(error).__name__}: {error}"}
         finally:
             self.metrics.latency(request.api_key, time.monotonic() - started)
         return result

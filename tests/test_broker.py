@@ -385,3 +385,21 @@ def test_combined_mode_runs_a_controller_and_a_broker_in_one_process(tmp_path):
         assert produce(address, "laptop", batch([b"one", b"two"]))["error_code"] == errors.NONE
         assert read_all(address, "laptop") == [(0, b"one"), (1, b"two")]
         assert single.stop(1) == 0  # SIGTERM: controlled shutdown, clean exit
+
+
+def test_bodies_of_the_wrong_shape_are_answered_invalid_request_and_the_connection_goes_on(cluster):
+    address = cluster.broker_address(cluster.broker_ids[0])
+    conn = RawConnection(address)
+    bad = [(FETCH, {"topics": [5]}), (FETCH, {"max_wait_ms": "soon", "topics": []}),
+           (PRODUCE, {"acks": 1, "topic_data": [{"name": "x", "partition_data": "nope"}]}),
+           (LIST_OFFSETS, {"topics": [{"name": "x", "partitions": [7]}]}),
+           (METADATA, {"topics": "all"}), (FETCH, ["not", "a", "map"])]
+    for api_key, body in bad:
+        conn.send(api_key, body)
+        _, code, answer = conn.receive()
+        assert code == errors.INVALID_REQUEST or all(
+            p.get("error_code") == errors.INVALID_REQUEST for t in answer.get("responses", [])
+            for p in t.get("partition_responses", [])), (api_key, body, code, answer)
+    conn.send(API_VERSIONS, {})
+    assert conn.receive()[1] == errors.NONE
+    conn.close()
