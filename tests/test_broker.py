@@ -221,9 +221,16 @@ def test_admin_requests_to_a_broker_are_forwarded_to_the_active_controller(clust
     code, out = request(address, CREATE_TOPICS, {"topics": [{"name": "admin", "num_partitions": 1,
                                                              "replication_factor": 3}]})
     assert out["topics"][0]["error_code"] == errors.TOPIC_ALREADY_EXISTS
+    _, leader = leader_address(cluster, "admin")
+    assert produce(leader, "admin", batch([b"old"]))["base_offset"] == 0
     code, out = request(address, DELETE_TOPICS, {"topic_names": ["admin"]})
     assert out["responses"][0]["error_code"] == errors.NONE
     wait_until(lambda: partition_metadata(address, "admin") is None, 10, what="admin deleted")
+    # A new topic of the same name starts empty on every replica (the old logs were deleted).
+    create_topic(cluster, "admin")
+    _, leader = leader_address(cluster, "admin")
+    assert produce(leader, "admin", batch([b"new"]))["base_offset"] == 0
+    assert wait_until(lambda: read_all(leader, "admin") == [(0, b"new")], 10, what="new topic readable")
 
 
 def test_a_consumer_sees_only_records_below_the_high_watermark_and_a_follower_up_to_the_log_end(cluster):
