@@ -347,6 +347,8 @@ class Producer:
             if any(self._in_flight.values()):
                 return None  # wait for in-flight answers; their completion wakes us
             await self._reset_producer_id()
+            if self._reset_pid:  # no new producer id yet: send nothing under the old sequences
+                return now + c["retry_backoff_ms"] / 1000
         urgent = bool(self._flushing or self._closing)
         by_node: dict[int, list[ProducerBatch]] = {}
         size_by_node: dict[int, int] = {}
@@ -391,8 +393,9 @@ class Producer:
             task = asyncio.get_running_loop().create_task(self._produce(node, batches))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        for when in (b.created + c["delivery_timeout_ms"] / 1000 for b in self.accumulator.batches()):
-            later(when)
+        for dq in self.accumulator.queues.values():  # heads are the oldest: see _expire
+            if dq:
+                later(dq[0].created + c["delivery_timeout_ms"] / 1000)
         return wake_at
 
     def _prepare(self, batch: ProducerBatch) -> None:
@@ -405,9 +408,11 @@ class Producer:
 
     def _expire(self, now: float) -> None:
         limit = self.config["delivery_timeout_ms"] / 1000
-        for tp, dq in list(self.accumulator.queues.items()):
-            for batch in [b for b in dq if now - b.created >= limit]:
-                dq.remove(batch)
+        # A partition's queue is in creation order (a requeued batch goes back to its place), so
+        # only heads need looking at.
+        for tp, dq in self.accumulator.queues.items():
+            while dq and now - dq[0].created >= limit:
+                batch = dq.popleft()
                 cause = f" (last error: {batch.last_error})" if batch.last_error else ""
                 self._fail(batch, KafkaTimeoutError(
                     f"{batch.record_count} records not acknowledged within delivery_timeout_ms="
