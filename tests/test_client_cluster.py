@@ -48,7 +48,19 @@ def admin(cluster):
 def new_topic(admin: AdminClient, partitions: int = 3, replication: int = 3, configs=None) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, partitions, replication, configs)])
+    wait_for_topic(admin, name, partitions)
     return name
+
+
+def wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 10) -> None:
+    """Brokers learn of a new topic from the metadata log, a moment after CreateTopics answers."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        [described] = admin.describe_topics([name])
+        if len(described["partitions"]) == partitions and all(p["leader"] >= 0 for p in described["partitions"]):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {name} has no leaders after {timeout_s} s")
 
 
 def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout_s: float = 15) -> None:
@@ -312,6 +324,8 @@ def test_the_asyncio_flavour_produces_and_consumes(cluster, admin):
 def test_pattern_subscription_topic_listing_and_group_id_without_groups(cluster, admin):
     prefix = f"pat-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(f"{prefix}-a", 1, 1), NewTopic(f"{prefix}-b", 2, 1)])
+    wait_for_topic(admin, f"{prefix}-a", 1)
+    wait_for_topic(admin, f"{prefix}-b", 2)
     with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
         p.send(f"{prefix}-a", b"a").get(timeout=10)
         p.send(f"{prefix}-b", b"b", partition=1).get(timeout=10)

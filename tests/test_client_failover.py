@@ -28,6 +28,17 @@ FAST = {
 }
 
 
+def leader_of(admin: AdminClient, topic: str, timeout_s: float = 10) -> int:
+    """Partition 0's leader, once the brokers know the new topic (from the metadata log)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        partitions = admin.describe_topics([topic])[0]["partitions"]
+        if partitions and all(p["leader"] >= 0 for p in partitions):
+            return partitions[0]["leader"]
+        time.sleep(0.05)
+    raise AssertionError(f"{topic} has no leader after {timeout_s} s")
+
+
 def test_killing_a_partition_leader_mid_stream_loses_nothing_and_duplicates_nothing(tmp_path):
     from raftka.cluster import Cluster
     seed = random.randrange(1 << 30)
@@ -35,7 +46,7 @@ def test_killing_a_partition_leader_mid_stream_loses_nothing_and_duplicates_noth
     with Cluster.start(tmp_path / "c", controllers=1, brokers=3, configs=FAST) as cluster:
         with AdminClient(bootstrap_servers=cluster.bootstrap_servers) as admin:
             admin.create_topics([NewTopic("orders", 3, 3)])
-            leader = admin.describe_topics(["orders"])[0]["partitions"][0]["leader"]
+            leader = leader_of(admin, "orders")
         # A consumer reads all along, across the kill: it must see the same as a reader after.
         live: dict[int, list[bytes]] = collections.defaultdict(list)
         stop = threading.Event()
@@ -128,7 +139,7 @@ def test_a_paused_leader_costs_a_request_timeout_then_records_go_to_the_new_lead
     with Cluster.start(tmp_path / "c", controllers=1, brokers=3, configs=FAST) as cluster:
         with AdminClient(bootstrap_servers=cluster.bootstrap_servers) as admin:
             admin.create_topics([NewTopic("p", 1, 3)])
-            leader = admin.describe_topics(["p"])[0]["partitions"][0]["leader"]
+            leader = leader_of(admin, "p")
         with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=0, request_timeout_ms=1000,
                       retry_backoff_ms=50) as producer:
             for i in range(20):
@@ -147,3 +158,24 @@ def test_a_paused_leader_costs_a_request_timeout_then_records_go_to_the_new_lead
                       consumer_timeout_ms=1500) as consumer:
             consumer.assign([TopicPartition("p", 0)])
             assert [r.value for r in consumer] == [b"%d" % i for i in range(40)]
+
+
+def test_admin_calls_ride_out_an_active_controller_kill(tmp_path):
+    from raftka.cluster import Cluster
+    with Cluster.start(tmp_path / "c", controllers=3, brokers=1,
+                       configs={**FAST, "default.replication.factor": 1, "min.insync.replicas": 1}) as cluster:
+        with AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=15_000) as admin:
+            admin.create_topics([NewTopic("before", 1, 1)])
+            active = admin.describe_cluster()["controller_id"]
+            cluster.kill(active)
+            started = time.monotonic()
+            admin.create_topics([NewTopic("after", 2, 1)])
+            took = time.monotonic() - started
+            deadline = time.monotonic() + 10  # brokers learn new topics from the metadata log
+            while "after" not in admin.list_topics() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert {"before", "after"} <= set(admin.list_topics())
+            assert admin.describe_cluster()["controller_id"] != active
+            configs = admin.describe_configs(["after"])["after"]
+            assert "retention.ms" in configs
+        print(f"create_topics across a controller kill took {took:.2f} s")

@@ -24,6 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "connection_factory": None,
 }
 IGNORED = {"api_version"}
+_RETRIABLE_CODES = tuple(code for code, spec in errors.SPECS.items() if spec.retriable)
 
 
 def _raise_or_collect(results: dict[str, RaftkaError | None], raise_errors: bool) -> dict[str, RaftkaError | None]:
@@ -61,8 +62,13 @@ class AdminClient:
         """Close every connection."""
         await self.cluster.close()
 
-    async def _call(self, api_key: int, body: dict[str, Any], timeout_ms: int | None) -> dict[str, Any]:
-        code, answer = await self.cluster.request_any(api_key, body, timeout_ms=timeout_ms)
+    async def _call(self, api_key: int, body: dict[str, Any], timeout_ms: int | None, *,
+                    read_only: bool = False) -> dict[str, Any]:
+        # NOT_CONTROLLER means nothing was applied: always safe to send again. A read may also
+        # be retried after any other retriable answer; a write that timed out may have happened,
+        # so that outcome goes back to the caller.
+        retry = _RETRIABLE_CODES if read_only else (errors.NOT_CONTROLLER,)
+        code, answer = await self.cluster.request_any(api_key, body, timeout_ms=timeout_ms, retry_codes=retry)
         if code != errors.NONE:
             raise errors.error_for(code, (answer or {}).get("error_message") if isinstance(answer, dict) else None)
         return answer or {}
@@ -123,7 +129,7 @@ class AdminClient:
 
     async def describe_cluster(self) -> dict[str, Any]:
         """{cluster_id, controller_id, brokers: [{node_id, host, port, rack, fenced}]}."""
-        answer = await self._call(API_DESCRIBE_CLUSTER, {}, None)
+        answer = await self._call(API_DESCRIBE_CLUSTER, {}, None, read_only=True)
         brokers = [{"node_id": b.get("broker_id", b.get("node_id")), "host": b.get("host"),
                     "port": b.get("port"), "rack": b.get("rack"), "fenced": bool(b.get("fenced"))}
                    for b in answer.get("brokers") or []]
@@ -146,7 +152,7 @@ class AdminClient:
         """{topic: {key: ConfigEntry(name, value, is_default)}}; raises a topic's error."""
         body = {"resources": [{"resource_type": r.resource_type, "resource_name": r.name}
                               for r in self._resources(config_resources)]}
-        answer = await self._call(API_DESCRIBE_CONFIGS, body, timeout_ms)
+        answer = await self._call(API_DESCRIBE_CONFIGS, body, timeout_ms, read_only=True)
         out: dict[str, dict[str, ConfigEntry]] = {}
         for r in answer.get("results") or []:
             code = r.get("error_code", 0) or 0
