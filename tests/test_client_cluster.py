@@ -269,7 +269,7 @@ def test_offsets_for_times_pause_and_resume(cluster, admin):
 
 
 def test_unknown_topics_and_closed_clients_give_typed_errors(cluster):
-    with Producer(bootstrap_servers=cluster.bootstrap_servers, max_block_ms=500) as p:
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, max_block_ms=2000) as p:
         started = time.monotonic()
         with pytest.raises(UnknownTopicOrPartitionError) as info:
             p.send("no-such-topic", b"v")
