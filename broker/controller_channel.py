@@ -13,11 +13,12 @@ from typing import Any, Sequence
 
 from client.protocol import errors
 from client.protocol.errors import RaftkaError, RequestTimedOutError
-from raft_meta.controller.rpc import call
+from broker.network import PeerConnection
 
 ATTEMPTS_MAX = 50
 RETRY_BACKOFF_MS = 50
 ATTEMPT_TIMEOUT_MS_MAX = 5000
+FRAME_BYTES_MAX = 104_857_600
 
 
 class ControllerChannel:
@@ -29,6 +30,26 @@ class ControllerChannel:
         self.client_id = client_id
         self.active: str | None = None
         self._next = 0
+        self._connections: dict[str, PeerConnection] = {}  # one persistent connection per controller
+
+    async def _call(self, address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = self._connections[address] = PeerConnection(address, client_id=self.client_id,
+                                                                     max_frame_bytes=FRAME_BYTES_MAX)
+        try:
+            return await connection.request(api_key, body, timeout_ms=timeout_ms)
+        except RequestTimedOutError:
+            # A paused or overloaded controller: start afresh next time rather than queue behind
+            # answers that may never come.
+            await connection.close()
+            self._connections.pop(address, None)
+            raise
+
+    async def close(self) -> None:
+        for connection in self._connections.values():
+            await connection.close()
+        self._connections.clear()
 
     async def request(self, api_key: int, body: Any, *, timeout_ms: int | None = None) -> tuple[int, Any]:
         """(error_code, body) of the active controller's answer. Retriable failures (no active
@@ -43,8 +64,7 @@ class ControllerChannel:
                 break
             address = self.active or self.bootstrap[self._next % len(self.bootstrap)]
             try:
-                code, out = await call(address, api_key, body, timeout_ms=min(remaining_ms, ATTEMPT_TIMEOUT_MS_MAX),
-                                       client_id=self.client_id)
+                code, out = await self._call(address, api_key, body, min(remaining_ms, ATTEMPT_TIMEOUT_MS_MAX))
             except RaftkaError as error:
                 last_error = error
                 self.active = None

@@ -224,6 +224,7 @@ class BrokerServer:
         if self.server is not None:
             await self.server.close()
         await self.replicas.close()
+        await self.controllers.close()
         if self.http_runner is not None:
             await self.http_runner.cleanup()
         self.logs.close()

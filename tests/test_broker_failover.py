@@ -235,3 +235,24 @@ def test_a_full_disk_answers_kafka_storage_error_and_leadership_moves_to_a_healt
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (soft, hard))
     cluster.kill(leader)  # an operator restarts it once the disk has room again
     restore(cluster, "disk")
+
+
+def test_brokers_ride_out_the_loss_of_the_active_controller(cluster):
+    """kill -9 of the active controller: brokers follow NOT_CONTROLLER answers to the next one,
+    stay unfenced (heartbeats resume within the new controller's grace), keep serving acks=all,
+    and forward admin requests to the new active controller."""
+    restore(cluster)
+    create_topic(cluster, "steady")
+    produce_until_acked(cluster, "steady", b"before")
+    active = cluster.wait_for_leader(timeout_s=10, among=cluster.controller_ids)
+    cluster.kill(active)
+    try:
+        produce_until_acked(cluster, "steady", b"after")
+        create_topic(cluster, "made-after-controller-loss")
+        for broker in cluster.broker_ids:
+            status, text = http_get(cluster.http_address(broker), "/health")
+            assert status == 200, text
+        assert [v for _, v in read_all(cluster.broker_address(current_leader(cluster, "steady")), "steady")] == \
+            [b"before", b"after"]
+    finally:
+        cluster.restart(active)
