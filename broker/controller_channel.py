@@ -14,11 +14,19 @@ from typing import Any, Sequence
 from client.protocol import errors
 from client.protocol.errors import RaftkaError, RequestTimedOutError
 from broker.network import PeerConnection
+from client.protocol.transport import Connection
 
 ATTEMPTS_MAX = 50
 RETRY_BACKOFF_MS = 50
 ATTEMPT_TIMEOUT_MS_MAX = 5000
 FRAME_BYTES_MAX = 104_857_600
+
+
+class _InDoubt(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class ControllerChannel:
@@ -46,15 +54,36 @@ class ControllerChannel:
             self._connections.pop(address, None)
             raise
 
+    async def _call_once(self, address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
+        """One request on its own connection. A failure to connect is safe to retry elsewhere;
+        any failure after the request was sent is in doubt (raised as _InDoubt)."""
+        host, _, port = address.rpartition(":")
+        connection = await Connection.open(host, int(port), client_id=self.client_id,
+                                           connect_timeout_ms=min(timeout_ms, ATTEMPT_TIMEOUT_MS_MAX),
+                                           max_frame_bytes=FRAME_BYTES_MAX, request_timeout_ms=timeout_ms)
+        try:
+            return await connection.request(api_key, body, timeout_ms=timeout_ms)
+        except RaftkaError as error:
+            raise _InDoubt(error.code, f"{address}: {error.message}") from None
+        finally:
+            await connection.close()
+
     async def close(self) -> None:
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
 
-    async def request(self, api_key: int, body: Any, *, timeout_ms: int | None = None) -> tuple[int, Any]:
-        """(error_code, body) of the active controller's answer. Retriable failures (no active
-        controller yet, network errors) are retried until the deadline; then the last answer is
-        returned, or RequestTimedOutError raised when nobody answered."""
+    async def request(self, api_key: int, body: Any, *, timeout_ms: int | None = None,
+                      retry_in_doubt: bool = True) -> tuple[int, Any]:
+        """(error_code, body) of the active controller's answer. NOT_CONTROLLER answers and
+        connection failures are retried until the deadline; then the last answer is returned, or
+        RequestTimedOutError raised when nobody answered.
+
+        ``retry_in_doubt``: also retry when an attempt timed out (REQUEST_TIMED_OUT answered or no
+        answer in time), which is safe for idempotent requests (heartbeats, registration,
+        AlterPartition with its epochs). Forwarded admin requests pass False: a CreateTopics that
+        did commit must not come back TOPIC_ALREADY_EXISTS; its REQUEST_TIMED_OUT goes to the client.
+        """
         deadline = time.monotonic() + (timeout_ms or self.timeout_ms) / 1000
         last: tuple[int, Any] | None = None
         last_error: RaftkaError | None = None
@@ -64,7 +93,18 @@ class ControllerChannel:
                 break
             address = self.active or self.bootstrap[self._next % len(self.bootstrap)]
             try:
-                code, out = await self._call(address, api_key, body, min(remaining_ms, ATTEMPT_TIMEOUT_MS_MAX))
+                if retry_in_doubt:
+                    code, out = await self._call(address, api_key, body, min(remaining_ms, ATTEMPT_TIMEOUT_MS_MAX))
+                else:
+                    code, out = await self._call_once(address, api_key, body, remaining_ms)
+            except _InDoubt as doubt:
+                return doubt.code, {"error_message": f"{doubt.message}; the request may have taken effect"}
+            except RequestTimedOutError as error:
+                last_error = error
+                self.active = None
+                self._next += 1
+                await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
+                continue
             except RaftkaError as error:
                 last_error = error
                 self.active = None
@@ -81,7 +121,7 @@ class ControllerChannel:
                     self._next += 1
                     await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
                 continue
-            if code == errors.REQUEST_TIMED_OUT:  # a commit in doubt: the records are idempotent
+            if code == errors.REQUEST_TIMED_OUT and retry_in_doubt:  # in doubt, but idempotent
                 last = (code, out)
                 await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
                 continue

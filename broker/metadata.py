@@ -54,11 +54,12 @@ class MetadataView:
     """Committed metadata as of ``offset`` (immutable once built)."""
 
     def __init__(self, offset: int, brokers: dict[int, BrokerInfo], topics: dict[str, TopicInfo],
-                 controllers: dict[int, tuple[str, int]]) -> None:
+                 controllers: dict[int, tuple[str, int]], cluster_configs: dict[str, Any] | None = None) -> None:
         self.offset = offset
         self.brokers = brokers
-        self.topics = topics
+        self.topics = topics  # a topic unchanged since the previous view keeps its TopicInfo object
         self.controllers = controllers
+        self.cluster_configs = cluster_configs or {}  # cluster-wide config overrides
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         """The committed state of ``topic``-``index``, or None."""
@@ -71,21 +72,34 @@ class MetadataView:
 EMPTY = MetadataView(-1, {}, {}, {})
 
 
-def _view_of(image: Any, offset: int, controllers: dict, previous: MetadataView) -> MetadataView:
-    """A MetadataView of raft_meta's MetadataImage; unchanged topics keep their old records."""
+def _topic_info(name: str, t: Any) -> TopicInfo:
+    parts = tuple(PartitionInfo(tuple(p.replicas), tuple(p.isr), p.leader, p.leader_epoch, p.partition_epoch)
+                  for p in t.partitions)
+    return TopicInfo(name, t.topic_id, parts, dict(t.configs))
+
+
+def _view_of(image: Any, offset: int, controllers: dict, previous: MetadataView, delta: Any = None) -> MetadataView:
+    """A MetadataView of raft_meta's MetadataImage. With the ``delta`` that led from the previous
+    image, only the topics it changed are rebuilt; the others keep their TopicInfo objects (the
+    replica manager skips them by identity), so an update costs what it changed, not the
+    cluster's size."""
     brokers = {int(b): BrokerInfo(int(b), r.broker_epoch, dict(r.endpoints), r.rack, bool(r.fenced))
                for b, r in image.brokers.items()}
-    topics = {}
-    for name, t in image.topics.items():
-        old = previous.topics.get(name)
-        parts = tuple(PartitionInfo(tuple(p.replicas), tuple(p.isr), p.leader, p.leader_epoch, p.partition_epoch)
-                      for p in t.partitions)
-        configs = dict(t.configs)
-        if old is not None and old.topic_id == t.topic_id and old.partitions == parts and old.configs == configs:
-            topics[name] = old
-        else:
-            topics[name] = TopicInfo(name, t.topic_id, parts, configs)
-    return MetadataView(offset, brokers, topics, dict(controllers))
+    if delta is None:
+        topics = {name: _topic_info(name, t) for name, t in image.topics.items()}
+        for name, info in list(topics.items()):
+            if previous.topics.get(name) == info:
+                topics[name] = previous.topics[name]
+    else:
+        topics = dict(previous.topics)
+        for name in delta.deleted_topics:
+            topics.pop(name, None)
+        for name, t in delta.changed_topics.items():
+            topics[name] = _topic_info(name, t)
+    cluster_configs = dict(image.cluster_configs)
+    if cluster_configs == previous.cluster_configs:
+        cluster_configs = previous.cluster_configs
+    return MetadataView(offset, brokers, topics, dict(controllers), cluster_configs)
 
 
 class MetadataFollower:
@@ -105,7 +119,7 @@ class MetadataFollower:
         return self.fetcher.state.offset
 
     def _updated(self, delta: Any, image: Any) -> None:
-        self.view = _view_of(image, self.fetcher.state.offset, self.fetcher.state.controllers, self.view)
+        self.view = _view_of(image, self.fetcher.state.offset, self.fetcher.state.controllers, self.view, delta)
         self._on_update(self.view)
 
     async def run(self) -> None:

@@ -59,16 +59,22 @@ class ReplicaManager:
         return broker.endpoints.get("PLAINTEXT")
 
     def min_isr_of(self, configs: dict) -> int:
-        """min.insync.replicas of a topic: its override, else the broker default."""
-        value = configs.get("min.insync.replicas")
+        """min.insync.replicas of a topic: its override, else the cluster-wide override, else
+        this broker's default."""
+        value = configs.get("min.insync.replicas", self.view.cluster_configs.get("min.insync.replicas"))
         return int(value) if value is not None else self.config["min.insync.replicas"]
 
     def on_metadata(self, view: MetadataView) -> None:
-        """Apply a committed metadata view: create, move or stop local partition replicas."""
-        previous_topics = self.view.topics
+        """Apply a committed metadata view: create, move or stop local partition replicas.
+        Topics whose TopicInfo is the previous view's object are unchanged and skipped."""
+        previous = self.view
         self.view = view
+        everything = view.cluster_configs is not previous.cluster_configs  # the default min ISR may move
+        changed = [name for name, topic in view.topics.items() if everything or previous.topics.get(name) is not topic]
+        touched = set(changed) | {name for name in previous.topics if name not in view.topics}
         wanted: set[TP] = set()
-        for name, topic in view.topics.items():
+        for name in changed:
+            topic = view.topics[name]
             for index, info in enumerate(topic.partitions):
                 if self.broker_id not in info.replicas:
                     continue
@@ -84,8 +90,8 @@ class ReplicaManager:
                                           clock=self.clock)
                     self.partitions[tp] = partition
                     self.topic_ids[tp] = topic.topic_id
-                elif previous_topics.get(name) is not topic:  # configs may have changed
-                    self.logs.get_or_create(name, index, dict(topic.configs))
+                elif previous.topics.get(name) is not None and previous.topics[name].configs != topic.configs:
+                    self.logs.get_or_create(name, index, dict(topic.configs))  # AlterConfigs: new log configs
                 partition.min_insync_replicas = self.min_isr_of(topic.configs)
                 change = partition.apply_metadata(info)
                 if change == "leader":
@@ -94,7 +100,7 @@ class ReplicaManager:
                     self._unfollow(tp)
                     if info.leader >= 0:
                         self._follow(tp, info.leader)
-        for tp in [tp for tp in self.partitions if tp not in wanted]:
+        for tp in [tp for tp in self.partitions if tp[0] in touched and tp not in wanted]:
             self._stop(tp, delete=True)
 
     def _follow(self, tp: TP, leader_id: int) -> None:

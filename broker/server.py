@@ -404,7 +404,7 @@ class BrokerServer:
     def _forwarder(self, api_key: int) -> Callable[[dict], Any]:
         """CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs: the active controller answers."""
         async def forward(body: dict) -> tuple[int, dict]:
-            return await self.controllers.request(api_key, body)
+            return await self.controllers.request(api_key, body, retry_in_doubt=False)
         return forward
 
     async def init_producer_id(self, body: dict) -> tuple[int, dict]:

@@ -410,3 +410,15 @@ def test_bodies_of_the_wrong_shape_are_answered_invalid_request_and_the_connecti
     conn.send(API_VERSIONS, {})
     assert conn.receive()[1] == errors.NONE
     conn.close()
+
+
+def test_altered_topic_configs_reach_the_partition_logs(cluster):
+    create_topic(cluster, "altered", configs={"max.message.bytes": "2000"})
+    _, address = leader_address(cluster, "altered")
+    big = batch([b"y" * 5000])
+    assert produce(address, "altered", big)["error_code"] == errors.MESSAGE_TOO_LARGE
+    code, out = request(address, 33, {"resources": [{"resource_type": "topic", "resource_name": "altered",
+                                                     "configs": {"max.message.bytes": "100000"}}]})
+    assert code == errors.NONE and out["responses"][0]["error_code"] == errors.NONE, out
+    assert wait_until(lambda: produce(address, "altered", big)["error_code"] == errors.NONE, 10,
+                      what="the larger batch accepted")
