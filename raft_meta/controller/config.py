@@ -75,6 +75,12 @@ SERVER_CONFIGS = (
     .define("controller.quorum.bootstrap.servers", "list", [],
             "Brokers: host:port,... of controllers' CONTROLLER (RPC) listeners, to register, heartbeat "
             "and follow the metadata log (not the Raft ports of controller.quorum.voters).")
+    .define("broker.dial.proxies", "string", "",
+            "Brokers, fault tests: id@host:port,... dial these brokers' PLAINTEXT listeners (as followers) "
+            "through these addresses (e.g. toxiproxy listeners) instead of their advertised endpoints.")
+    .define("controller.rpc.proxies", "string", "",
+            "Brokers, fault tests: id@host:port,... reach these controllers' RPC listeners through these "
+            "addresses, also when a NOT_CONTROLLER answer names the active controller.")
     .define("broker.rack", "string", None, "This broker's rack, given to clients and the controller.")
     .define("message.max.bytes", "int", 1_048_588,
             "Largest record batch a broker accepts when the topic sets no max.message.bytes.", at_least(0))
@@ -132,6 +138,10 @@ class ServerConfig:
     def controller_listener(self) -> tuple[str, int]:
         name = self.values["controller.listener.names"][0]
         return self.listeners[name]
+
+    def proxies(self, key: str) -> dict[int, str]:
+        """``broker.dial.proxies`` / ``controller.rpc.proxies`` as {node id: "host:port"}."""
+        return parse_voters(self.values[key]) if self.values[key].strip() else {}
 
     @property
     def is_broker(self) -> bool:
@@ -211,6 +221,12 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
                                            "the RPC port must differ")
         check_secret(voters, secret)
     if "broker" in values["process.roles"]:
+        for key in ("broker.dial.proxies", "controller.rpc.proxies"):
+            if values[key].strip():
+                try:
+                    parse_voters(values[key])
+                except ConfigError as error:
+                    raise ConfigError(key, error.message.partition(": ")[2]) from None
         if "PLAINTEXT" not in listeners:
             raise ConfigError("listeners", "a broker needs a PLAINTEXT://host:port listener for clients and followers")
         advertised = parse_listeners(values["advertised.listeners"], "advertised.listeners")
