@@ -31,13 +31,15 @@ class _InDoubt(Exception):
 
 class ControllerChannel:
     """A broker's client of the active controller (see the module docstring)."""
-    def __init__(self, bootstrap: Sequence[str], *, timeout_ms: int = 10_000, client_id: str = "raftka-broker") -> None:
+    def __init__(self, bootstrap: Sequence[str], *, timeout_ms: int = 10_000, client_id: str = "raftka-broker",
+                 proxies: dict[int, str] | None = None) -> None:
         assert bootstrap, "at least one controller address"
         self.bootstrap = list(bootstrap)
         self.timeout_ms = timeout_ms
         self.client_id = client_id
         self.active: str | None = None
         self._next = 0
+        self.proxies = dict(proxies or {})  # controller.rpc.proxies: controller id -> address to dial
         self._connections: dict[str, PeerConnection] = {}  # one persistent connection per controller
 
     async def _call(self, address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
@@ -114,6 +116,7 @@ class ControllerChannel:
             if code == errors.NOT_CONTROLLER:
                 last = (code, out)
                 endpoint = (out or {}).get("controller_endpoint")
+                endpoint = self.proxies.get((out or {}).get("controller_id"), endpoint)
                 if endpoint and endpoint != address:
                     self.active = endpoint
                 else:

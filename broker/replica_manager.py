@@ -46,6 +46,7 @@ class ReplicaManager:
         self.topic_ids: dict[TP, str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.view: MetadataView = EMPTY
+        self.dial_proxies: dict[int, str] = {}  # broker.dial.proxies: broker id -> address to dial
         self.truncations = 0
         self._tasks: list[asyncio.Task] = []
 
@@ -53,6 +54,8 @@ class ReplicaManager:
 
     def endpoint_of(self, broker_id: int) -> str | None:
         """A broker's PLAINTEXT endpoint as committed, or None."""
+        if broker_id in self.dial_proxies:
+            return self.dial_proxies[broker_id]
         broker = self.view.brokers.get(broker_id)
         if broker is None:
             return None

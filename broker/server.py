@@ -65,7 +65,8 @@ class BrokerServer:
         self.say = say or (lambda line: print(line, flush=True))
         self.controllers = ControllerChannel(config["controller.quorum.bootstrap.servers"],
                                              timeout_ms=config["controller.request.timeout.ms"],
-                                             client_id=f"broker-{self.broker_id}")
+                                             client_id=f"broker-{self.broker_id}",
+                                             proxies=config.proxies("controller.rpc.proxies"))
         default_log_config = {"max.message.bytes": config["message.max.bytes"],
                               "segment.bytes": config["log.segment.bytes"],
                               "retention.ms": config["log.retention.ms"],
@@ -73,6 +74,7 @@ class BrokerServer:
         self.logs = LogManager(config["log.dirs"], default_log_config,
                                hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"])
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
+        self.replicas.dial_proxies = config.proxies("broker.dial.proxies")
         self.metrics = BrokerMetrics(self)
         self.produce_budget = ByteBudget(config["queued.max.request.bytes"])
         self.storage_error: str | None = None  # set at the first disk error; the broker then asks to be fenced
