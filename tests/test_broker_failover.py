@@ -12,7 +12,7 @@ from client.protocol import errors
 from client.protocol.errors import RaftkaError
 from raftka.cluster import Cluster, wait_until
 from test_broker import (
-    FAST, batch, create_topic, http_get, partition_metadata, produce, read_all, request, wait_for_partition,
+    FAST, batch, create_topic, fetch, http_get, partition_metadata, produce, read_all, request, wait_for_partition,
 )
 
 RETRIABLE = {errors.NOT_LEADER_OR_FOLLOWER, errors.LEADER_NOT_AVAILABLE, errors.REQUEST_TIMED_OUT,
@@ -156,6 +156,10 @@ def test_a_former_leader_truncates_records_nobody_else_has_by_leader_epoch(clust
         produce_until_acked(cluster, "diverge", value)
     new = current_leader(cluster, "diverge")
     assert new in followers
+    epoch = partition_metadata(cluster.broker_address(new), "diverge")["leader_epoch"]
+    stale = fetch(cluster.broker_address(new), "diverge", 0, current_leader_epoch=epoch - 1)
+    assert stale["error_code"] == errors.FENCED_LEADER_EPOCH  # a fetcher still on the old epoch is refused
+    assert stale["current_leader"] == {"leader_id": new, "leader_epoch": epoch}
     committed = [v for _, v in read_all(cluster.broker_address(new), "diverge")]
     # A follower's fetch already waiting at the old leader may have carried the first acks=1
     # record before the pause took hold; the later ones never left the old leader.
