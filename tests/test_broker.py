@@ -422,3 +422,17 @@ def test_altered_topic_configs_reach_the_partition_logs(cluster):
     assert code == errors.NONE and out["responses"][0]["error_code"] == errors.NONE, out
     assert wait_until(lambda: produce(address, "altered", big)["error_code"] == errors.NONE, 10,
                       what="the larger batch accepted")
+
+
+def test_fetch_limits_take_whole_batches_and_always_the_first(cluster):
+    create_topic(cluster, "limits")
+    _, address = leader_address(cluster, "limits")
+    for i in range(3):
+        produce(address, "limits", batch([bytes([65 + i]) * 1000]))
+    wait_until(lambda: len(read_all(address, "limits")) == 3, 10, what="3 records committed")
+    one = fetch(address, "limits", 0, partition_max_bytes=1500)
+    assert [r.offset for r in iter_records(one["records"])] == [0]
+    tiny = fetch(address, "limits", 1, max_bytes=10, partition_max_bytes=10)
+    assert [r.offset for r in iter_records(tiny["records"])] == [1]  # larger than the limit, still sent
+    two = fetch(address, "limits", 0, partition_max_bytes=2500)
+    assert [r.offset for r in iter_records(two["records"])] == [0, 1]
