@@ -198,6 +198,10 @@ class Partition:
         self.partition_epoch = partition_epoch
         if replicas is not None:
             self.replicas = replicas
+            if self.is_leader:  # a replica added at the same leader epoch gets tracked too
+                for replica in replicas:
+                    if replica != self.broker_id and replica not in self.followers:
+                        self.followers[replica] = FollowerProgress(last_caught_up_ms=self.clock())
         if self.is_leader:
             if len(self.isr) < len(old):
                 self.isr_shrinks += 1
