@@ -135,14 +135,22 @@ class BrokerServer:
         body = {"broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
                 "listeners": {"PLAINTEXT": endpoint}, "rack": self.config["broker.rack"]}
         deadline = time.monotonic() + REGISTER_TIMEOUT_MS / 1000
-        while True:
-            code, out = await self.controllers.request(ApiKey.BROKER_REGISTRATION, body)
+        while True:  # SIGTERM interrupts (serve_broker races start() with the stop event)
+            try:
+                code, out = await self.controllers.request(ApiKey.BROKER_REGISTRATION, body)
+            except RaftkaError as error:  # no controller reachable yet: they may still be starting
+                log.warning("cannot reach the controllers to register (%s); retrying", error.message)
+                await asyncio.sleep(1.0)
+                continue
             if code == errors.NONE:
                 self.broker_epoch = out["broker_epoch"]
                 self.registered = True
                 log.info("registered as broker %d, epoch %d", self.broker_id, self.broker_epoch)
                 return
-            if time.monotonic() > deadline:
+            # DUPLICATE_BROKER_REGISTRATION: our previous incarnation is not fenced yet (it has
+            # up to broker.session.timeout.ms); anything else not retriable is a real refusal.
+            transient = code == errors.DUPLICATE_BROKER_REGISTRATION or errors.for_code(code).retriable
+            if not transient and time.monotonic() > deadline:
                 raise errors.error_for(code, f"registration failed: {(out or {}).get('error_message')}")
             log.info("registration refused (%s); retrying", errors.name_of(code))
             await asyncio.sleep(0.5)
