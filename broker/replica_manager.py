@@ -341,6 +341,13 @@ class ReplicaManager:
             timestamp = int(request.get("timestamp", -1))
             log_ = partition.log
             out["leader_epoch"] = partition.leader_epoch
+            if log_.high_watermark < partition.leader_epoch_start_offset:
+                # A new leader whose HW has not yet reached the start of its epoch would answer
+                # an offset below what the previous leader already gave out (Kafka does the same).
+                raise errors.for_code(errors.OFFSET_NOT_AVAILABLE)(
+                    f"{partition.name}: the high watermark {log_.high_watermark} has not caught up with the "
+                    f"leader epoch start {partition.leader_epoch_start_offset} yet; retry",
+                    topic=topic, partition=index)
             if timestamp == -1:
                 out["offset"] = log_.high_watermark
             elif timestamp == -2:
