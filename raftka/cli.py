@@ -14,12 +14,30 @@ import importlib
 import sys
 from typing import Sequence
 
-# Order is the order shown in --help.
-COMMAND_MODULES = (
+# Order shown in --help. A module in raftka/commands/ that is not named here is shown after
+# these, so adding a command is adding its module.
+COMMAND_ORDER = (
     "server",
     "quorum",
+    "cluster",
+    "topics",
+    "produce",
+    "consume",
+    "groups",
+    "dump_log",
+    "chaos",
+    "spark",
     "perf",
 )
+
+
+def command_modules() -> list[str]:
+    """Names of the modules in raftka/commands/, in --help order."""
+    import pkgutil
+    from raftka import commands
+    present = {info.name for info in pkgutil.iter_modules(commands.__path__)
+               if not info.name.startswith("_")}
+    return [name for name in COMMAND_ORDER if name in present] + sorted(present - set(COMMAND_ORDER))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     from raftka import __version__
     parser.add_argument("--version", action="version", version=f"raftka {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in command_modules():
         importlib.import_module(f"raftka.commands.{name}").register(subparsers)
     return parser
 
