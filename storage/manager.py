@@ -59,8 +59,12 @@ class LogManager:
         self._last_rp_checkpoint_ms = clock_ms()
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
+        # Partitions per log dir, kept up to date so that placing a new partition is O(number
+        # of dirs), not a scan of every open log (that made creating N partitions O(N^2)).
+        self._dir_counts: dict[Path, int] = {}
         self._lock_fds: list[int] = []
         self.log_dirs = [Path(d) for d in log_dirs]
+        self._dir_counts = {d: 0 for d in self.log_dirs}
         try:
             for d in self.log_dirs:
                 self._lock_dir(d)
@@ -99,6 +103,7 @@ class LogManager:
                                         f"{self._logs[key].dir} and {entry.path}")
             self._logs[key] = Log.open(Path(entry.path), self.default_config, topic=key[0],
                                        partition=key[1], clock_ms=self.clock_ms)
+            self._dir_counts[d] += 1
 
     def _merged(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
         merged = dict(self.default_config)
@@ -119,15 +124,11 @@ class LogManager:
                 if config is not None:
                     existing.update_config(self._merged(config))
                 return existing
-            counts = {d: 0 for d in self.log_dirs}
-            for lg in self._logs.values():
-                parent = lg.dir.parent
-                if parent in counts:
-                    counts[parent] += 1
-            target = min(self.log_dirs, key=lambda d: counts[d])
+            target = min(self.log_dirs, key=lambda d: self._dir_counts[d])
             lg = Log.open(target / f"{topic}-{partition}", self._merged(config), topic=topic,
                           partition=partition, clock_ms=self.clock_ms)
             self._logs[(topic, partition)] = lg
+            self._dir_counts[target] += 1
             return lg
 
     def get(self, topic: str, partition: int) -> Log | None:
@@ -138,6 +139,8 @@ class LogManager:
         """Remove the partition's log and its directory; False when there was none."""
         with self._lock:
             lg = self._logs.pop((topic, partition), None)
+            if lg is not None and lg.dir.parent in self._dir_counts:
+                self._dir_counts[lg.dir.parent] -= 1
         if lg is None:
             return False
         lg.close()
@@ -189,6 +192,7 @@ class LogManager:
         with self._lock:
             logs = list(self._logs.values())
             self._logs.clear()
+            self._dir_counts = {d: 0 for d in self.log_dirs}
         for lg in logs:
             try:
                 lg.close()

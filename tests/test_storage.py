@@ -681,6 +681,26 @@ def test_log_manager_spreads_partitions_reloads_them_and_deletes_directories(tmp
     manager.close()
 
 
+def test_log_manager_places_new_partitions_in_the_emptiest_dir_after_deletes_and_reloads(tmp_path):
+    # The per-dir counts are kept incrementally (placement must not scan every open log): they
+    # have to stay right across deletes and across a reload of an unbalanced layout.
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    manager = LogManager(dirs, {})
+    placed = {p: manager.get_or_create("t", p).dir.parent.name for p in range(6)}
+    assert sorted(placed.values()) == ["a", "a", "a", "b", "b", "b"]
+    for p in [p for p, d in placed.items() if d == "a"]:
+        manager.delete("t", p)
+    assert [manager.get_or_create("u", p).dir.parent.name for p in range(3)] == ["a", "a", "a"]
+    for p in range(3):
+        manager.delete("u", p)
+    manager.close()
+    manager = LogManager(dirs, {})  # reload: a holds 0 partitions, b holds 3
+    # ties go to the first dir listed
+    assert [manager.get_or_create("v", p).dir.parent.name for p in range(4)] == ["a", "a", "a", "a"]
+    assert manager.get_or_create("w", 0).dir.parent.name == "b"
+    manager.close()
+
+
 def test_log_manager_maintenance_applies_retention_flush_and_checkpoints(tmp_path):
     now = [1_000_000]
     manager = LogManager([str(tmp_path)], {"segment.bytes": 600, "retention.ms": 1000,
