@@ -582,16 +582,23 @@ class Log:
             return FetchData(records, first_offset if records else fetch_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(base offset, max timestamp) of the first batch whose max_timestamp >= ``timestamp_ms``,
-        or None when there is none."""
+        """(offset, timestamp) of the earliest record at or past the log start offset whose
+        timestamp is >= ``timestamp_ms`` (Kafka's ListOffsets by timestamp), or None when there
+        is none. Only the one batch holding that record is decoded."""
         with self._lock:
             self._check_usable()
-            for seg in self._segments:
-                if seg.max_timestamp >= timestamp_ms:
-                    found = seg.find_by_timestamp(timestamp_ms)
-                    if found is not None:
-                        offset, ts = found
-                        return max(offset, self.log_start_offset), ts
+            try:
+                for seg in self._segments:
+                    if seg.max_timestamp >= timestamp_ms and seg.next_offset > self.log_start_offset:
+                        found = seg.find_by_timestamp(timestamp_ms, self.log_start_offset)
+                        if found is not None:
+                            return found
+            except CorruptRecordError as error:
+                raise self._error(KafkaStorageError, f"looking up timestamp {timestamp_ms}: "
+                                  f"{error.message}") from error
+            except OSError as error:
+                raise self._error(KafkaStorageError, f"looking up timestamp {timestamp_ms} in "
+                                  f"{self.dir}: {error.strerror or error}") from error
             return None
 
     # --- high watermark, flush ---------------------------------------------------------------

@@ -28,6 +28,7 @@ from client.protocol.records import (
     BATCH_OVERHEAD_BYTES,
     LOG_OVERHEAD_BYTES,
     BatchHeader,
+    decode_batch,
     read_header,
     validate_batch,
 )
@@ -187,15 +188,25 @@ class LogSegment:
                 return pos, header
         return None
 
-    def find_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(base offset, max timestamp) of the first batch with max_timestamp >= ``timestamp``."""
+    def find_by_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
+        """(offset, timestamp) of the earliest record at or past ``min_offset`` whose timestamp is
+        >= ``timestamp`` (Kafka's ListOffsets by timestamp), or None.
+
+        The time index and batch headers (max_timestamp) find the first batch that can hold
+        such a record without decoding anything; only that batch is then decoded (CRC checked),
+        because record timestamps inside a batch need not be in order.
+        """
         if self.max_timestamp < timestamp:
             return None
         start_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(start_offset)
-        for _, header in self.scan_headers(position):
-            if header.max_timestamp >= timestamp:
-                return header.base_offset, header.max_timestamp
+        _, position = self.offset_index.lookup(max(start_offset, min_offset))
+        for pos, header in self.scan_headers(position):
+            if header.max_timestamp < timestamp or header.last_offset < min_offset:
+                continue
+            _, records = decode_batch(self.pread(pos, header.size), 0)
+            for record in records:
+                if record.offset >= min_offset and record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
         return None
 
     def largest_timestamp(self) -> int:

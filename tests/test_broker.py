@@ -287,6 +287,14 @@ def test_list_offsets_gives_earliest_latest_and_by_timestamp(cluster):
     assert list_offset(-1)["offset"] == 3
     assert list_offset(2_000)["offset"] == 1
     assert list_offset(9_000)["offset"] == -1
+    # inside one batch: the earliest record reaching the timestamp, with its own timestamp
+    builder = BatchBuilder(batch_size=1 << 20)
+    for ts in (6_000, 8_000, 7_000):  # offsets 3, 4, 5
+        builder.append(ts, None, b"x")
+    produce(address, "offsets", builder.build())
+    assert (list_offset(7_500)["offset"], list_offset(7_500)["timestamp"]) == (4, 8_000)
+    assert (list_offset(6_500)["offset"], list_offset(6_500)["timestamp"]) == (4, 8_000)
+    assert (list_offset(5_500)["offset"], list_offset(5_500)["timestamp"]) == (3, 6_000)
 
 
 def test_offsets_for_leader_epoch_gives_where_an_epoch_ends(cluster):

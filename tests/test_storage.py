@@ -140,16 +140,41 @@ def test_max_offset_hides_batches_at_or_past_the_high_watermark(tmp_path):
     assert lg.read(4, 1 << 20, max_offset=4).records == b""
 
 
-def test_offset_for_timestamp_finds_the_first_batch_reaching_the_timestamp(tmp_path):
+def test_offset_for_timestamp_finds_the_earliest_record_reaching_the_timestamp(tmp_path):
     lg = open_log(tmp_path, segment_bytes=400, index_interval_bytes=0)
     for i in range(20):
         lg.append_as_leader(make_batch(2, ts=10_000 + 100 * i), 0)  # batch i: ts 10000+100i, +1
     assert len(lg.segments) > 3
-    assert lg.offset_for_timestamp(0) == (0, 10_001)
-    assert lg.offset_for_timestamp(10_001) == (0, 10_001)
-    assert lg.offset_for_timestamp(10_002) == (2, 10_101)
-    assert lg.offset_for_timestamp(11_901) == (38, 11_901)
+    assert lg.offset_for_timestamp(0) == (0, 10_000)
+    assert lg.offset_for_timestamp(10_001) == (1, 10_001)  # the record, not its batch's start
+    assert lg.offset_for_timestamp(10_002) == (2, 10_100)
+    assert lg.offset_for_timestamp(11_901) == (39, 11_901)
     assert lg.offset_for_timestamp(11_902) is None
+
+
+def test_offset_for_timestamp_looks_inside_a_batch_whose_timestamps_are_out_of_order(tmp_path):
+    # Kafka's rule: the earliest offset whose timestamp >= the target, even when a later record
+    # of the same batch carries a smaller timestamp; compressed batches are decoded the same way.
+    for compression in (0, 3):
+        lg = Log.open(tmp_path / f"c{compression}-0", {}, topic="c", partition=0)
+        lg.append_as_leader(make_batch(2, ts=100), 0)  # offsets 0, 1: ts 100, 101
+        builder = BatchBuilder(batch_size=1 << 20, compression_type=compression)
+        for ts in (500, 900, 300, 700):  # offsets 2..5
+            builder.append(ts, None, b"v")
+        lg.append_as_leader(builder.build(), 0)
+        assert lg.offset_for_timestamp(400) == (2, 500)
+        assert lg.offset_for_timestamp(600) == (3, 900)
+        assert lg.offset_for_timestamp(200) == (2, 500)
+        assert lg.offset_for_timestamp(901) is None
+        lg.close()
+
+
+def test_offset_for_timestamp_under_log_append_time_answers_the_batch_stamp(tmp_path):
+    lg = Log.open(tmp_path / "t-0", {"message.timestamp.type": "LogAppendTime"}, topic="t",
+                  partition=0, clock_ms=lambda: 50_000)
+    lg.append_as_leader(make_batch(3, ts=5), 0)
+    assert lg.offset_for_timestamp(6) == (0, 50_000)
+    assert lg.offset_for_timestamp(50_001) is None
 
 
 def test_log_append_time_stamps_batches_with_the_log_clock(tmp_path):
@@ -298,7 +323,7 @@ def test_missing_or_bad_indexes_are_rebuilt_on_open(tmp_path, clean, damage):
             path.write_bytes(path.read_bytes()[:5])
     lg = open_log(tmp_path, segment_bytes=3000, index_interval_bytes=0)
     assert read_all(lg) == expected
-    assert lg.offset_for_timestamp(20_000) == (40, 20_001)
+    assert lg.offset_for_timestamp(20_000) == (40, 20_000)
     assert all(len(s.offset_index) > 5 for s in lg.segments[:-1])
     assert all((tmp_path / "topic-0" / f"{s.base_offset:020d}.index").exists() for s in lg.segments)
 
