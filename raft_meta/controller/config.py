@@ -108,6 +108,30 @@ SERVER_CONFIGS = (
     .define("controlled.shutdown.timeout.ms", "int", 5000,
             "On SIGTERM a broker asks to be fenced first so leadership moves away, waiting at most this long.",
             between(0, 300_000))
+    # -- group coordinator (brokers; docs/consumer-groups.md): Kafka's names and defaults ----
+    .define("offsets.topic.num.partitions", "int", 50,
+            "Partitions of __consumer_offsets (fixed once the topic exists).", between(1, 1000))
+    .define("offsets.topic.replication.factor", "int", 3,
+            "Replication factor of __consumer_offsets (fewer when fewer brokers are unfenced).", between(1, 32))
+    .define("offsets.topic.segment.bytes", "int", 104_857_600, "segment.bytes of __consumer_offsets.",
+            at_least(1024))
+    .define("offsets.retention.minutes", "int", 10_080,
+            "Committed offsets of a group that has been empty this long are dropped.", at_least(1))
+    .define("offsets.retention.check.interval.ms", "long", 600_000,
+            "How often the coordinator expires old offsets and rewrites the live ones.", at_least(1))
+    .define("offsets.commit.timeout.ms", "int", 5000,
+            "How long an offset commit waits for the ISR of __consumer_offsets.", between(1, 300_000))
+    .define("offsets.load.buffer.size", "int", 5_242_880,
+            "Bytes read at a time when a coordinator loads a __consumer_offsets partition.", at_least(1024))
+    .define("offset.metadata.max.bytes", "int", 4096, "Largest metadata string of one committed offset.",
+            at_least(0))
+    .define("group.min.session.timeout.ms", "int", 6000, "Smallest session_timeout_ms a member may ask for.",
+            at_least(1))
+    .define("group.max.session.timeout.ms", "int", 1_800_000, "Largest session_timeout_ms a member may ask for.",
+            at_least(1))
+    .define("group.initial.rebalance.delay.ms", "int", 3000,
+            "An empty group waits this long for more members before its first rebalance completes.",
+            between(0, 300_000))
 )
 
 
