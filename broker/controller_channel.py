@@ -47,14 +47,9 @@ class ControllerChannel:
         if connection is None:
             connection = self._connections[address] = PeerConnection(address, client_id=self.client_id,
                                                                      max_frame_bytes=FRAME_BYTES_MAX)
-        try:
-            return await connection.request(api_key, body, timeout_ms=timeout_ms)
-        except RequestTimedOutError:
-            # A paused or overloaded controller: start afresh next time rather than queue behind
-            # answers that may never come.
-            await connection.close()
-            self._connections.pop(address, None)
-            raise
+        # A timeout closes the connection (a paused controller must not leave later requests
+        # queued behind answers that may never come); the next call reopens it after a backoff.
+        return await connection.request(api_key, body, timeout_ms=timeout_ms)
 
     async def _call_once(self, address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
         """One request on its own connection. A failure to connect is safe to retry elsewhere;

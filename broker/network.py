@@ -4,40 +4,112 @@ The listener is ``transport.Server`` (per-request tasks started in arrival order
 arrival order, backpressure past ``queued.max.requests`` in flight per connection, bad frames
 close one connection). Outgoing, :class:`PeerConnection` keeps one pipelined
 ``transport.Connection`` to a peer and reopens it after a failure.
+
+A request that times out closes the connection (as Kafka's NetworkClient disconnects on a
+request timeout): a frozen (SIGSTOPped) or black-holed peer would otherwise keep every
+in-flight slot of that connection taken by answers that never come, and each later request
+would queue behind them. Reopening after a failure waits a reconnect backoff that doubles per
+consecutive failure, from ``reconnect_backoff_ms`` up to ``reconnect_backoff_max_ms`` (Kafka's
+names and defaults), with +-20% jitter so that many fetchers do not redial in step.
 """
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import random
+import time
+from typing import Any, Final
 
+from client.protocol.errors import NetworkExceptionError, RequestTimedOutError
 from client.protocol.transport import Connection, Request, Response, Server
 
 __all__ = ["PeerConnection", "Request", "Response", "Server"]
 
+RECONNECT_BACKOFF_MS_DEFAULT: Final = 50  # reconnect.backoff.ms
+RECONNECT_BACKOFF_MAX_MS_DEFAULT: Final = 1000  # reconnect.backoff.max.ms
+RECONNECT_JITTER: Final = 0.2
+
 
 class PeerConnection:
-    """A connection to ``host:port`` opened on first use and reopened after it breaks.
+    """A connection to ``host:port`` opened on first use, closed when a request times out or the
+    connection fails, and reopened (after the reconnect backoff) by the next request.
     Failures raise NetworkExceptionError / RequestTimedOutError (both retriable)."""
 
     def __init__(self, address: str, *, client_id: str, max_frame_bytes: int,
-                 connect_timeout_ms: int = 5000) -> None:
+                 connect_timeout_ms: int = 5000,
+                 reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
+                 reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
+                 rng: random.Random | None = None) -> None:
         self.address = address
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_ms = connect_timeout_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.reconnect_backoff_max_ms = max(reconnect_backoff_max_ms, reconnect_backoff_ms)
+        self._rng = rng or random.Random()
         self._connection: Connection | None = None
+        self._opening = asyncio.Lock()  # concurrent first requests share one new connection
+        self._failures = 0  # consecutive failed connects or requests
+        self._retry_at = 0.0  # monotonic time before which no new connection is opened
+        self.disconnects = 0  # connections dropped after a failure or timeout (for tests, metrics)
+
+    def backoff_ms(self) -> float:
+        """The reconnect backoff after the current number of consecutive failures (0 when none)."""
+        if self._failures == 0:
+            return 0.0
+        base = min(self.reconnect_backoff_ms * 2 ** min(self._failures - 1, 30), self.reconnect_backoff_max_ms)
+        return base * self._rng.uniform(1 - RECONNECT_JITTER, 1 + RECONNECT_JITTER)
+
+    def _note_failure(self) -> None:
+        self._failures += 1
+        self._retry_at = time.monotonic() + self.backoff_ms() / 1000
+
+    async def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
+
+    async def _open(self, timeout_ms: int) -> Connection:
+        wait_s = self._retry_at - time.monotonic()
+        if wait_s > 0:
+            if wait_s * 1000 >= timeout_ms:
+                raise NetworkExceptionError(f"{self.address}: reconnecting after {self._failures} failure(s); "
+                                            f"next attempt in {wait_s * 1000:.0f} ms")
+            await asyncio.sleep(wait_s)
+            timeout_ms -= int(wait_s * 1000)
+        host, _, port = self.address.rpartition(":")
+        try:
+            return await Connection.open(host, int(port), client_id=self.client_id,
+                                         connect_timeout_ms=max(1, min(self.connect_timeout_ms, timeout_ms)),
+                                         max_frame_bytes=self.max_frame_bytes,
+                                         request_timeout_ms=timeout_ms)
+        except (NetworkExceptionError, RequestTimedOutError):
+            self._note_failure()
+            raise
 
     async def request(self, api_key: int, body: Any, *, timeout_ms: int) -> tuple[int, Any]:
         """Send one request on the (re)opened connection; (error_code, body)."""
         if self._connection is None or self._connection.closed:
-            host, _, port = self.address.rpartition(":")
-            self._connection = await Connection.open(host, int(port), client_id=self.client_id,
-                                                     connect_timeout_ms=min(self.connect_timeout_ms, timeout_ms),
-                                                     max_frame_bytes=self.max_frame_bytes,
-                                                     request_timeout_ms=timeout_ms)
-        return await self._connection.request(api_key, body, timeout_ms=timeout_ms)
+            started = time.monotonic()
+            try:
+                async with asyncio.timeout(timeout_ms / 1000), self._opening:
+                    if self._connection is None or self._connection.closed:
+                        self._connection = None
+                        self._connection = await self._open(timeout_ms)
+            except TimeoutError:
+                raise RequestTimedOutError(f"connecting to {self.address} took over {timeout_ms} ms") from None
+            timeout_ms = max(1, timeout_ms - int((time.monotonic() - started) * 1000))
+        connection = self._connection
+        try:
+            answer = await connection.request(api_key, body, timeout_ms=timeout_ms)
+        except (RequestTimedOutError, NetworkExceptionError):
+            if self._connection is connection:  # not already dropped by a concurrent request
+                self._note_failure()
+                self.disconnects += 1
+                await self._drop()
+            raise
+        self._failures = 0
+        return answer
 
     async def close(self) -> None:
         """Close the connection, if open."""
-        if self._connection is not None:
-            await self._connection.close()
-            self._connection = None
+        await self._drop()
