@@ -1,0 +1,227 @@
+"""The checker: reads a history (chaos/history.py) and tests each invariant on its own.
+
+The final read (the whole log of every partition, read after every fault healed) is the truth.
+Checks, each with a count and the first examples:
+
+- **lost**: a send acknowledged (ok) whose value is not in the final log.
+- **duplicate**: one value at two or more offsets, in the final log or across consumer reads.
+- **inconsistent_offsets**: one offset of a partition seen holding two different values, across
+  acknowledgements, consumer reads and the final log.
+- **reordered**: for one producer and one partition, two acknowledged values whose final offsets
+  are in the opposite order of their sends (or whose acknowledged offsets are).
+- **uncommitted_read**: a consumer returned a record whose value is not in the final log (it
+  read data that was later truncated: past the high watermark, or from a deposed leader).
+- **nonmonotonic_commits**: a partition's committed offset went back: successive commits of
+  one consumer, or committed offsets read back (OffsetFetch) one after another in real time.
+- **phantom**: the final log holds a value that no producer ever sent (corruption).
+
+Writes whose outcome is unknown (info) or failed may be present or absent; they are only held
+to the duplicate and offset checks. ``valid`` is true when every count is 0 and a final read
+exists.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+EXAMPLES_MAX = 5
+CHECKS = ("lost", "duplicate", "inconsistent_offsets", "reordered", "uncommitted_read",
+          "nonmonotonic_commits", "phantom")
+
+
+@dataclass
+class Anomalies:
+    """One check's result: how many, and the first examples."""
+
+    count: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, example: dict[str, Any]) -> None:
+        self.count += 1
+        if len(self.examples) < EXAMPLES_MAX:
+            self.examples.append(example)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "examples": self.examples}
+
+
+@dataclass
+class Verdict:
+    """Result of ``check``: ``valid``, per-check anomalies, and counts of what was checked."""
+
+    valid: bool
+    anomalies: dict[str, Anomalies]
+    stats: dict[str, Any]
+    problems: list[str] = field(default_factory=list)  # why the history could not be checked fully
+
+    def to_json(self) -> dict[str, Any]:
+        return {"valid": self.valid, "anomalies": {k: v.to_json() for k, v in self.anomalies.items()},
+                "stats": self.stats, "problems": self.problems}
+
+    def summary_lines(self) -> list[str]:
+        lines = [f"verdict: {'VALID' if self.valid else 'INVALID'}"]
+        s = self.stats
+        lines.append(f"  sends: {s.get('sends', 0)} invoked, {s.get('acked', 0)} ok, {s.get('failed', 0)} fail, "
+                     f"{s.get('unknown', 0)} info; final log: {s.get('final_records', 0)} records; "
+                     f"consumer reads: {s.get('reads', 0)}; commits: {s.get('commits', 0)}")
+        for name in CHECKS:
+            result = self.anomalies[name]
+            mark = "ok " if result.count == 0 else "BAD"
+            lines.append(f"  [{mark}] {name}: {result.count}")
+            for example in result.examples[:2]:
+                lines.append(f"        e.g. {example}")
+        lines.extend(f"  problem: {p}" for p in self.problems)
+        return lines
+
+
+def check(ops: Iterable[dict[str, Any]]) -> Verdict:
+    """Run every check over a history (a list of ops as chaos/history.py describes)."""
+    ops = list(ops)
+    anomalies = {name: Anomalies() for name in CHECKS}
+    problems: list[str] = []
+
+    invoked: dict[str, dict[str, Any]] = {}  # value -> its invoke
+    acked: list[dict[str, Any]] = []  # ok sends
+    outcome: dict[str, str] = {}
+    reads: list[tuple[str, float, int, int, str]] = []  # (process, time, partition, offset, value)
+    commits: list[dict[str, Any]] = []
+    fetched: list[dict[str, Any]] = []
+    final: dict[str, Any] | None = None
+    for op in ops:
+        f, kind = op.get("f"), op.get("type")
+        if f == "send":
+            if kind == "invoke":
+                invoked[op["value"]] = op
+            else:
+                outcome[op["value"]] = kind
+                if kind == "ok":
+                    acked.append(op)
+        elif f == "poll" and kind == "ok":
+            for partition, offset, value in op.get("records", []):
+                reads.append((op["process"], op["time"], int(partition), int(offset), value))
+        elif f == "commit":
+            commits.append(op)
+        elif f == "committed" and kind == "ok":
+            fetched.append(op)
+        elif f == "final" and kind == "ok":
+            final = op
+
+    # The final log: value -> positions, (partition, offset) -> value.
+    final_positions: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    final_at: dict[tuple[int, int], str] = {}
+    final_records = 0
+    if final is None:
+        problems.append("no final read in the history: lost writes cannot be told apart")
+    else:
+        for partition, records in final.get("records", {}).items():
+            for offset, value in records:
+                final_positions[value].append((int(partition), int(offset)))
+                final_at[int(partition), int(offset)] = value
+                final_records += 1
+
+    # lost
+    if final is not None:
+        for op in acked:
+            if op["value"] not in final_positions:
+                anomalies["lost"].add({"value": op["value"], "partition": op.get("partition"),
+                                       "offset": op.get("offset"), "acked_at": op["time"], "process": op["process"]})
+
+    # duplicate: a value at more than one offset, in the final log or across reads
+    read_positions: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for _process, _t, partition, offset, value in reads:
+        read_positions[value].add((partition, offset))
+    for value in sorted(set(final_positions) | set(read_positions)):
+        in_final = sorted(set(final_positions.get(value, ())))
+        in_reads = sorted(read_positions.get(value, ()))
+        if len(in_final) > 1 or len(in_reads) > 1:
+            anomalies["duplicate"].add({"value": value, "final_offsets": in_final, "read_offsets": in_reads})
+
+    # inconsistent offsets: two values at one (partition, offset)
+    seen_at: dict[tuple[int, int], dict[str, str]] = defaultdict(dict)  # position -> value -> first source
+    for op in acked:
+        if op.get("offset") is not None and op.get("offset", -1) >= 0:
+            seen_at[int(op["partition"]), int(op["offset"])].setdefault(op["value"], f"ack by {op['process']}")
+    for process, _t, partition, offset, value in reads:
+        seen_at[partition, offset].setdefault(value, f"read by {process}")
+    for position, value in final_at.items():
+        seen_at[position].setdefault(value, "final log")
+    for (partition, offset), values in sorted(seen_at.items()):
+        if len(values) > 1:
+            anomalies["inconsistent_offsets"].add({"partition": partition, "offset": offset, "values": values})
+
+    # reordered: per producer and partition, acknowledged sends in send order
+    by_producer: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for op in acked:
+        invoke = invoked.get(op["value"])
+        order = invoke["index"] if invoke is not None else op["index"]
+        by_producer[op["process"], int(op["partition"])].append((order, op))
+    for (process, partition), sends in sorted(by_producer.items()):
+        sends.sort(key=lambda pair: pair[0])
+        previous: tuple[int, int, str] | None = None  # (final offset, ack offset, value)
+        for _order, op in sends:
+            positions = [o for p, o in final_positions.get(op["value"], ()) if p == partition]
+            final_offset = min(positions) if positions else None
+            ack_offset = op.get("offset", -1)
+            if previous is not None:
+                prev_final, prev_ack, prev_value = previous
+                if ((final_offset is not None and prev_final is not None and final_offset <= prev_final) or
+                        (ack_offset >= 0 and prev_ack >= 0 and ack_offset <= prev_ack)):
+                    anomalies["reordered"].add({"process": process, "partition": partition,
+                                                "sent_first": prev_value, "at": [prev_final, prev_ack],
+                                                "sent_later": op["value"], "later_at": [final_offset, ack_offset]})
+            if final_offset is not None or ack_offset >= 0:
+                previous = (final_offset if final_offset is not None else -1, ack_offset, op["value"])
+
+    # uncommitted read: a consumer saw a value the final log does not hold
+    if final is not None:
+        for process, t, partition, offset, value in reads:
+            if value not in final_positions:
+                anomalies["uncommitted_read"].add({"process": process, "partition": partition, "offset": offset,
+                                                   "value": value, "read_at": t})
+
+    # non-monotonic committed offsets
+    last_commit: dict[tuple[str, str, int], tuple[int, float]] = {}
+    for op in sorted((c for c in commits if c.get("type") == "ok"), key=lambda c: c["time"]):
+        for partition, offset in op.get("offsets", {}).items():
+            key = (op["process"], op.get("group", ""), int(partition))
+            before = last_commit.get(key)
+            if before is not None and offset < before[0]:
+                anomalies["nonmonotonic_commits"].add({"process": op["process"], "group": op.get("group"),
+                                                       "partition": int(partition), "committed": before[0],
+                                                       "then": offset, "at": op["time"]})
+            last_commit[key] = (offset, op["time"])
+    # Two reads that did not overlap in time must not go back (``invoked_at``: when the read
+    # started; without it the read is taken as instantaneous).
+    spans = []
+    for op in fetched:
+        started = op.get("invoked_at", op["time"])
+        spans.append((started, op["time"], op))
+    spans.sort(key=lambda s: s[1])
+    highest: dict[tuple[str, int], tuple[int, float]] = {}  # (group, partition) -> (offset, completed)
+    for started, completed, op in spans:
+        for partition, offset in op.get("offsets", {}).items():
+            if offset is None or offset < 0:
+                continue
+            key = (op.get("group", ""), int(partition))
+            before = highest.get(key)
+            if before is not None and offset < before[0] and before[1] < started:
+                anomalies["nonmonotonic_commits"].add({"process": op["process"], "group": op.get("group"),
+                                                       "partition": int(partition), "read_before": before[0],
+                                                       "read_now": offset, "at": completed})
+            if before is None or offset >= before[0]:
+                highest[key] = (offset, completed)
+
+    # phantom: in the final log but never sent
+    if final is not None:
+        for value, positions in final_positions.items():
+            if value not in invoked:
+                anomalies["phantom"].add({"value": value, "positions": sorted(positions)})
+
+    stats = {"sends": len(invoked), "acked": len(acked),
+             "failed": sum(1 for k in outcome.values() if k == "fail"),
+             "unknown": sum(1 for k in outcome.values() if k == "info") + sum(1 for v in invoked if v not in outcome),
+             "final_records": final_records, "reads": len(reads),
+             "commits": sum(1 for c in commits if c.get("type") == "ok"), "committed_reads": len(fetched)}
+    valid = final is not None and all(a.count == 0 for a in anomalies.values())
+    return Verdict(valid, anomalies, stats, problems)

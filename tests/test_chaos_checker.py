@@ -1,0 +1,205 @@
+"""The checker finds each anomaly in a hand-made history, and only that one; a clean history
+is valid. Each test builds the smallest history showing one anomaly."""
+from __future__ import annotations
+
+import pytest
+
+from chaos.checker import CHECKS, check
+from chaos.history import HistoryWriter, read_history, write_history
+
+
+class Builder:
+    """Builds a history: sends (invoke + outcome), polls, commits, a final read."""
+
+    def __init__(self) -> None:
+        self.ops: list[dict] = []
+        self.t = 0.0
+
+    def op(self, process: str, type: str, f: str, **fields) -> dict:
+        self.t += 0.01
+        op = {"index": len(self.ops), "time": round(self.t, 3), "process": process, "type": type, "f": f, **fields}
+        self.ops.append(op)
+        return op
+
+    def send(self, process: str, value: str, partition: int, offset: int | None, outcome: str = "ok") -> None:
+        self.op(process, "invoke", "send", value=value, partition=partition)
+        if outcome == "ok":
+            self.op(process, "ok", "send", value=value, partition=partition, offset=offset)
+        elif outcome in ("fail", "info"):
+            self.op(process, outcome, "send", value=value, partition=partition, error="RequestTimedOut")
+
+    def poll(self, process: str, *records: tuple[int, int, str]) -> None:
+        self.op(process, "ok", "poll", records=[list(r) for r in records])
+
+    def final(self, **partitions: list[str]) -> None:
+        records = {int(p[1:]): [[o, v] for o, v in enumerate(values)] for p, values in partitions.items()}
+        self.op("final", "ok", "final", log_start={p: 0 for p in records}, records=records)
+
+
+def clean() -> Builder:
+    b = Builder()
+    b.send("p0", "a", 0, 0)
+    b.send("p0", "b", 0, 1)
+    b.send("p1", "c", 1, 0)
+    b.send("p1", "d", 1, 1, outcome="info")  # unknown outcome, happened to be written
+    b.send("p1", "e", 1, None, outcome="info")  # unknown outcome, not written
+    b.poll("c0", (0, 0, "a"), (0, 1, "b"), (1, 0, "c"))
+    b.poll("c0", (0, 0, "a"))  # re-reading the same record is fine
+    b.final(p0=["a", "b"], p1=["c", "d"])
+    return b
+
+
+def only(verdict, name: str) -> None:
+    counts = {k: v.count for k, v in verdict.anomalies.items()}
+    assert not verdict.valid
+    assert counts[name] > 0, counts
+    assert all(c == 0 for k, c in counts.items() if k != name), counts
+    assert verdict.anomalies[name].examples
+
+
+def test_a_clean_history_is_valid():
+    verdict = check(clean().ops)
+    assert verdict.valid, verdict.summary_lines()
+    assert verdict.stats["acked"] == 3 and verdict.stats["unknown"] == 2 and verdict.stats["final_records"] == 4
+
+
+def test_an_acknowledged_write_missing_from_the_final_log_is_lost():
+    b = clean()
+    b.ops.pop()  # redo the final read without "b"
+    b.final(p0=["a"], p1=["c", "d"])
+    b.ops = [op for op in b.ops if not (op["f"] == "poll" and any(r[2] == "b" for r in op["records"]))]
+    verdict = check(b.ops)
+    only(verdict, "lost")
+    assert verdict.anomalies["lost"].examples[0]["value"] == "b"
+
+
+def test_one_value_at_two_offsets_is_a_duplicate():
+    b = clean()
+    b.ops.pop()
+    b.final(p0=["a", "b", "b"], p1=["c", "d"])
+    verdict = check(b.ops)
+    only(verdict, "duplicate")
+    assert verdict.anomalies["duplicate"].examples[0]["final_offsets"] == [(0, 1), (0, 2)]
+
+
+def test_two_values_at_one_offset_are_inconsistent():
+    b = clean()
+    b.poll("c1", (1, 1, "c"))  # c is at offset 0; a reader saw it at 1 too -> also a duplicate read
+    verdict = check(b.ops)
+    assert verdict.anomalies["inconsistent_offsets"].count == 1
+    example = verdict.anomalies["inconsistent_offsets"].examples[0]
+    assert example["partition"] == 1 and example["offset"] == 1 and set(example["values"]) == {"c", "d"}
+    # the ack offset disagreeing with the final log alone:
+    b = clean()
+    for op in b.ops:
+        if op["f"] == "send" and op["type"] == "ok" and op["value"] == "c":
+            op["offset"] = 1  # acknowledged at offset 1, but "d" is there
+    verdict = check(b.ops)
+    assert verdict.anomalies["inconsistent_offsets"].count == 1
+
+
+def test_a_producers_acknowledged_order_reversed_in_the_log_is_reordering():
+    b = Builder()
+    b.send("p0", "a", 0, 0)
+    b.send("p0", "b", 0, 1)
+    b.send("p1", "x", 0, 2)
+    b.final(p0=["b", "a", "x"])  # a was sent (and acknowledged) first but sits after b
+    verdict = check(b.ops)
+    assert verdict.anomalies["reordered"].count == 1
+    example = verdict.anomalies["reordered"].examples[0]
+    assert example["sent_first"] == "a" and example["sent_later"] == "b" and example["process"] == "p0"
+
+
+def test_another_producers_interleaving_is_not_reordering():
+    b = Builder()
+    b.send("p0", "a", 0, 1)
+    b.send("p1", "x", 0, 0)  # p1 sent later but landed earlier: different producers, fine
+    b.final(p0=["x", "a"])
+    assert check(b.ops).valid
+
+
+def test_a_consumer_that_saw_a_record_absent_from_the_final_log_read_uncommitted_data():
+    b = clean()
+    b.poll("c1", (0, 2, "z"))  # never acknowledged, never in the final log
+    b.send("p2", "z", 0, None, outcome="info")
+    verdict = check(b.ops)
+    only(verdict, "uncommitted_read")
+    assert verdict.anomalies["uncommitted_read"].examples[0]["value"] == "z"
+
+
+def test_committed_offsets_going_back_are_non_monotonic():
+    b = clean()
+    b.op("c0", "ok", "commit", group="g", offsets={0: 2})
+    b.op("c0", "ok", "commit", group="g", offsets={0: 1})  # the same consumer commits lower
+    verdict = check(b.ops)
+    only(verdict, "nonmonotonic_commits")
+
+    b = clean()
+    b.op("c0", "ok", "committed", group="g", offsets={0: 2}, invoked_at=b.t)
+    start = b.t + 0.005
+    b.op("c1", "ok", "committed", group="g", offsets={0: 1}, invoked_at=start)  # read back lower, later
+    verdict = check(b.ops)
+    only(verdict, "nonmonotonic_commits")
+
+    b = clean()  # overlapping reads may be ordered either way
+    b.op("c0", "ok", "committed", group="g", offsets={0: 2}, invoked_at=0.0)
+    b.op("c1", "ok", "committed", group="g", offsets={0: 1}, invoked_at=0.0)
+    assert check(b.ops).valid
+
+
+def test_a_value_nobody_sent_is_a_phantom():
+    b = clean()
+    b.ops.pop()
+    b.final(p0=["a", "b"], p1=["c", "d", "garbage"])
+    only(check(b.ops), "phantom")
+
+
+def test_without_a_final_read_the_history_is_not_valid():
+    b = clean()
+    b.ops.pop()
+    verdict = check(b.ops)
+    assert not verdict.valid and verdict.problems
+    assert all(a.count == 0 for a in verdict.anomalies.values())
+
+
+def test_failed_and_unknown_writes_may_be_absent():
+    b = Builder()
+    b.send("p0", "a", 0, 0)
+    b.send("p0", "f", 0, None, outcome="fail")
+    b.send("p0", "i", 0, None, outcome="info")
+    b.send("p0", "never-answered", 0, None, outcome="none")
+    b.final(p0=["a"])
+    verdict = check(b.ops)
+    assert verdict.valid and verdict.stats["unknown"] == 2 and verdict.stats["failed"] == 1
+
+
+def test_counts_and_examples_are_bounded(tmp_path):
+    b = Builder()
+    for i in range(50):
+        b.send("p0", f"v{i}", 0, i)
+    b.final(p0=[])
+    verdict = check(b.ops)
+    assert verdict.anomalies["lost"].count == 50 and len(verdict.anomalies["lost"].examples) == 5
+    assert "lost: 50" in "\n".join(verdict.summary_lines())
+
+
+def test_histories_round_trip_through_files(tmp_path):
+    path = tmp_path / "history.jsonl"
+    write_history(path, clean().ops)
+    ops = read_history(path)
+    assert check(ops).valid
+    assert isinstance(next(iter(ops[-1]["records"])), int)  # partition keys back to ints
+    with HistoryWriter(tmp_path / "w.jsonl") as writer:
+        writer.append("p0", "invoke", "send", value="a", partition=0)
+        writer.append("p0", "ok", "send", value="a", partition=0, offset=0)
+        writer.append("final", "ok", "final", log_start={0: 0}, records={0: [[0, "a"]]})
+    with open(tmp_path / "w.jsonl", "a") as file:
+        file.write('{"index": 3, "torn')  # a run killed mid-line
+    ops = read_history(tmp_path / "w.jsonl")
+    assert [op["index"] for op in ops] == [0, 1, 2] and check(ops).valid
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_every_check_is_reported_even_when_zero(name):
+    verdict = check(clean().ops)
+    assert verdict.to_json()["anomalies"][name] == {"count": 0, "examples": []}
