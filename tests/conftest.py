@@ -35,3 +35,19 @@ def cluster_factory(tmp_path):
     finally:
         for cluster in made:
             cluster.close()
+
+
+# Long runs stay out of a plain `pytest` (as scripts/test.sh does with -m): tests marked perf or
+# soak are deselected unless the command line chooses markers itself (`pytest -m perf` runs them).
+_EXCLUDED_BY_DEFAULT = ("perf", "soak")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("markexpr"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if any(item.get_closest_marker(m) for m in _EXCLUDED_BY_DEFAULT) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
