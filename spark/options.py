@@ -1,0 +1,278 @@
+"""Options of the `raftka` data source, with spark-sql-kafka's names, parsed and checked.
+
+Spark hands options over as strings in a case-insensitive map. ``ReadOptions.parse`` and
+``WriteOptions.parse`` check them once, on the driver, and raise ``InvalidOptionError`` naming the
+option, so a typo fails the query at once with a message instead of deep inside a task.
+
+Everything here is plain data and pure functions (no Spark, no network): it is pickled into
+Spark's Python workers and unit-tested without a JVM.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from client import TopicPartition
+
+EARLIEST = -2  # in per-partition JSON offsets, as in Spark's Kafka source
+LATEST = -1
+POLL_TIMEOUT_MS_DEFAULT = 120_000  # kafkaConsumer.pollTimeoutMs: longest wait for a range to progress
+MAX_POLL_RECORDS = 5_000  # records per poll in read(); also the largest Arrow batch
+MAX_PARTITION_FETCH_BYTES = 4 * 1_048_576  # per-partition fetch size in read()
+
+# kafka.* options handed to the client, as its keyword (Kafka's dotted name with '_').
+CONSUMER_PASSTHROUGH = {"client.id", "request.timeout.ms", "fetch.max.bytes", "fetch.min.bytes",
+                        "fetch.max.wait.ms", "max.partition.fetch.bytes", "retry.backoff.ms",
+                        "metadata.max.age.ms", "check.crcs"}
+PRODUCER_PASSTHROUGH = {"client.id", "request.timeout.ms", "linger.ms", "batch.size",
+                        "compression.type", "delivery.timeout.ms", "max.block.ms", "buffer.memory",
+                        "max.request.size", "retry.backoff.ms", "metadata.max.age.ms",
+                        "max.in.flight.requests.per.connection"}
+# Refused as Spark's Kafka source refuses them: the source manages these itself.
+FORBIDDEN = {"auto.offset.reset": "use startingOffsets",
+             "enable.auto.commit": "offsets are tracked in Spark's checkpoint (and committed to group.id)",
+             "key.deserializer": "keys are always binary; cast or parse them in the query",
+             "value.deserializer": "values are always binary; cast or parse them in the query",
+             "key.serializer": "write a binary or string 'key' column",
+             "value.serializer": "write a binary or string 'value' column",
+             "interceptor.classes": "not supported",
+             "enable.idempotence": "the writer always uses the idempotent producer",
+             "acks": "the writer always uses acks=all"}
+
+
+class InvalidOptionError(ValueError):
+    """An option of the `raftka` data source is missing, unknown in its context, or malformed.
+    ``option`` names it."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"raftka option '{option}': {message}")
+        self.option = option
+
+
+def _lower(options: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise InvalidOptionError(name, f"must be true or false, got {raw!r}")
+
+
+def _positive_int(opts: dict[str, str], name: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidOptionError(name, f"must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise InvalidOptionError(name, f"must be a positive integer, got {raw!r}")
+    return value
+
+
+def _bootstrap(opts: dict[str, str]) -> str:
+    servers = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
+    if not servers or not servers.strip():
+        raise InvalidOptionError("kafka.bootstrap.servers",
+                                 "is required (host:port[,host:port...] of the brokers)")
+    return servers.strip()
+
+
+def _client_configs(opts: dict[str, str], allowed: set[str], role: str) -> dict[str, Any]:
+    """kafka.* options -> client keyword arguments; forbidden ones raise, unknown ones too (a
+    silently ignored config is a bug waiting to happen)."""
+    out: dict[str, Any] = {}
+    for key, raw in opts.items():
+        if not key.startswith("kafka.") or key in ("kafka.bootstrap.servers", "kafka.group.id"):
+            continue
+        name = key[len("kafka."):]
+        if name in FORBIDDEN:
+            raise InvalidOptionError(key, f"is not supported: {FORBIDDEN[name]}")
+        if name not in allowed:
+            raise InvalidOptionError(key, f"is not a {role} config the raftka source passes on "
+                                          f"(known: {', '.join('kafka.' + n for n in sorted(allowed))})")
+        value: Any = raw
+        if name == "check.crcs":
+            value = raw.strip().lower() == "true"
+        elif name not in ("client.id", "compression.type"):
+            try:
+                value = int(raw)
+            except ValueError:
+                raise InvalidOptionError(key, f"must be an integer, got {raw!r}") from None
+        out[name.replace(".", "_")] = value
+    return out
+
+
+def parse_offsets_json(name: str, raw: str) -> dict[TopicPartition, int]:
+    """``{"topicA": {"0": 23, "1": -1}, "topicB": {"0": -2}}`` -> {TopicPartition: offset}.
+    -2 means earliest, -1 latest. Raises InvalidOptionError for anything else."""
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise InvalidOptionError(name, f"is neither earliest, latest nor valid JSON ({error.msg} "
+                                       f"at position {error.pos}): {raw!r}") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise InvalidOptionError(name, 'JSON must be an object like {"topic": {"0": 23, "1": -2}}, '
+                                       f"got {raw!r}")
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict) or not parts:
+            raise InvalidOptionError(name, f"topic {topic!r} must map partition numbers to offsets "
+                                           f'(like {{"0": 23}}), got {parts!r}')
+        for part, offset in parts.items():
+            try:
+                index = int(part)
+            except (TypeError, ValueError):
+                index = -1
+            if index < 0:
+                raise InvalidOptionError(name, f"partition {part!r} of topic {topic!r} is not a "
+                                               "partition number")
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
+                raise InvalidOptionError(name, f"offset of {topic}-{index} must be an integer >= 0, "
+                                               f"-2 (earliest) or -1 (latest), got {offset!r}")
+            out[TopicPartition(topic, index)] = offset
+    return out
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """A starting or ending position: ``kind`` is earliest, latest, committed or json (then
+    ``offsets`` holds the per-partition values, -2/-1 included)."""
+
+    kind: str
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, name: str, raw: str | None, default: str, allowed: tuple[str, ...]) -> "OffsetSpec":
+        text = (raw if raw is not None else default).strip()
+        if text.lower() in ("earliest", "latest", "committed"):
+            if text.lower() not in allowed:
+                raise InvalidOptionError(name, f"{text.lower()!r} is not allowed here "
+                                               f"(allowed: {', '.join(allowed)} or per-partition JSON)")
+            return cls(text.lower())
+        return cls("json", parse_offsets_json(name, text))
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which partitions to read: ``subscribe`` (topic names), ``subscribePattern`` (a regular
+    expression matched against whole topic names) or ``assign`` (JSON ``{"topic": [0, 1]}``)."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: tuple[TopicPartition, ...] = ()
+
+    @classmethod
+    def parse(cls, opts: dict[str, str]) -> "Subscription":
+        given = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k, "").strip()]
+        names = {"subscribe": "subscribe", "subscribepattern": "subscribePattern", "assign": "assign"}
+        if len(given) != 1:
+            shown = ", ".join(names[k] for k in given) or "none"
+            raise InvalidOptionError("subscribe", "exactly one of subscribe, subscribePattern or "
+                                                  f"assign must be set (got: {shown})")
+        kind = given[0]
+        raw = opts[kind].strip()
+        if kind == "subscribe":
+            topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+            if not topics:
+                raise InvalidOptionError("subscribe", f"no topic names in {raw!r}")
+            return cls(topics=topics)
+        if kind == "subscribepattern":
+            try:
+                re.compile(raw)
+            except re.error as error:
+                raise InvalidOptionError("subscribePattern", f"is not a valid regular expression: {error}") from None
+            return cls(pattern=raw)
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise InvalidOptionError("assign", f"is not valid JSON ({error.msg}): {raw!r}") from None
+        if not isinstance(parsed, dict) or not parsed or not all(
+                isinstance(v, list) and v and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                                                  for p in v) for v in parsed.values()):
+            raise InvalidOptionError("assign", f'must look like {{"topicA": [0, 1]}}, got {raw!r}')
+        return cls(assign=tuple(sorted(TopicPartition(t, p) for t, ps in parsed.items() for p in set(ps))))
+
+    def describe(self) -> str:
+        if self.pattern is not None:
+            return f"subscribePattern={self.pattern!r}"
+        if self.assign:
+            return "assign=" + ",".join(f"{tp.topic}-{tp.partition}" for tp in self.assign)
+        return "subscribe=" + ",".join(self.topics)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Checked reader options (batch and streaming)."""
+
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec | None  # batch only
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    group_id: str | None
+    poll_timeout_ms: int
+    consumer_configs: dict[str, Any]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], streaming: bool) -> "ReadOptions":
+        """Check ``options`` for a batch (``streaming=False``) or streaming read."""
+        opts = _lower(options)
+        group_id = (opts.get("group.id") or opts.get("kafka.group.id") or "").strip() or None
+        start_allowed = ("earliest", "latest", "committed") if streaming else ("earliest", "committed")
+        starting = OffsetSpec.parse("startingOffsets", opts.get("startingoffsets"),
+                                    "latest" if streaming else "earliest", start_allowed)
+        if starting.kind == "committed" and group_id is None:
+            raise InvalidOptionError("startingOffsets", "'committed' needs group.id (the consumer group "
+                                                        "whose committed offsets to start from)")
+        if not streaming and any(v == LATEST for v in starting.offsets.values()):
+            raise InvalidOptionError("startingOffsets", "-1 (latest) is not allowed in a batch query")
+        ending: OffsetSpec | None = None
+        if streaming:
+            if "endingoffsets" in opts:
+                raise InvalidOptionError("endingOffsets", "is for batch queries only; a streaming query "
+                                                          "reads until it is stopped")
+        else:
+            ending = OffsetSpec.parse("endingOffsets", opts.get("endingoffsets"), "latest", ("latest",))
+            if any(v == EARLIEST for v in ending.offsets.values()):
+                raise InvalidOptionError("endingOffsets", "-2 (earliest) is not allowed as an ending offset")
+        max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
+        if max_per_trigger is not None and not streaming:
+            raise InvalidOptionError("maxOffsetsPerTrigger", "is for streaming queries only")
+        poll_timeout = _positive_int(opts, "kafkaConsumer.pollTimeoutMs") or POLL_TIMEOUT_MS_DEFAULT
+        return cls(bootstrap_servers=_bootstrap(opts), subscription=Subscription.parse(opts),
+                   starting=starting, ending=ending, max_offsets_per_trigger=max_per_trigger,
+                   min_partitions=_positive_int(opts, "minPartitions"),
+                   fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+                   include_headers=_bool(opts, "includeHeaders", False), group_id=group_id,
+                   poll_timeout_ms=poll_timeout,
+                   consumer_configs=_client_configs(opts, CONSUMER_PASSTHROUGH, "consumer"))
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Checked writer options: where rows go (``topic`` overrides a topic column)."""
+
+    bootstrap_servers: str
+    topic: str | None
+    producer_configs: dict[str, Any]
+    flush_timeout_ms: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> "WriteOptions":
+        opts = _lower(options)
+        topic = (opts.get("topic") or "").strip() or None
+        flush_timeout = _positive_int(opts, "flushTimeoutMs") or 300_000
+        return cls(bootstrap_servers=_bootstrap(opts), topic=topic,
+                   producer_configs=_client_configs(opts, PRODUCER_PASSTHROUGH, "producer"),
+                   flush_timeout_ms=flush_timeout)

@@ -1,0 +1,185 @@
+"""The Spark data source's pure parts, without a JVM or a cluster: option checking (clear errors
+naming the option), the offsets' JSON form, maxOffsetsPerTrigger shares, minPartitions splits,
+the Arrow schema, and the Java check."""
+from __future__ import annotations
+
+import os
+import random
+import stat
+
+import pytest
+
+from client import TopicPartition
+from spark import offsets as off
+from spark.options import InvalidOptionError, ReadOptions, WriteOptions, parse_offsets_json
+from spark.schema import arrow_schema, source_schema
+from spark.session import JavaNotFoundError, require_java
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a,b"}
+T = TopicPartition
+
+
+def test_defaults_are_those_of_sparks_kafka_source():
+    batch = ReadOptions.parse(BASE, streaming=False)
+    assert batch.starting.kind == "earliest" and batch.ending and batch.ending.kind == "latest"
+    assert batch.fail_on_data_loss and not batch.include_headers
+    assert batch.subscription.topics == ("a", "b")
+    stream = ReadOptions.parse(BASE, streaming=True)
+    assert stream.starting.kind == "latest" and stream.ending is None
+
+
+def test_option_names_are_case_insensitive_and_bootstrap_servers_has_two_spellings():
+    opts = ReadOptions.parse({"bootstrap.servers": "h:1", "SUBSCRIBEPATTERN": "ev.*",
+                              "StartingOffsets": "EARLIEST", "failondataloss": "False",
+                              "includeHeaders": "true", "minPartitions": "4"}, streaming=True)
+    assert opts.bootstrap_servers == "h:1" and opts.subscription.pattern == "ev.*"
+    assert opts.starting.kind == "earliest" and not opts.fail_on_data_loss
+    assert opts.include_headers and opts.min_partitions == 4
+
+
+def test_per_partition_json_offsets_parse_with_string_partition_keys():
+    parsed = parse_offsets_json("startingOffsets", '{"a": {"0": 23, "1": -2}, "b": {"0": -1}}')
+    assert parsed == {T("a", 0): 23, T("a", 1): -2, T("b", 0): -1}
+
+
+@pytest.mark.parametrize("raw, words", [
+    ('{"a": {"0": 23', "valid JSON"),
+    ('["a"]', "must be an object"),
+    ('{"a": 5}', "map partition numbers"),
+    ('{"a": {"x": 1}}', "not a partition number"),
+    ('{"a": {"0": -3}}', "-2 (earliest)"),
+    ('{"a": {"0": "10"}}', "integer"),
+    ("yesterday", "neither earliest, latest nor valid JSON"),
+])
+def test_bad_json_offsets_name_the_option_and_the_problem(raw, words):
+    with pytest.raises(InvalidOptionError) as info:
+        ReadOptions.parse({**BASE, "startingOffsets": raw}, streaming=True)
+    assert "startingOffsets" in str(info.value) and words in str(info.value)
+    assert info.value.option == "startingOffsets"
+
+
+@pytest.mark.parametrize("extra, option, words", [
+    ({"subscribe": None, "assign": None}, "subscribe", "exactly one"),
+    ({"subscribePattern": "x.*"}, "subscribe", "exactly one"),
+    ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers", "required"),
+    ({"startingOffsets": "latest"}, "startingOffsets", "not allowed"),
+    ({"startingOffsets": '{"a": {"0": -1}}'}, "startingOffsets", "latest"),
+    ({"endingOffsets": '{"a": {"0": -2}}'}, "endingOffsets", "earliest"),
+    ({"endingOffsets": "earliest"}, "endingOffsets", "not allowed"),
+    ({"startingOffsets": "committed"}, "startingOffsets", "group.id"),
+    ({"maxOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger", "streaming"),
+    ({"minPartitions": "0"}, "minPartitions", "positive"),
+    ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "true or false"),
+    ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
+    ({"kafka.no.such.config": "1"}, "kafka.no.such.config", "not a consumer config"),
+])
+def test_bad_batch_options_fail_with_a_message_naming_the_option(extra, option, words):
+    opts = {k: v for k, v in {**BASE, **extra}.items() if v is not None}
+    with pytest.raises(InvalidOptionError) as info:
+        ReadOptions.parse(opts, streaming=False)
+    assert info.value.option == option and words in str(info.value)
+
+
+def test_streaming_refuses_ending_offsets_and_accepts_committed_with_a_group():
+    with pytest.raises(InvalidOptionError, match="batch queries only"):
+        ReadOptions.parse({**BASE, "endingOffsets": "latest"}, streaming=True)
+    opts = ReadOptions.parse({**BASE, "startingOffsets": "committed", "group.id": "g1"}, streaming=True)
+    assert opts.starting.kind == "committed" and opts.group_id == "g1"
+    assert ReadOptions.parse({**BASE, "kafka.group.id": "g2"}, streaming=True).group_id == "g2"
+
+
+def test_assign_and_pattern_subscriptions_are_checked():
+    opts = ReadOptions.parse({"kafka.bootstrap.servers": "h:1", "assign": '{"a": [1, 0, 1]}'}, streaming=False)
+    assert opts.subscription.assign == (T("a", 0), T("a", 1))
+    with pytest.raises(InvalidOptionError, match="assign"):
+        ReadOptions.parse({"kafka.bootstrap.servers": "h:1", "assign": '{"a": ["x"]}'}, streaming=False)
+    with pytest.raises(InvalidOptionError, match="regular expression"):
+        ReadOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribePattern": "a("}, streaming=False)
+
+
+def test_kafka_prefixed_client_configs_reach_the_client_as_keywords():
+    opts = ReadOptions.parse({**BASE, "kafka.request.timeout.ms": "5000", "kafka.client.id": "me",
+                              "kafka.check.crcs": "false"}, streaming=True)
+    assert opts.consumer_configs == {"request_timeout_ms": 5000, "client_id": "me", "check_crcs": False}
+    w = WriteOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "kafka.linger.ms": "20"})
+    assert w.topic == "t" and w.producer_configs == {"linger_ms": 20}
+    with pytest.raises(InvalidOptionError, match="idempotent"):
+        WriteOptions.parse({"kafka.bootstrap.servers": "h:1", "kafka.enable.idempotence": "false"})
+
+
+def test_offsets_json_round_trips_through_string_keys():
+    offsets = {T("b", 10): 5, T("a", 2): 7, T("a", 0): 0}
+    as_json = off.to_json(offsets)
+    assert list(as_json) == ["a", "b"] and as_json["a"] == {"0": 0, "2": 7}
+    assert off.from_json(as_json) == offsets
+    assert off.from_json({}) == {} and off.from_json(None) == {}
+
+
+def test_rate_limit_reads_exactly_the_limit_in_proportion_to_what_is_waiting():
+    start = {T("a", 0): 0, T("a", 1): 100, T("a", 2): 50}
+    latest = {T("a", 0): 600, T("a", 1): 400, T("a", 2): 50}
+    end = off.rate_limit(start, latest, 90)
+    taken = {tp: end[tp] - start[tp] for tp in start}
+    assert sum(taken.values()) == 90
+    assert taken == {T("a", 0): 60, T("a", 1): 30, T("a", 2): 0}
+    assert off.rate_limit(start, latest, 10_000) == latest  # under the limit: everything
+
+
+def test_rate_limit_never_overshoots_and_always_progresses_random_cases():
+    rng = random.Random(1234)
+    for _ in range(500):
+        n = rng.randint(1, 6)
+        start = {T("t", i): rng.randint(0, 1000) for i in range(n)}
+        latest = {tp: s + rng.choice([0, 1, 2, rng.randint(0, 5000)]) for tp, s in start.items()}
+        limit = rng.randint(1, 3000)
+        end = off.rate_limit(start, latest, limit)
+        waiting = sum(latest[tp] - start[tp] for tp in start)
+        taken = sum(end[tp] - start[tp] for tp in start)
+        assert taken == min(limit, waiting), (start, latest, limit, end)
+        assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
+
+
+def test_rate_limit_keeps_new_partitions_at_their_given_offset():
+    end = off.rate_limit({T("a", 0): 0}, {T("a", 0): 100, T("a", 1): 7}, 10)
+    assert end == {T("a", 0): 10, T("a", 1): 7}
+
+
+def test_min_partitions_splits_large_ranges_into_contiguous_pieces():
+    ranges = [off.OffsetRange("a", 0, 0, 900), off.OffsetRange("a", 1, 10, 110), off.OffsetRange("a", 2, 5, 5)]
+    split = off.split_ranges(ranges, 10)
+    assert len(split) >= 10
+    for p in (0, 1):
+        pieces = [r for r in split if r.partition == p]
+        assert pieces[0].start == ranges[p].start and pieces[-1].end == ranges[p].end
+        assert all(a.end == b.start for a, b in zip(pieces, pieces[1:]))
+    assert not [r for r in split if r.partition == 2]  # empty ranges make no task
+    assert len([r for r in split if r.partition == 0]) > len([r for r in split if r.partition == 1])
+    assert off.split_ranges(ranges, None) == ranges[:2]
+    assert off.split_ranges([off.OffsetRange("a", 0, 0, 3)], 10) == [
+        off.OffsetRange("a", 0, i, i + 1) for i in range(3)]  # never an empty piece
+
+
+def test_schema_is_sparks_kafka_schema_and_arrow_batches_match_it():
+    from pyspark.sql.pandas.types import to_arrow_schema
+    for headers in (False, True):
+        spark_schema = source_schema(headers)
+        assert spark_schema.simpleString() == (
+            "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+            "timestamp:timestamp,timestampType:int"
+            + (",headers:array<struct<key:string,value:binary>>" if headers else "") + ">")
+        assert to_arrow_schema(spark_schema, timezone="UTC").equals(arrow_schema(headers))
+        assert spark_schema.fieldNames()[-1] == ("headers" if headers else "timestampType")
+
+
+def test_missing_java_gives_a_clear_error(tmp_path):
+    with pytest.raises(JavaNotFoundError, match="Java was not found.*openjdk-17"):
+        require_java({"PATH": str(tmp_path)})
+
+
+def test_old_java_gives_a_clear_error(tmp_path):
+    fake = tmp_path / "bin" / "java"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho \'openjdk version "1.8.0_392"\' >&2\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(JavaNotFoundError, match="Java 8.*17 or newer"):
+        require_java({"JAVA_HOME": str(tmp_path), "PATH": os.defpath})
