@@ -253,9 +253,15 @@ def test_brokers_ride_out_the_loss_of_the_active_controller(cluster):
     try:
         produce_until_acked(cluster, "steady", b"after")
         create_topic(cluster, "made-after-controller-loss")
-        for broker in cluster.broker_ids:
-            status, text = http_get(cluster.http_address(broker), "/health")
+        for broker in cluster.broker_ids:  # ready again once followers caught up (a broker
+            deadline = time.monotonic() + 20  # restarted by the previous test may still be)
+            while True:
+                status, text = http_get(cluster.http_address(broker), "/health")
+                if status == 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             assert status == 200, text
+            assert '"fenced": false' in text
         assert [v for _, v in read_all(cluster.broker_address(current_leader(cluster, "steady")), "steady")] == \
             [b"before", b"after"]
     finally:
