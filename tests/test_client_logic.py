@@ -85,8 +85,18 @@ class FakeKafka:
         if self.leaders[tp] != node:
             return {**answer, "error_code": errors.NOT_LEADER_OR_FOLLOWER,
                     "current_leader": {"leader_id": self.leaders[tp], "leader_epoch": self.epochs[tp]}}
+        after_append = None
         if self.faults[tp]:
-            return {**answer, "error_code": self.faults[tp].pop(0)}
+            fault = self.faults[tp].pop(0)
+            if not isinstance(fault, tuple):
+                return {**answer, "error_code": fault}
+            after_append = fault[1]  # ("after_append", code): the write happens, its answer is an error
+        if after_append is not None:
+            written = self.produce_ok(tp, header, records, answer)
+            return {**written, "error_code": after_append, "base_offset": -1}
+        return self.produce_ok(tp, header, records, answer)
+
+    def produce_ok(self, tp: TopicPartition, header: Any, records: bytes, answer: dict[str, Any]) -> dict[str, Any]:
         if header.producer_id >= 0:
             expected, offsets = self.dedup.get((header.producer_id, tp), (0, {}))
             if header.base_sequence in offsets:
@@ -220,6 +230,57 @@ def test_batches_that_cannot_be_delivered_fail_after_delivery_timeout_ms_and_lat
 
     asyncio.run(main())
     assert values_in_log(kafka, tp) == [b"kept"]
+
+
+def test_a_producer_id_reset_fails_batches_that_may_have_been_written_instead_of_resending_them():
+    # Partition 0's batch is written but its answer is an error (REQUEST_TIMED_OUT after the
+    # append, as acks=all can answer), so the client cannot know it landed and requeues it.
+    # Meanwhile partition 1 fails for good, which forces a new producer id. Re-sending the
+    # partition 0 batch under the new id would write it twice (the leader's dedup is per
+    # producer id); Kafka's rule: a batch with an unknown outcome under the old id fails instead.
+    kafka = FakeKafka({"t": 2})
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    kafka.faults[tp0] = [("after_append", errors.REQUEST_TIMED_OUT)]
+    kafka.faults[tp1] = [errors.MESSAGE_TOO_LARGE]
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0, retry_backoff_ms=200)
+        maybe = await p.send("t", b"maybe", partition=0)
+        bad = await p.send("t", b"bad", partition=1)
+        with pytest.raises(MessageTooLargeError):
+            await asyncio.wait_for(bad, 5)
+        with pytest.raises(errors.RequestTimedOutError, match="may or may not have been written") as info:
+            await asyncio.wait_for(maybe, 5)
+        assert (info.value.topic, info.value.partition) == ("t", 0)
+        assert p.metrics["producer_id_resets"] == 1
+        ok = await p.send("t", b"after", partition=0)  # the new producer id works
+        assert (await asyncio.wait_for(ok, 5)).offset == 1
+        await p.close()
+
+    asyncio.run(main())
+    assert values_in_log(kafka, tp0) == [b"maybe", b"after"]  # written once, never twice
+
+
+def test_a_producer_id_reset_resends_batches_the_leader_refused_under_the_new_id():
+    # Refused without being written (NOT_ENOUGH_REPLICAS is answered before any append): such a
+    # batch is safe to re-stamp with the new producer id, and it is delivered once.
+    kafka = FakeKafka({"t": 2})
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    kafka.faults[tp0] = [errors.NOT_ENOUGH_REPLICAS]
+    kafka.faults[tp1] = [errors.MESSAGE_TOO_LARGE]
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0, retry_backoff_ms=200)
+        kept = await p.send("t", b"kept", partition=0)
+        bad = await p.send("t", b"bad", partition=1)
+        with pytest.raises(MessageTooLargeError):
+            await asyncio.wait_for(bad, 5)
+        assert (await asyncio.wait_for(kept, 5)).offset == 0
+        assert p.metrics["producer_id_resets"] == 1
+        await p.close()
+
+    asyncio.run(main())
+    assert values_in_log(kafka, tp0) == [b"kept"]
 
 
 def test_a_non_retriable_error_fails_that_batch_with_a_typed_error_naming_the_partition():

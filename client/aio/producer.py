@@ -6,6 +6,13 @@ default) the producer gets a producer id (InitProducerId) and stamps each batch 
 per-partition sequence on first send; a retried batch keeps it, so the leader drops a duplicate
 and answers with the original offset.
 
+Producer-id reset: when a sequenced batch fails for good, its partition's sequence has a gap the
+leader would refuse forever, so once nothing is in flight the producer takes a new producer id
+and restarts every sequence at 0. A queued batch already sent under the old id whose outcome is
+unknown (no answer, or an error that can follow the append) is failed then rather than re-sent
+under the new id, where the leader's dedup (per producer id) could not recognise it and would
+write it twice (Kafka's rule). Batches the leader refused before appending are re-sent.
+
 Order per partition under retries: when a batch of a partition fails retriably it goes back to
 the head of that partition's queue (creation order), and the partition is *muted* - nothing
 more of it is sent - until every request in flight for it has answered. Later batches that were
@@ -32,6 +39,18 @@ log = logging.getLogger(__name__)
 
 ACKS = {"all": -1, -1: -1, 0: 0, 1: 1, "0": 0, "1": 1, "-1": -1}
 IN_FLIGHT_MAX_IDEMPOTENT = 5
+
+# Partition errors a leader answers before appending anything: a batch refused with one of these
+# was not written by that attempt. Any other failure (no answer, a timeout, REQUEST_TIMED_OUT or
+# NOT_ENOUGH_REPLICAS_AFTER_APPEND after the append, a storage error) leaves the outcome unknown.
+REFUSED_BEFORE_APPEND = frozenset({
+    errors.NOT_LEADER_OR_FOLLOWER, errors.UNKNOWN_TOPIC_OR_PARTITION, errors.LEADER_NOT_AVAILABLE,
+    errors.FENCED_LEADER_EPOCH, errors.UNKNOWN_LEADER_EPOCH, errors.NOT_ENOUGH_REPLICAS,
+    errors.OUT_OF_ORDER_SEQUENCE_NUMBER, errors.MESSAGE_TOO_LARGE, errors.RECORD_LIST_TOO_LARGE,
+    errors.CORRUPT_MESSAGE, errors.INVALID_RECORD, errors.INVALID_TIMESTAMP,
+    errors.INVALID_REQUIRED_ACKS, errors.INVALID_PRODUCER_EPOCH, errors.UNKNOWN_PRODUCER_ID,
+    errors.INVALID_PRODUCER_ID_MAPPING,
+})
 
 DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
@@ -129,6 +148,7 @@ class Producer:
         self._node_in_flight: dict[int, int] = {}
         self._muted: set[TopicPartition] = set()  # a batch was requeued; wait for in-flight to end
         self._reset_pid = False
+        self._maybe_written: set[int] = set()  # ProducerBatch.order of batches with an unknown outcome
         self._wakeup = asyncio.Event()
         self._flushing = 0
         self._closing = False
@@ -423,10 +443,22 @@ class Producer:
         would refuse forever: take a new producer id and restart every sequence at 0."""
         self._reset_pid = False
         self.metrics["producer_id_resets"] += 1
+        old_producer_id = self.producer_id
         self.producer_id = -1
         self._next_sequence.clear()
-        for batch in self.accumulator.batches():
+        for batch in list(self.accumulator.batches()):
+            if batch.base_sequence is not None and batch.order in self._maybe_written:
+                self.accumulator.queues[batch.tp].remove(batch)
+                cause = batch.last_error
+                code = getattr(cause, "code", errors.REQUEST_TIMED_OUT)
+                self._fail(batch, errors.error_for(
+                    code, f"sent under producer id {old_producer_id} and may or may not have been "
+                    f"written (last error: {cause}); not re-sent under a new producer id, which "
+                    f"could write it twice", topic=batch.tp.topic, partition=batch.tp.partition))
+                continue
             batch.base_sequence = None
+        self._reset_pid = False  # the failures above belong to this reset
+        self._maybe_written.clear()
         try:
             await self._ensure_producer_id(self.config["request_timeout_ms"])
         except RaftkaError:
@@ -436,6 +468,7 @@ class Producer:
         if batch.done:
             return
         batch.fail(error)
+        self._maybe_written.discard(batch.order)
         self.accumulator.finished(batch)
         self.failures.append((batch.tp, error))
         if self.config["enable_idempotence"] and batch.base_sequence is not None:
@@ -445,6 +478,7 @@ class Producer:
     def _acknowledged(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int,
                       log_start_offset: int) -> None:
         batch.complete(base_offset, log_append_time_ms, log_start_offset)
+        self._maybe_written.discard(batch.order)
         self.accumulator.finished(batch)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: RaftkaError) -> None:
@@ -484,7 +518,9 @@ class Producer:
                     self._acknowledged(batch, -1, -1, -1)
                 return
             if request_error is not None:
-                for batch in batches:
+                for batch in batches:  # no per-partition answer: any of them may have been written
+                    if batch.base_sequence is not None:
+                        self._maybe_written.add(batch.order)
                     self._on_error(batch, request_error)
                 return
             results: dict[TopicPartition, dict[str, Any]] = {}
@@ -503,6 +539,8 @@ class Producer:
                     self._acknowledged(batch, p.get("base_offset", -1) if pcode == errors.NONE else -1,
                                        p.get("log_append_time_ms", -1), p.get("log_start_offset", -1))
                     continue
+                if pcode not in REFUSED_BEFORE_APPEND and batch.base_sequence is not None:
+                    self._maybe_written.add(batch.order)
                 if errors.SPECS.get(pcode, errors.SPECS[-1]).invalid_metadata:
                     self.cluster.update_leader(batch.tp, p.get("current_leader"))
                 self._on_error(batch, errors.error_for(pcode, p.get("error_message"),
