@@ -1,22 +1,30 @@
 """The cluster API: start, stop, kill, pause and restart Raftka processes on this machine.
 
-Used by tests, scripts and the chaos harness, so that starting and killing real processes is
-written once. Every process is a real subprocess on 127.0.0.1 with ports chosen at run time
-(below 32768, outside Linux's ephemeral range, so a port we picked is not taken by an outgoing
-connection meanwhile). Every wait has a timeout; ``Cluster.close()`` stops every process it
+Used by tests, scripts, the `raftka cluster` command, the chaos harness and Spark tests, so that
+starting and killing real processes is written once. Every process is a real subprocess on
+127.0.0.1, with ports chosen at run time (below 32768, outside Linux's ephemeral range, so a
+port we picked is not taken by an outgoing connection meanwhile) or consecutive from a base
+port. Each node runs in its own session and logs to ``<dir>/<node>/server.log``; the cluster
+keeps its layout and PIDs in ``<dir>/cluster.json`` so a later process can attach to it
+(``Cluster.open``). Every wait has a timeout; ``close()`` stops every process this object
 started, by PID.
 
     with ControllerCluster.start(tmp_path, voters=3) as cluster:
         leader = cluster.wait_for_leader(timeout_s=15)
         cluster.kill(leader)               # kill -9
         cluster.restart(leader)
+
+    cluster, created = Cluster.up(".raftka", controllers=3, brokers=3)   # survives this process
+    Cluster.open(".raftka").down()
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,13 +33,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 PORT_MIN = 20000
 PORT_MAX = 32000  # exclusive; below the ephemeral range (32768+)
 PORT_ATTEMPTS_MAX = 500
 OUTPUT_LINES_MAX = 10_000  # per process, oldest dropped
 STOP_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 60.0  # a cold Python start on a loaded 2-core box can take seconds
+PROGRESS_EVERY_S = 5.0  # long waits say they are still waiting this often
+
+DEFAULT_DIR = ".raftka"  # where `raftka cluster` and the console tools look by default
+DEFAULT_BASE_PORT = 9092  # `raftka cluster up`: the first broker listens here, as Kafka's does
+STATE_FILE = "cluster.json"
+STATE_VERSION = 1
+LOCK_FILE = "cluster.lock"
+META_PROPERTIES = "meta.properties"  # per log dir, as kafka-storage format writes it
 
 _ports_lock = threading.Lock()
 _ports_given: set[int] = set()
@@ -221,7 +238,236 @@ def project_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def stop_all(processes: Iterable[Process]) -> None:
+# -- server processes that log to a file and outlive their starter -----------------------------
+
+class ClusterError(RuntimeError):
+    """An operating error of the cluster API (no cluster in the directory, a port in use, a node
+    that exited before it was ready). The first line of the message is meant for the user."""
+
+
+class NoClusterError(ClusterError):
+    """The directory holds no cluster state file (nothing was ever started there)."""
+
+
+class PortInUseError(ClusterError):
+    """A port a node must listen on is taken by another process."""
+
+    def __init__(self, port: int, what: str) -> None:
+        self.port = port
+        super().__init__(f"port {port} is in use ({what} needs it); stop whatever listens there or "
+                         f"pick other ports (--base-port)")
+
+
+class NodeExitedError(ClusterError):
+    """A node's process exited before printing its ready line; the message ends with its last
+    output lines."""
+
+
+LOG_TAIL_BYTES_MAX = 4 * 1024 * 1024  # ``lines``/``output`` read at most this much of a log file
+POLL_INTERVAL_S = 0.05
+
+
+def pid_state(pid: int) -> str | None:
+    """The kernel's one-letter state of ``pid`` (R, S, T, Z, ...), or None when there is no such
+    process. Falls back to ``os.kill(pid, 0)`` (state "?") where /proc is missing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return "?"
+        return "?"
+    return stat.rsplit(")", 1)[1].split()[0]  # the command name in ( ) may hold spaces
+
+
+def pid_is_ours(pid: int, marker: str) -> bool:
+    """True when ``pid`` is a live (not zombie) process whose command line contains ``marker``
+    (a node's config path): a PID recorded by an earlier run may since have been reused."""
+    state = pid_state(pid)
+    if state is None or state in ("Z", "X"):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask ps
+        run = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
+        cmdline = run.stdout
+    return marker in cmdline
+
+
+class NodeProcess:
+    """One server process whose stdout and stderr go straight to a log file (no pipe), in its own
+    session, so it outlives the process that started it (``raftka cluster up`` exits, the
+    cluster keeps running) and a later process can attach to it by PID.
+
+    ``spawn(...)`` starts one; ``attach(...)`` adopts one started earlier (``alive()`` then also
+    checks that the PID still runs our command line, ``marker``). Same surface as
+    :class:`Process`: ``alive``, ``kill`` (SIGKILL), ``pause``/``resume`` (SIGSTOP/SIGCONT),
+    ``stop`` (SIGTERM, then SIGKILL), ``wait_for_line``, ``lines``, ``output``. Lines are those
+    written to the log since this incarnation started (``log_offset``).
+    """
+
+    def __init__(self, name: str, pid: int, argv: Sequence[str], log_path: str | os.PathLike[str],
+                 log_offset: int, marker: str, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.name = name
+        self.pid = pid
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.log_offset = log_offset
+        self.marker = marker
+        self.popen = popen
+
+    @classmethod
+    def spawn(cls, name: str, argv: Sequence[str], *, log_path: str | os.PathLike[str],
+              marker: str, env: dict[str, str] | None = None, cwd: str | None = None) -> "NodeProcess":
+        """Start ``argv`` detached (own session, stdin /dev/null), appending its output to
+        ``log_path`` after a header line."""
+        log_path = Path(log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.write(f"=== raftka.cluster: starting {name} at {stamp}: {' '.join(argv)}\n".encode())
+            log.flush()
+            offset = log.tell()
+            popen = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        return cls(name, popen.pid, argv, log_path, offset, marker, popen)
+
+    @classmethod
+    def attach(cls, name: str, pid: int, argv: Sequence[str], log_path: str | os.PathLike[str],
+               log_offset: int, marker: str) -> "NodeProcess":
+        """Adopt a process started by another run (it is not our child: no exit code)."""
+        return cls(name, pid, argv, log_path, log_offset, marker, None)
+
+    # -- state --
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return pid_is_ours(self.pid, self.marker)
+
+    def paused(self) -> bool:
+        """Stopped by SIGSTOP (``pause``) and not resumed."""
+        return self.alive() and pid_state(self.pid) == "T"
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode if self.popen is not None else None
+
+    # -- signals: only to a process that is still ours (never to a reused PID) --
+    def _signal(self, sig: int) -> bool:
+        if not self.alive():
+            return False
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def kill(self) -> None:
+        """kill -9 and wait until it is gone."""
+        self._signal(signal.SIGKILL)
+        self.wait_exit(STOP_TIMEOUT_S)
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def terminate(self) -> None:
+        """SIGCONT (in case it is paused), then SIGTERM; does not wait."""
+        if self._signal(signal.SIGCONT):
+            self._signal(signal.SIGTERM)
+
+    def wait_exit(self, timeout_s: float) -> bool:
+        """Wait until the process has exited (reaped if it is our child); False on timeout."""
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout_s)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout_s
+        while self.alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_INTERVAL_S)
+        return True
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM (after SIGCONT), SIGKILL if it has not exited within ``timeout_s``; returns the
+        exit code when it is our child."""
+        self.terminate()
+        if not self.wait_exit(timeout_s):
+            self._signal(signal.SIGKILL)
+            self.wait_exit(timeout_s)
+        return self.returncode
+
+    # -- output --
+    def _read_log(self, start: int, limit: int | None = None) -> tuple[bytes, int]:
+        """Bytes of the log from ``start`` (at most ``limit``) and the position after them."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(start)
+                data = log.read() if limit is None else log.read(limit)
+        except FileNotFoundError:
+            return b"", start
+        return data, start + len(data)
+
+    @property
+    def lines(self) -> list[str]:
+        """This incarnation's output lines (the last ``OUTPUT_LINES_MAX``)."""
+        try:
+            size = self.log_path.stat().st_size
+        except FileNotFoundError:
+            return []
+        start = max(self.log_offset, size - LOG_TAIL_BYTES_MAX)
+        data, _ = self._read_log(start)
+        lines = data.decode(errors="replace").splitlines()
+        if start > self.log_offset and lines:
+            lines = lines[1:]  # cut mid-line
+        return lines[-OUTPUT_LINES_MAX:]
+
+    def output(self, last: int = 40) -> str:
+        return "\n".join(self.lines[-last:])
+
+    def wait_for_line(self, predicate: Callable[[str], bool], timeout_s: float, *, start: int = 0) -> str:
+        """The first output line (from line number ``start`` of this incarnation) matching
+        ``predicate``; NodeExitedError if the process exits first, TimeoutError after
+        ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        position, pending, seen = self.log_offset, b"", 0
+        while True:
+            exited = not self.alive()  # checked before reading: a line written before exit is seen
+            data, position = self._read_log(position, LOG_TAIL_BYTES_MAX)
+            pending += data
+            *complete, pending = pending.split(b"\n")
+            for raw in complete:
+                seen += 1
+                line = raw.decode(errors="replace")
+                if seen > start and predicate(line):
+                    return line
+            if exited and not data:
+                code = self.returncode
+                raise NodeExitedError(
+                    f"{self.name} exited{f' with code {code}' if code is not None else ''} before it was "
+                    f"ready; see {self.log_path}; last output:\n{self.output()}")
+            if data:
+                continue  # more may be there already
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.name}: expected line not seen within {timeout_s} s; see "
+                                   f"{self.log_path}; last output:\n{self.output()}")
+            time.sleep(POLL_INTERVAL_S)
+
+
+def stop_all(processes: Iterable[Any]) -> None:
+    """Stop processes one by one (SIGTERM, then SIGKILL); never raises."""
     for process in processes:
         try:
             process.stop()
@@ -229,10 +475,115 @@ def stop_all(processes: Iterable[Process]) -> None:
             pass
 
 
+def stop_together(processes: Iterable[Any], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM every live process at once, wait for all within ``timeout_s``, SIGKILL the rest.
+    Works on :class:`NodeProcess` (``terminate``/``wait_exit``); never raises."""
+    live = []
+    for process in processes:
+        try:
+            if process.alive():
+                process.terminate()
+                live.append(process)
+        except Exception:
+            pass
+    deadline = time.monotonic() + timeout_s
+    for process in live:
+        try:
+            if not process.wait_exit(max(0.0, deadline - time.monotonic())):
+                process.kill()
+        except Exception:
+            pass
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``port``. SO_REUSEADDR as our servers set it, so a port
+    whose last connection lingers in TIME_WAIT counts as free (the server will bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(count: int, *, rng: random.Random | None = None) -> int:
+    """The first of ``count`` consecutive free ports in [PORT_MIN, PORT_MAX), none handed out
+    before by this process (for ``base_port`` in tests)."""
+    rng = rng or random.Random()
+    with _ports_lock:
+        for _ in range(PORT_ATTEMPTS_MAX):
+            base = rng.randrange(PORT_MIN, PORT_MAX - count)
+            block = range(base, base + count)
+            if any(p in _ports_given for p in block) or not all(port_is_free(p) for p in block):
+                continue
+            _ports_given.update(block)
+            return base
+    raise RuntimeError(f"found no block of {count} free ports after {PORT_ATTEMPTS_MAX} tries")
+
+
+class PortPlan:
+    """Where a cluster's ports come from: consecutive ports from ``base_port`` in the order they
+    are taken (a layout users can predict), or, without a base port, free ports chosen now."""
+
+    def __init__(self, base_port: int | None = None) -> None:
+        if base_port is not None and not 1 <= base_port <= 65535:
+            raise ClusterError(f"base port {base_port} is not a TCP port (1-65535)")
+        self.base_port = base_port
+        self._next = base_port
+
+    def take(self, count: int) -> list[int]:
+        if self._next is None:
+            return free_ports(count)
+        ports = list(range(self._next, self._next + count))
+        self._next += count
+        if ports and ports[-1] > 65535:
+            raise ClusterError(f"base port {self.base_port} leaves too few ports below 65536")
+        return ports
+
+
+def new_cluster_id() -> str:
+    """A random cluster id in Kafka's form (a UUID as 22 characters of URL-safe base64)."""
+    import base64
+    import uuid
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            key, value = line.split("=", 1)
+            values[key.strip()] = value.strip()
+    return values
+
+
+@contextlib.contextmanager
+def state_lock(root: str | os.PathLike[str], timeout_s: float = READY_TIMEOUT_S * 2) -> Iterator[None]:
+    """Hold ``root/cluster.lock`` (flock) so two commands do not start or stop one cluster at
+    the same time. TimeoutError after ``timeout_s``."""
+    import fcntl
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"another raftka command holds {root / LOCK_FILE} "
+                                       f"(waited {timeout_s:.0f} s)") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 # -- controller quorums ----------------------------------------------------------------------
-
-READY_TIMEOUT_S = 60.0  # a cold Python start on a loaded 2-core box can take seconds
-
 
 @dataclass
 class NodeSpec:
@@ -255,6 +606,37 @@ class NodeSpec:
     def log_path(self) -> Path:
         return self.data_dir / "server.log"
 
+    @property
+    def name(self) -> str:
+        """"controller-1", "broker-4", "combined-1": also its directory's name."""
+        if self.roles == ("controller",):
+            return f"controller-{self.node_id}"
+        if self.roles == ("broker",):
+            return f"broker-{self.node_id}"
+        return f"combined-{self.node_id}"
+
+    def ports(self) -> list[tuple[int, str]]:
+        """(port, what listens there) for each port this node binds."""
+        named = [(self.raft_port, "Raft"), (self.controller_port, "CONTROLLER listener"),
+                 (self.broker_port, "PLAINTEXT listener"), (self.http_port, "HTTP listener")]
+        return [(port, f"{self.name}'s {what}") for port, what in named if port is not None]
+
+    def to_state(self, root: Path) -> dict[str, Any]:
+        data_dir = self.data_dir
+        try:
+            data_dir = data_dir.relative_to(root)
+        except ValueError:
+            pass
+        return {"node_id": self.node_id, "roles": list(self.roles), "raft_port": self.raft_port,
+                "controller_port": self.controller_port, "broker_port": self.broker_port,
+                "http_port": self.http_port, "data_dir": str(data_dir), "extra": dict(self.extra)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], root: Path) -> "NodeSpec":
+        return cls(int(state["node_id"]), tuple(state["roles"]), state["raft_port"], state["controller_port"],
+                   state["broker_port"], root / state["data_dir"], dict(state.get("extra") or {}),
+                   http_port=state.get("http_port"))
+
 
 def write_properties(path: Path, values: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -262,34 +644,51 @@ def write_properties(path: Path, values: dict[str, Any]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class ControllerCluster:
-    """A quorum of controller processes (and, later, brokers) started from this process.
+    """A quorum of controller processes (and, in :class:`Cluster`, brokers).
 
     Public: ``start(root, voters=3, configs=None)``, ``nodes``, ``process(node_id)``,
     ``bootstrap_controllers`` ("host:port,..." of the RPC listeners), ``wait_ready(node_id)``,
     ``kill(node_id)`` (-9), ``pause``/``resume`` (SIGSTOP/SIGCONT), ``stop(node_id)``,
     ``restart(node_id)``, ``wait_for_leader(timeout_s)``, ``describe_quorum(node_id)``, ``close()``.
+
+    Every node logs to ``<root>/<node dir>/server.log`` and runs in its own session; the cluster
+    writes ``<root>/cluster.json`` (ports, configs, PIDs, cluster id) after every launch, so
+    ``Cluster.open(root)`` in another process can attach to it. Subclasses (the chaos harness)
+    may override ``config_values(node_id)`` and ``launch(node_id)``.
     """
 
     def __init__(self, root: str | os.PathLike[str], voters: int = 3,
-                 configs: dict[str, Any] | None = None, *, secret: str | None = None) -> None:
-        assert voters in (1, 3, 5) or voters >= 1, voters
-        self.root = Path(root)
+                 configs: dict[str, Any] | None = None, *, secret: str | None = None,
+                 base_port: int | None = None, cluster_id: str | None = None,
+                 port_plan: PortPlan | None = None) -> None:
+        assert voters >= 1, voters
+        self.root = Path(root).resolve()  # absolute: configs and PIDs' command lines name it
         self.configs = dict(configs or {})
         self.secret = secret
-        ports = free_ports(2 * voters)
+        self.cluster_id = cluster_id or new_cluster_id()
+        plan = port_plan or PortPlan(base_port)
+        self.base_port = plan.base_port
+        ports = plan.take(2 * voters)
         self.nodes: dict[int, NodeSpec] = {}
         for i in range(voters):
             node_id = i + 1
             self.nodes[node_id] = NodeSpec(node_id, ("controller",), ports[2 * i], ports[2 * i + 1], None,
                                            self.root / f"controller-{node_id}")
-        self.processes: dict[int, Process] = {}
-        self.started: list[Process] = []  # every process ever started, for teardown
+        self.processes: dict[int, NodeProcess] = {}
+        self.started: list[NodeProcess] = []  # every process ever started by this object, for close()
 
     @classmethod
     def start(cls, root: str | os.PathLike[str], voters: int = 3, configs: dict[str, Any] | None = None,
-              *, timeout_s: float = READY_TIMEOUT_S, secret: str | None = None) -> "ControllerCluster":
-        cluster = cls(root, voters, configs, secret=secret)
+              *, timeout_s: float = READY_TIMEOUT_S, secret: str | None = None,
+              base_port: int | None = None) -> "ControllerCluster":
+        cluster = cls(root, voters, configs, secret=secret, base_port=base_port)
         try:
             for node_id in cluster.nodes:
                 cluster.launch(node_id)
@@ -322,6 +721,7 @@ class ControllerCluster:
         return ("127.0.0.1", port)
 
     def config_values(self, node_id: int) -> dict[str, Any]:
+        """The node's server.properties (override to change how nodes are configured)."""
         spec = self.nodes[node_id]
         listeners = []
         if spec.controller_port is not None:
@@ -345,19 +745,53 @@ class ControllerCluster:
         values.update(spec.extra)
         return values
 
-    def launch(self, node_id: int) -> Process:
-        """Write the node's config and start its process (does not wait for readiness)."""
+    def log_dirs(self, node_id: int) -> list[Path]:
+        """The node's log.dirs as its config names them."""
+        value = str(self.config_values(node_id)["log.dirs"])
+        return [Path(d.strip()) for d in value.split(",") if d.strip()]
+
+    def format_storage(self, node_id: int) -> None:
+        """Kafka's ``kafka-storage format``: write meta.properties (cluster.id, node.id) into each
+        of the node's log dirs. Idempotent; a log dir formatted for another cluster or node is
+        refused (ClusterError), so two clusters never mix data."""
+        for log_dir in self.log_dirs(node_id):
+            meta = log_dir / META_PROPERTIES
+            if meta.exists():
+                found = read_properties(meta)
+                if found.get("cluster.id") != self.cluster_id or found.get("node.id") != str(node_id):
+                    raise ClusterError(
+                        f"{log_dir} belongs to cluster {found.get('cluster.id')} node {found.get('node.id')}, "
+                        f"not cluster {self.cluster_id} node {node_id}; use an empty directory")
+                continue
+            log_dir.mkdir(parents=True, exist_ok=True)
+            _write_atomic(meta, f"# written by raftka.cluster (format)\nversion=1\n"
+                                f"cluster.id={self.cluster_id}\nnode.id={node_id}\n")
+
+    def check_ports(self, node_id: int) -> None:
+        """PortInUseError when another process listens on one of the node's ports."""
+        for port, what in self.nodes[node_id].ports():
+            if not port_is_free(port):
+                raise PortInUseError(port, what)
+
+    def launch(self, node_id: int) -> NodeProcess:
+        """Format the node's storage, write its config and start its process (does not wait for
+        readiness). Records the PID in the state file."""
         spec = self.nodes[node_id]
         old = self.processes.get(node_id)
-        assert old is None or not old.alive(), f"node {node_id} is still running"
+        if old is not None and old.alive():
+            raise ClusterError(f"{spec.name} is still running (pid {old.pid})")
+        self.check_ports(node_id)
         write_properties(spec.config_path, self.config_values(node_id))
-        process = Process(f"node-{node_id}", python_argv("-m", "raftka", "server", "--config", str(spec.config_path)),
-                          env=project_env(), log_path=spec.log_path)
+        self.format_storage(node_id)
+        config = str(spec.config_path)
+        process = NodeProcess.spawn(f"node-{node_id}", python_argv("-m", "raftka", "server", "--config", config),
+                                    log_path=spec.log_path, marker=config, env=project_env())
         self.processes[node_id] = process
         self.started.append(process)
+        self.save_state()
         return process
 
-    def process(self, node_id: int) -> Process:
+    def process(self, node_id: int) -> NodeProcess:
         return self.processes[node_id]
 
     def wait_ready(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> str:
@@ -365,19 +799,31 @@ class ControllerCluster:
         return self.processes[node_id].wait_for_line(lambda l: " ready " in l and l.startswith("raftka "),
                                                      timeout_s)
 
+    def _running(self, node_id: int) -> NodeProcess:
+        process = self.processes.get(node_id)
+        if node_id not in self.nodes:
+            raise ClusterError(f"no node {node_id} in this cluster (nodes: {', '.join(map(str, self.nodes))})")
+        if process is None or not process.alive():
+            raise ClusterError(f"{self.nodes[node_id].name} is not running")
+        return process
+
     def kill(self, node_id: int) -> None:
+        """kill -9 the node and wait until it is gone."""
         self.processes[node_id].kill()
 
     def pause(self, node_id: int) -> None:
-        self.processes[node_id].pause()
+        """SIGSTOP: the node stops answering but keeps its sockets open."""
+        self._running(node_id).pause()
 
     def resume(self, node_id: int) -> None:
-        self.processes[node_id].resume()
+        """SIGCONT after ``pause``."""
+        self._running(node_id).resume()
 
     def stop(self, node_id: int) -> int | None:
+        """SIGTERM (clean shutdown), SIGKILL after STOP_TIMEOUT_S; the exit code if known."""
         return self.processes[node_id].stop()
 
-    def restart(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> Process:
+    def restart(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> NodeProcess:
         """Stop (if running) and start again on the same ports and directory; waits for ready."""
         process = self.processes.get(node_id)
         if process is not None and process.alive():
@@ -390,6 +836,10 @@ class ControllerCluster:
         process = self.processes.get(node_id)
         return process is not None and process.alive()
 
+    def paused(self, node_id: int) -> bool:
+        process = self.processes.get(node_id)
+        return process is not None and process.paused()
+
     def describe_quorum(self, node_id: int, timeout_s: float = 5.0) -> dict[str, Any]:
         """Quorum status as seen by one controller (its DescribeQuorum RPC)."""
         from raftka.controller_client import describe_quorum
@@ -398,7 +848,7 @@ class ControllerCluster:
 
     def leader_id(self, among: Iterable[int] | None = None) -> int | None:
         """The controller that says it is the active controller right now, or None."""
-        for node_id in among or list(self.nodes):
+        for node_id in among or [n for n, s in self.nodes.items() if "controller" in s.roles]:
             if not self.alive(node_id):
                 continue
             try:
@@ -413,9 +863,43 @@ class ControllerCluster:
         nodes = list(among) if among is not None else None
         return wait_until(lambda: self.leader_id(nodes), timeout_s, interval_s=0.05, what="an active controller")
 
+    # -- the state file: lets another process (a later `raftka cluster ...`) attach --
+    @property
+    def state_path(self) -> Path:
+        return self.root / STATE_FILE
+
+    def state(self) -> dict[str, Any]:
+        """What ``cluster.json`` holds: layout, configs, cluster id and each node's PID."""
+        nodes = {}
+        for node_id, spec in self.nodes.items():
+            entry = spec.to_state(self.root)
+            process = self.processes.get(node_id)
+            if process is not None:
+                entry.update(pid=process.pid, log_offset=process.log_offset, marker=process.marker,
+                             argv=process.argv)
+            nodes[str(node_id)] = entry
+        return {"version": STATE_VERSION, "cluster_id": self.cluster_id, "base_port": self.base_port,
+                "configs": self.configs, "secret": self.secret,
+                "controller_ids": [n for n, s in self.nodes.items() if "controller" in s.roles],
+                "broker_ids": [n for n, s in self.nodes.items() if "broker" in s.roles],
+                "nodes": nodes}
+
+    def save_state(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.state_path, json.dumps(self.state(), indent=2, sort_keys=True) + "\n")
+
     def close(self) -> None:
-        """Stop every process this cluster started (SIGTERM, then SIGKILL), by PID."""
-        stop_all(reversed(self.started))
+        """Stop every process this object started (SIGTERM, then SIGKILL), by PID: brokers
+        first (their controlled shutdown needs the quorum), all of a kind at once."""
+        only_brokers = [p for p in self.started if self._roles_of(p) == ("broker",)]
+        stop_together(only_brokers)
+        stop_together([p for p in self.started if p not in only_brokers])
+
+    def _roles_of(self, process: NodeProcess) -> tuple[str, ...]:
+        for node_id, spec in self.nodes.items():
+            if process.marker == str(spec.config_path):
+                return spec.roles
+        return ()
 
 
 class Cluster(ControllerCluster):
@@ -431,46 +915,50 @@ class Cluster(ControllerCluster):
                            configs={"default.replication.factor": 3}) as cluster:
             cluster.bootstrap_servers        # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
             cluster.kill(cluster.broker_ids[0])
+
+    Across processes (what ``raftka cluster ...`` does): ``Cluster.up(root, ...)`` starts or
+    resumes the cluster kept in ``root`` and waits until it is ready; ``Cluster.open(root)``
+    attaches to it (``status()``, ``kill``, ``pause``, ``restart``, ...); ``down()`` stops it.
+    With ``base_port`` the ports are consecutive from it: brokers' PLAINTEXT listeners first
+    (so the first broker is on the base port), then each controller's Raft and CONTROLLER
+    ports, then brokers' HTTP ports.
     """
 
     def __init__(self, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,
                  configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
-                 secret: str | None = None, combined: bool = False) -> None:
-        super().__init__(root, controllers, configs, secret=secret)
+                 secret: str | None = None, combined: bool = False, base_port: int | None = None,
+                 cluster_id: str | None = None) -> None:
+        plan = PortPlan(base_port)
+        plaintext = plan.take((controllers if combined else 0) + brokers)
+        super().__init__(root, controllers, configs, secret=secret, cluster_id=cluster_id, port_plan=plan)
+        http = plan.take(brokers)
         self.controller_ids = list(self.nodes)
         self.broker_ids: list[int] = []
         if combined:  # process.roles=broker,controller: the controllers are brokers too
-            for node_id, port in zip(self.controller_ids, free_ports(len(self.controller_ids))):
+            for node_id in self.controller_ids:
                 spec = self.nodes[node_id]
                 spec.roles = ("broker", "controller")
-                spec.broker_port = port
+                spec.broker_port = plaintext.pop(0)
+                spec.data_dir = self.root / spec.name
                 spec.extra.update(broker_configs or {})
                 self.broker_ids.append(node_id)
-        ports = free_ports(2 * brokers)
         for i in range(brokers):
             node_id = controllers + i + 1
-            self.nodes[node_id] = NodeSpec(node_id, ("broker",), None, None, ports[2 * i],
+            self.nodes[node_id] = NodeSpec(node_id, ("broker",), None, None, plaintext[i],
                                            self.root / f"broker-{node_id}", dict(broker_configs or {}),
-                                           http_port=ports[2 * i + 1])
+                                           http_port=http[i])
             self.broker_ids.append(node_id)
 
     @classmethod
     def start(cls, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,  # type: ignore[override]
               configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
-              timeout_s: float = READY_TIMEOUT_S, secret: str | None = None, combined: bool = False) -> "Cluster":
+              timeout_s: float = READY_TIMEOUT_S, secret: str | None = None, combined: bool = False,
+              base_port: int | None = None, progress: Callable[[str], None] | None = None) -> "Cluster":
+        """Start a new cluster in ``root`` and wait until every broker is ready."""
         cluster = cls(root, controllers, brokers, configs, broker_configs=broker_configs, secret=secret,
-                      combined=combined)
+                      combined=combined, base_port=base_port)
         try:
-            for node_id in cluster.controller_ids:
-                cluster.launch(node_id)
-            for node_id in cluster.controller_ids:
-                if node_id not in cluster.broker_ids:
-                    cluster.wait_ready(node_id, timeout_s)
-            for node_id in cluster.broker_ids:
-                if node_id not in cluster.processes:
-                    cluster.launch(node_id)
-            for node_id in cluster.broker_ids:
-                cluster.wait_ready(node_id, timeout_s)
+            cluster.ensure_running(timeout_s, progress=progress, check_unfenced=False)
         except BaseException:
             cluster.close()
             raise
@@ -494,6 +982,294 @@ class Cluster(ControllerCluster):
             return super().wait_ready(node_id, timeout_s)
         return self.processes[node_id].wait_for_line(lambda l: l.startswith("raftka broker ") and " ready " in l,
                                                      timeout_s)
+
+    def restart(self, node_id: int, timeout_s: float = READY_TIMEOUT_S,
+                progress: Callable[[str], None] | None = None) -> NodeProcess:
+        """Stop (if running) and start again on the same ports and directory; waits for ready
+        (a broker killed with -9 can take up to broker.session.timeout.ms: its old incarnation
+        must be fenced before it may register again)."""
+        process = self.processes.get(node_id)
+        if process is not None and process.alive():
+            process.stop()
+        self.launch(node_id)
+        began = time.monotonic()
+        self._wait_nodes([node_id], began + timeout_s, began, progress or (lambda message: None), [node_id])
+        return self.processes[node_id]
+
+    # -- across processes -------------------------------------------------------------------
+    @classmethod
+    def open(cls, root: str | os.PathLike[str]) -> "Cluster":
+        """Attach to the cluster kept in ``root`` (its ``cluster.json``), running or not.
+        Processes are adopted by PID only while their command line still names their config;
+        ``close()`` on the result stops only what it starts itself (``restart``).
+        NoClusterError when ``root`` holds no cluster."""
+        root = Path(root).resolve()
+        path = root / STATE_FILE
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise NoClusterError(f"no cluster in {root} (start one with: raftka cluster up --dir {root})") from None
+        except (OSError, ValueError) as error:
+            raise ClusterError(f"cannot read {path}: {error}") from None
+        if state.get("version") != STATE_VERSION:
+            raise ClusterError(f"{path} has state version {state.get('version')}, this raftka reads {STATE_VERSION}")
+        cluster = cls.__new__(cls)
+        cluster._restore(root, state)
+        return cluster
+
+    def _restore(self, root: Path, state: dict[str, Any]) -> None:
+        """Set every attribute ``__init__`` sets, from a state file (subclasses that add
+        attributes extend this)."""
+        self.root = root
+        self.configs = dict(state.get("configs") or {})
+        self.secret = state.get("secret")
+        self.cluster_id = state["cluster_id"]
+        self.base_port = state.get("base_port")
+        self.nodes = {}
+        self.processes = {}
+        self.started = []
+        for key, entry in sorted(state["nodes"].items(), key=lambda kv: int(kv[0])):
+            spec = NodeSpec.from_state(entry, root)
+            self.nodes[spec.node_id] = spec
+            if entry.get("pid"):
+                self.processes[spec.node_id] = NodeProcess.attach(
+                    f"node-{spec.node_id}", int(entry["pid"]), entry.get("argv") or [], spec.log_path,
+                    int(entry.get("log_offset") or 0), entry.get("marker") or str(spec.config_path))
+        self.controller_ids = [int(n) for n in state["controller_ids"]]
+        self.broker_ids = [int(n) for n in state["broker_ids"]]
+
+    @property
+    def combined(self) -> bool:
+        return any(len(self.nodes[n].roles) == 2 for n in self.controller_ids)
+
+    def shape(self) -> str:
+        """"3 controllers + 3 brokers" or "3 combined nodes + 1 broker"."""
+        def count(n: int, word: str) -> str:
+            return f"{n} {word}{'' if n == 1 else 's'}"
+        only_brokers = [b for b in self.broker_ids if b not in self.controller_ids]
+        head = count(len(self.controller_ids), "combined node" if self.combined else "controller")
+        return head + (f" + {count(len(only_brokers), 'broker')}" if only_brokers or not self.combined else "")
+
+    @classmethod
+    def up(cls, root: str | os.PathLike[str], controllers: int | None = None, brokers: int | None = None, *,
+           combined: bool = False, base_port: int | None = DEFAULT_BASE_PORT,
+           configs: dict[str, Any] | None = None, timeout_s: float = READY_TIMEOUT_S,
+           progress: Callable[[str], None] | None = None) -> tuple["Cluster", bool]:
+        """Start the cluster kept in ``root``, creating it the first time (cluster id, formatted
+        storage, one config per node), and wait until it is ready: quorum leader elected, every
+        broker registered and unfenced. Idempotent: nodes already running are left alone, and an
+        existing cluster keeps its layout (asking for another shape raises ClusterError).
+        Returns (cluster, created). New clusters get default.replication.factor min(3, brokers)
+        and min.insync.replicas min(2, brokers) unless ``configs`` says otherwise.
+        Nodes it starts keep running after this process exits; ``down()`` stops them."""
+        root = Path(root).resolve()
+        with state_lock(root):
+            created = not (root / STATE_FILE).exists()
+            if created:
+                controllers = 3 if controllers is None else controllers
+                brokers = 3 if brokers is None else brokers
+                if controllers < 1 or brokers < 0:
+                    raise ClusterError("a cluster needs at least 1 controller and 0 or more brokers")
+                if controllers not in (1, 3, 5):
+                    raise ClusterError(f"{controllers} controllers: use 1, 3 or 5 (a Raft quorum of an odd size)")
+                serving = brokers + (controllers if combined else 0)
+                if serving == 0:
+                    raise ClusterError("a cluster without brokers serves no clients: ask for --brokers 1 or more, or --combined")
+                defaults = {"default.replication.factor": min(3, serving), "min.insync.replicas": min(2, serving)}
+                cluster = cls(root, controllers, brokers, {**defaults, **(configs or {})}, combined=combined,
+                              base_port=base_port)
+                cluster.save_state()
+                if progress:
+                    progress(f"new cluster {cluster.cluster_id} in {root}: {cluster.shape()}")
+            else:
+                cluster = cls.open(root)
+                only_brokers = len([b for b in cluster.broker_ids if b not in cluster.controller_ids])
+                if ((controllers is not None and controllers != len(cluster.controller_ids))
+                        or (brokers is not None and brokers != only_brokers)
+                        or (combined and not cluster.combined)):
+                    raise ClusterError(f"{root} already holds a cluster of {cluster.shape()}; run "
+                                       f"`raftka cluster down --dir {root} --delete` first, or use another --dir")
+                if configs:
+                    cluster.configs.update(configs)  # for nodes started now; running ones keep theirs
+            try:
+                cluster.ensure_running(timeout_s, progress=progress)
+            except BaseException:
+                cluster.close()  # what this call started; nodes that were already running stay
+                raise
+            return cluster, created
+
+    def ensure_running(self, timeout_s: float = READY_TIMEOUT_S, *, progress: Callable[[str], None] | None = None,
+                       check_unfenced: bool = True) -> list[int]:
+        """Start every node that is not running (controllers first) and wait, within one
+        ``timeout_s``, for every controller's and broker's ready line, an active controller and
+        (with ``check_unfenced``) every broker registered and unfenced as the controllers see
+        it. Returns the ids it started."""
+        say = progress or (lambda message: None)
+        began = time.monotonic()
+        deadline = began + timeout_s
+        started: list[int] = []
+        for node_id in self.controller_ids:
+            if not self.alive(node_id):
+                self.launch(node_id)
+                started.append(node_id)
+        pure_controllers = [n for n in self.controller_ids if n not in self.broker_ids]
+        self._wait_nodes(pure_controllers, deadline, began, say, started)
+        if pure_controllers:
+            leader = self._wait_step(lambda: self.leader_id(), deadline, began, say, "an active controller")
+            say(f"active controller: {leader} ({time.monotonic() - began:.1f} s)")
+        for node_id in self.broker_ids:
+            if not self.alive(node_id):
+                self.launch(node_id)
+                started.append(node_id)
+        self._wait_nodes(self.broker_ids, deadline, began, say, started)
+        if check_unfenced and self.broker_ids:
+            self._wait_step(self._all_brokers_unfenced, deadline, began, say,
+                            "every broker registered and unfenced")
+            say(f"all {len(self.broker_ids)} brokers registered and unfenced ({time.monotonic() - began:.1f} s)")
+        return started
+
+    def _wait_nodes(self, node_ids: list[int], deadline: float, began: float, say: Callable[[str], None],
+                    started: list[int]) -> None:
+        """Each node's ready line, with a progress line per node started now and every
+        PROGRESS_EVERY_S while waiting."""
+        running = [self.nodes[n].name for n in node_ids if n not in started]
+        if running:
+            say(f"already running: {', '.join(running)}")
+        for node_id in node_ids:
+            name = self.nodes[node_id].name
+            while True:
+                chunk = min(PROGRESS_EVERY_S, deadline - time.monotonic())
+                try:
+                    self.wait_ready(node_id, max(chunk, 0.0))
+                    break
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"{name} was not ready within {deadline - began:.0f} s; "
+                                           f"see {self.nodes[node_id].log_path}") from None
+                    say(f"waiting for {name} ... ({time.monotonic() - began:.0f} s)")
+            if node_id in started:
+                say(f"{name} ready (pid {self.processes[node_id].pid}, {time.monotonic() - began:.1f} s)")
+
+    @staticmethod
+    def _wait_step(predicate: Callable[[], Any], deadline: float, began: float, say: Callable[[str], None],
+                   what: str) -> Any:
+        while True:
+            chunk = min(PROGRESS_EVERY_S, deadline - time.monotonic())
+            try:
+                return wait_until(predicate, max(chunk, 0.0), interval_s=0.1, what=what)
+            except TimeoutError as error:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{what}: not reached within {deadline - began:.0f} s ({error})") from None
+                say(f"waiting for {what} ... ({time.monotonic() - began:.0f} s)")
+
+    def describe_brokers(self, timeout_s: float = 3.0) -> dict[int, dict[str, Any]] | None:
+        """{broker id: {"fenced": bool, "host", "port"}} as the cluster metadata says (the
+        brokers' DescribeCluster), or None when no running broker answered."""
+        from client import AdminClient
+        from client.errors import RaftkaError
+        for node_id in self.broker_ids:
+            if not self.alive(node_id) or self.paused(node_id):
+                continue
+            try:
+                admin = AdminClient(bootstrap_servers=self.broker_address(node_id),
+                                    request_timeout_ms=int(timeout_s * 1000))
+            except RaftkaError:
+                continue
+            try:
+                described = admin.describe_cluster()
+            except RaftkaError:
+                continue
+            finally:
+                admin.close()
+            return {b["node_id"]: b for b in described["brokers"]}
+        return None
+
+    def _all_brokers_unfenced(self) -> bool:
+        brokers = self.describe_brokers()
+        return brokers is not None and all(b in brokers and not brokers[b].get("fenced") for b in self.broker_ids)
+
+    def status(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
+        """Per node: id, name, roles, pid, ports, alive, paused, log; ``quorum_role`` for
+        controllers ("leader", "follower", or "unknown" when it does not answer) and ``fenced``
+        for brokers (True/False, None when unknown or not registered)."""
+        brokers = self.describe_brokers(timeout_s) if self.broker_ids else None
+        rows = []
+        for node_id, spec in self.nodes.items():
+            process = self.processes.get(node_id)
+            alive = process is not None and process.alive()
+            paused = alive and process is not None and process.paused()
+            row: dict[str, Any] = {
+                "node_id": node_id, "name": spec.name, "roles": list(spec.roles),
+                "pid": process.pid if alive and process else None, "alive": alive, "paused": paused,
+                "raft_port": spec.raft_port, "controller_port": spec.controller_port,
+                "plaintext_port": spec.broker_port, "http_port": spec.http_port, "log": str(spec.log_path)}
+            if "controller" in spec.roles:
+                role = None
+                if alive and not paused:
+                    try:
+                        quorum = self.describe_quorum(node_id, timeout_s=timeout_s)
+                        role = "leader" if quorum.get("role") == "leader" and quorum.get("active") else "follower"
+                    except Exception:
+                        role = "unknown"
+                row["quorum_role"] = role
+            if "broker" in spec.roles:
+                known = (brokers or {}).get(node_id)
+                row["fenced"] = None if known is None else bool(known.get("fenced"))
+            rows.append(row)
+        return rows
+
+    def down(self, timeout_s: float = STOP_TIMEOUT_S, *, delete: bool = False) -> list[int]:
+        """Stop every running node, brokers first (their controlled shutdown needs the quorum),
+        each kind all at once: SIGTERM, SIGKILL after ``timeout_s``. Safe to repeat. With
+        ``delete``, then remove the nodes' directories and the state file (only what the
+        cluster created). Returns the ids that were running."""
+        with state_lock(self.root):
+            running = [n for n in self.nodes if self.alive(n)]
+            only_brokers = [n for n in running if self.nodes[n].roles == ("broker",)]
+            stop_together([self.processes[n] for n in only_brokers], timeout_s)
+            stop_together([self.processes[n] for n in running if n not in only_brokers], timeout_s)
+            self.processes.clear()
+            if delete:
+                for spec in self.nodes.values():
+                    if spec.data_dir.parent == self.root:  # never outside the cluster's directory
+                        shutil.rmtree(spec.data_dir, ignore_errors=True)
+                self.state_path.unlink(missing_ok=True)
+            else:
+                self.save_state()
+        if delete:
+            (self.root / LOCK_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.root.rmdir()  # only when empty: anything else in it is not ours
+        return running
+
+    def find_node(self, name: str) -> int:
+        """A node id from what a user typed: "4", "broker-4", "controller-1", or "leader" (the
+        active controller). ClusterError when there is no such node."""
+        text = name.strip().lower()
+        if text in ("leader", "active-controller"):
+            leader = self.leader_id()
+            if leader is None:
+                raise ClusterError("no active controller answers right now")
+            return leader
+        number = text.rsplit("-", 1)[-1]
+        if not number.isdigit() or int(number) not in self.nodes:
+            names = ", ".join(s.name for s in self.nodes.values())
+            raise ClusterError(f"no node {name!r} in this cluster (nodes: {names}; or 'leader')")
+        node_id = int(number)
+        if "-" in text and text.rsplit("-", 1)[0] != self.nodes[node_id].name.rsplit("-", 1)[0]:
+            raise ClusterError(f"node {node_id} is {self.nodes[node_id].name}, not {name}")
+        return node_id
+
+
+def local_bootstrap_servers(root: str | os.PathLike[str] = DEFAULT_DIR) -> str:
+    """The bootstrap servers of the cluster kept in ``root`` when at least one of its brokers
+    runs; NoClusterError otherwise (the message says how to start one)."""
+    cluster = Cluster.open(root)
+    live = [b for b in cluster.broker_ids if cluster.alive(b)]
+    if not live:
+        raise NoClusterError(f"no cluster running in {cluster.root} (start it with: raftka cluster up "
+                             f"--dir {cluster.root}, or pass --bootstrap-server HOST:PORT)")
+    return ",".join(cluster.broker_address(b) for b in live)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,160 @@
+"""Shared by the console tools (`raftka cluster`, `topics`, `produce`, `consume`, `dump-log`):
+finding the cluster, turning operating errors into one line, small parsers.
+
+Not a command itself (the leading underscore keeps raftka/cli.py from registering it).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from typing import Any, Callable
+
+ENV_DIR = "RAFTKA_DIR"  # overrides the default cluster directory (./.raftka)
+CONNECT_TIMEOUT_S = 3.0
+JAVA_VERSION_MIN = 17
+
+
+class CommandError(Exception):
+    """An operating error a tool reports as one line (``error: ...``) and exit code 1."""
+
+
+def default_dir() -> str:
+    from raftka.cluster import DEFAULT_DIR
+    return os.environ.get(ENV_DIR) or DEFAULT_DIR
+
+
+def add_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", default=None, metavar="DIR",
+                        help=f"the local cluster's directory (default ${ENV_DIR} or ./.raftka)")
+
+
+def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap-server HOST:PORT[,...] and --dir (where the local cluster is found when no
+    bootstrap server is given)."""
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+                        help="brokers to connect to (default: the local cluster in --dir)")
+    add_dir_arg(parser)
+
+
+def cluster_dir(args: argparse.Namespace) -> str:
+    return args.dir or default_dir()
+
+
+def bootstrap_servers(args: argparse.Namespace) -> str:
+    """The brokers to talk to: ``--bootstrap-server`` if given (at least one must accept a TCP
+    connection), else the running local cluster in ``--dir``. CommandError otherwise."""
+    if args.bootstrap_server:
+        servers = [s.strip() for s in args.bootstrap_server.split(",") if s.strip()]
+        if not servers:
+            raise CommandError("--bootstrap-server is empty")
+        problems = []
+        for server in servers:
+            host, _, port = server.rpartition(":")
+            if not host or not port.isdigit():
+                raise CommandError(f"--bootstrap-server {server!r} is not HOST:PORT")
+            try:
+                socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+                return ",".join(servers)
+            except OSError as error:
+                problems.append(f"{server}: {error.strerror or error}")
+        raise CommandError(f"no broker reachable at {args.bootstrap_server} ({'; '.join(problems)})")
+    from raftka.cluster import local_bootstrap_servers
+    return local_bootstrap_servers(cluster_dir(args))
+
+
+def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
+    """["k=v", "a=b,c=d"] -> {"k": "v", "a": "b", "c": "d"}; CommandError for an item without '='."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise CommandError(f"{flag} {part!r}: expected KEY=VALUE")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for an operating error."""
+    from client.protocol.errors import RaftkaError
+    if isinstance(error, RaftkaError):
+        return f"{error.message} ({error.name})" if error.message else error.name
+    if isinstance(error, OSError):
+        text = error.strerror or str(error)
+        return text + (f": {error.filename}" if getattr(error, "filename", None) else "")
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def one_line_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command: operating errors (CommandError, the cluster API's ClusterError, any
+    RaftkaError, OSError, TimeoutError) print ``error: <one line>`` on stderr and return 1;
+    Ctrl-C returns 130; a closed stdout (``| head``) ends quietly."""
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        from client.protocol.errors import RaftkaError
+        from raftka.cluster import ClusterError
+        try:
+            return int(func(args) or 0)
+        except BrokenPipeError:
+            _silence_stdout()
+            return 0
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except (CommandError, ClusterError, RaftkaError, OSError, TimeoutError) as error:
+            print(f"error: {describe_error(error)}", file=sys.stderr)
+            return 1
+    return run
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; with the reader gone that raises again: point it at /dev/null.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+def say(message: str) -> None:
+    """Progress and notes go to stderr, so stdout stays the command's result."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def require_java(minimum: int = JAVA_VERSION_MIN) -> str:
+    """The java executable when Java ``minimum``+ is installed; CommandError saying how to get it
+    otherwise (Spark needs it)."""
+    java = shutil.which("java")
+    hint = f"install Java {minimum} or newer (Debian/Ubuntu: apt-get install openjdk-{minimum}-jre-headless)"
+    if java is None:
+        raise CommandError(f"Java is not installed (Spark needs it); {hint}")
+    try:
+        run = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise CommandError(f"cannot run {java} -version ({error}); {hint}") from None
+    import re
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', run.stderr + run.stdout)
+    if not match:
+        raise CommandError(f"cannot tell the Java version from `java -version`; {hint}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0" is Java 8
+        major = int(match.group(2))
+    if major < minimum:
+        raise CommandError(f"Java {major} found, Spark needs {minimum}+; {hint}")
+    return java
+
+
+def print_table(rows: list[list[Any]], out: Any = None) -> None:
+    """Left-aligned columns, two spaces apart."""
+    out = out or sys.stdout
+    text = [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(text[0]))]
+    for row in text:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(), file=out)

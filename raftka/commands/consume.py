@@ -1,0 +1,144 @@
+"""`raftka consume TOPIC`: Kafka's console consumer. One line per record on stdout.
+
+    raftka consume events --from-beginning --max-messages 10 --print-key --print-offset
+
+Without ``--group`` it reads every partition (or ``--partition``) itself and commits nothing.
+With ``--group`` it joins that consumer group (its partitions are shared among the group's
+members, offsets committed). Fields are printed in Kafka's order, tab-separated:
+CreateTime, Partition, Offset, headers, key, value (null for a missing key or value). It stops
+after ``--max-messages``, after ``--timeout-ms`` without a record, or on Ctrl-C / SIGTERM, and
+prints ``Processed a total of N messages`` on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import warnings
+from typing import Any
+
+from raftka.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
+                                     say)
+
+POLL_MS = 500
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("consume", help="print records of a topic (console consumer)",
+                                   description="Print the records of a topic, one per line.")
+    parser.add_argument("topic", metavar="TOPIC")
+    add_bootstrap_args(parser)
+    parser.add_argument("--from-beginning", action="store_true",
+                        help="start at the earliest offset (default: only records produced from now on)")
+    parser.add_argument("--group", metavar="GROUP", help="consume as a member of this consumer group")
+    parser.add_argument("--partition", type=int, default=None, help="only this partition")
+    parser.add_argument("--offset", default=None,
+                        help="with --partition: earliest, latest, or an offset to start at")
+    parser.add_argument("--max-messages", type=int, default=None, help="exit after this many records")
+    parser.add_argument("--timeout-ms", type=int, default=None, help="exit after this long without a record")
+    parser.add_argument("--print-key", action="store_true")
+    parser.add_argument("--print-offset", action="store_true")
+    parser.add_argument("--print-partition", action="store_true")
+    parser.add_argument("--print-timestamp", action="store_true")
+    parser.add_argument("--print-headers", action="store_true")
+    parser.add_argument("--separator", default="\t", help="between printed fields (default tab)")
+    parser.set_defaults(func=run)
+
+
+def format_record(record: Any, args: argparse.Namespace) -> str:
+    """One output line, in the field order of Kafka's DefaultMessageFormatter."""
+    fields = []
+    if args.print_timestamp:
+        kind = "LogAppendTime" if getattr(record, "timestamp_type", 0) == 1 else "CreateTime"
+        fields.append(f"{kind}:{record.timestamp}")
+    if args.print_partition:
+        fields.append(f"Partition:{record.partition}")
+    if args.print_offset:
+        fields.append(f"Offset:{record.offset}")
+    if args.print_headers:
+        headers = record.headers or []
+        fields.append(",".join(f"{k}:{_text(v)}" for k, v in headers) if headers else "NO_HEADERS")
+    if args.print_key:
+        fields.append(_text(record.key))
+    fields.append(_text(record.value))
+    return args.separator.join(fields)
+
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", errors="replace")
+
+
+@one_line_errors
+def run(args: argparse.Namespace) -> int:
+    from client import Consumer, TopicPartition
+    from raftka.commands.produce import check_topic
+    if args.offset is not None and args.partition is None:
+        raise CommandError("--offset needs --partition")
+    if args.max_messages is not None and args.max_messages < 1:
+        raise CommandError("--max-messages must be 1 or more")
+    if args.group and args.partition is not None:
+        raise CommandError("--group and --partition do not go together (a group assigns partitions)")
+    servers = bootstrap_servers(args)
+    described = check_topic(servers, args.topic, 30_000, partition=args.partition)
+    configs: dict[str, Any] = {"bootstrap_servers": servers, "client_id": "raftka-consume",
+                               "auto_offset_reset": "earliest" if args.from_beginning else "latest"}
+    if args.group:
+        configs["group_id"] = args.group
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        consumer = Consumer(**configs)
+        if args.group:
+            consumer.subscribe([args.topic])
+        else:
+            partitions = ([args.partition] if args.partition is not None
+                          else [p["partition"] for p in described["partitions"]])
+            consumer.assign([TopicPartition(args.topic, p) for p in partitions])
+    for warning in caught:  # e.g. groups not available yet: one line, not a Python warning dump
+        say(f"warning: {str(warning.message).splitlines()[0]}")
+    stop = _stop_on_sigterm()
+    count = 0
+    idle_ms = 0
+    try:
+        if args.offset is not None:
+            tp = TopicPartition(args.topic, args.partition)
+            if args.offset == "earliest":
+                consumer.seek_to_beginning(tp)
+            elif args.offset == "latest":
+                consumer.seek_to_end(tp)
+            elif args.offset.lstrip("-").isdigit() and int(args.offset) >= 0:
+                consumer.seek(tp, int(args.offset))
+            else:
+                raise CommandError(f"--offset {args.offset!r}: expected earliest, latest or an offset >= 0")
+        out = sys.stdout
+        while not stop:
+            batch = consumer.poll(timeout_ms=POLL_MS, max_records=_room(args, count))
+            records = [r for part in batch.values() for r in part]
+            if not records:
+                idle_ms += POLL_MS
+                if args.timeout_ms is not None and idle_ms >= args.timeout_ms:
+                    break
+                continue
+            idle_ms = 0
+            for record in records:
+                out.write(format_record(record, args) + "\n")
+                count += 1
+            out.flush()
+            if args.max_messages is not None and count >= args.max_messages:
+                break
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends a console consumer normally
+    finally:
+        say(f"Processed a total of {count} messages")
+        consumer.close()
+    return 0
+
+
+def _room(args: argparse.Namespace, count: int) -> int | None:
+    return None if args.max_messages is None else max(1, args.max_messages - count)
+
+
+def _stop_on_sigterm() -> list[bool]:
+    """A flag list that SIGTERM makes truthy, so the loop ends cleanly (summary, close)."""
+    flag: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: flag.append(True))
+    return flag

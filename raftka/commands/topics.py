@@ -1,0 +1,180 @@
+"""`raftka topics create|list|describe|delete|alter`: Kafka's kafka-topics, on the public AdminClient.
+
+    raftka topics create orders --partitions 6 --replication-factor 3 --config min.insync.replicas=2
+    raftka topics describe orders
+    raftka topics alter orders --config retention.ms=3600000 --delete-config segment.bytes
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from raftka.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
+                                     parse_key_values)
+
+LEADERS_WAIT_S = 15.0  # after create: brokers learn the topic from the metadata log a moment later
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("topics", help="create, list, describe, delete and alter topics",
+                                   description="Manage topics (Kafka's kafka-topics).")
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+    sub = parser.add_subparsers(dest="topics_command", metavar="ACTION")
+
+    def action(name: str, help_text: str, *, topic: str | None = "required") -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        if topic == "required":
+            p.add_argument("name", nargs="?", metavar="TOPIC")
+            p.add_argument("--topic", dest="topic_flag", metavar="TOPIC", help="the topic (instead of TOPIC)")
+        elif topic == "many":
+            p.add_argument("name", nargs="*", metavar="TOPIC", help="topics (default: all)")
+            p.add_argument("--topic", dest="topic_flag", action="append", metavar="TOPIC")
+        add_bootstrap_args(p)
+        p.add_argument("--timeout-ms", type=int, default=30_000, help="request timeout")
+        return p
+
+    create = action("create", "create a topic")
+    create.add_argument("--partitions", type=int, default=-1, help="partition count (default: num.partitions)")
+    create.add_argument("--replication-factor", type=int, default=-1,
+                        help="replicas per partition (default: default.replication.factor)")
+    create.add_argument("--config", action="append", metavar="KEY=VALUE",
+                        help="topic config, repeatable (min.insync.replicas=2, retention.ms=...)")
+    create.add_argument("--if-not-exists", action="store_true", help="no error when the topic exists")
+    create.set_defaults(func=run_create)
+
+    listing = action("list", "list topic names", topic=None)
+    listing.set_defaults(func=run_list)
+
+    describe = action("describe", "partitions with leader, replicas and ISR", topic="many")
+    describe.set_defaults(func=run_describe)
+
+    delete = action("delete", "delete a topic")
+    delete.add_argument("--if-exists", action="store_true", help="no error when the topic does not exist")
+    delete.set_defaults(func=run_delete)
+
+    alter = action("alter", "set or remove topic config overrides")
+    alter.add_argument("--config", action="append", metavar="KEY=VALUE", help="set a config, repeatable")
+    alter.add_argument("--delete-config", action="append", metavar="KEY", help="remove an override, repeatable")
+    alter.set_defaults(func=run_alter)
+
+
+def _topic(args: argparse.Namespace) -> str:
+    name = args.name or args.topic_flag
+    if not name:
+        raise CommandError(f"topics {args.topics_command}: name the topic (TOPIC or --topic TOPIC)")
+    return name
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from client import AdminClient
+    return AdminClient(bootstrap_servers=bootstrap_servers(args), request_timeout_ms=args.timeout_ms,
+                       client_id="raftka-topics")
+
+
+def _unknown(name: str) -> CommandError:
+    return CommandError(f"unknown topic {name!r} (UNKNOWN_TOPIC_OR_PARTITION)")
+
+
+@one_line_errors
+def run_create(args: argparse.Namespace) -> int:
+    from client import NewTopic
+    from client.errors import TopicAlreadyExistsError
+    name = _topic(args)
+    configs = parse_key_values(args.config, "--config")
+    with _admin(args) as admin:
+        try:
+            admin.create_topics([NewTopic(name, args.partitions, args.replication_factor, configs or None)])
+        except TopicAlreadyExistsError:
+            if args.if_not_exists:
+                print(f"Topic {name} already exists.")
+                return 0
+            raise CommandError(f"topic {name!r} already exists (TOPIC_ALREADY_EXISTS)") from None
+        wait_for_leaders(admin, name, LEADERS_WAIT_S)
+    print(f"Created topic {name}.")
+    return 0
+
+
+def wait_for_leaders(admin: Any, name: str, timeout_s: float) -> dict[str, Any] | None:
+    """Wait until every partition of ``name`` has a leader in the brokers' metadata (so the next
+    produce finds it); returns the description, None if it did not happen in time."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        [described] = admin.describe_topics([name])
+        parts = described["partitions"]
+        if described["error_code"] == 0 and parts and all(p["leader"] >= 0 for p in parts):
+            return described
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+@one_line_errors
+def run_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        for name in admin.list_topics():
+            print(name)
+    return 0
+
+
+@one_line_errors
+def run_describe(args: argparse.Namespace) -> int:
+    names = list(args.name or []) + list(args.topic_flag or [])
+    with _admin(args) as admin:
+        if not names:
+            names = admin.list_topics()
+        described = admin.describe_topics(names)
+        for topic in described:
+            if topic["error_code"] != 0:
+                raise _unknown(topic["topic"])
+        configs = admin.describe_configs(names) if names else {}
+    for topic in described:
+        name, parts = topic["topic"], topic["partitions"]
+        overrides = ",".join(f"{k}={e.value}" for k, e in sorted(configs.get(name, {}).items()) if not e.is_default)
+        rf = max((len(p["replicas"]) for p in parts), default=0)
+        print(f"Topic: {name}\tTopicId: {topic['topic_id']}\tPartitionCount: {len(parts)}\t"
+              f"ReplicationFactor: {rf}\tConfigs: {overrides}")
+        for p in parts:
+            offline = f"\tOffline: {_ids(p['offline_replicas'])}" if p.get("offline_replicas") else ""
+            print(f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader'] if p['leader'] >= 0 else 'none'}"
+                  f"\tReplicas: {_ids(p['replicas'])}\tIsr: {_ids(p['isr'])}{offline}")
+    return 0
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+@one_line_errors
+def run_delete(args: argparse.Namespace) -> int:
+    from client.errors import UnknownTopicOrPartitionError
+    name = _topic(args)
+    with _admin(args) as admin:
+        try:
+            admin.delete_topics([name])
+        except UnknownTopicOrPartitionError:
+            if args.if_exists:
+                print(f"Topic {name} does not exist.")
+                return 0
+            raise _unknown(name) from None
+    print(f"Deleted topic {name}.")
+    return 0
+
+
+@one_line_errors
+def run_alter(args: argparse.Namespace) -> int:
+    from client import ConfigResource
+    name = _topic(args)
+    changes: dict[str, str | None] = dict(parse_key_values(args.config, "--config"))
+    for key in args.delete_config or []:
+        changes[key.strip()] = None
+    if not changes:
+        raise CommandError("topics alter: nothing to change (give --config KEY=VALUE or --delete-config KEY)")
+    with _admin(args) as admin:
+        [described] = admin.describe_topics([name])
+        if described["error_code"] != 0:
+            raise _unknown(name)
+        admin.alter_configs([ConfigResource("topic", name, changes)])
+    shown = ", ".join(f"{k}={v}" if v is not None else f"-{k}" for k, v in changes.items())
+    print(f"Updated config of topic {name}: {shown}.")
+    return 0
