@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import os
 import random
+import signal
 import statistics
 import string
 import struct
@@ -45,7 +46,8 @@ PROGRESS_LINE_INTERVAL_S = 5.0  # one line this often when stderr is not a termi
 CONSUME_IDLE_TIMEOUT_MS = 10_000  # kafka-consumer-perf-test's --timeout default
 WORKER_START_TIMEOUT_S = 120.0  # producer processes: import, connect, warm up
 RESULT_TIMEOUT_S = 3600.0  # a worker's result after the start signal
-E2E_DRAIN_TIMEOUT_S = 30.0  # after the last send, for the consumer to see every record
+E2E_DRAIN_TIMEOUT_S = 30.0
+SYNC_SEND_TIMEOUT_S = 60.0  # produce --sync: one acknowledgement  # after the last send, for the consumer to see every record
 FAILOVER_RECOVERY_TIMEOUT_S = 120.0  # per kill: acks resume, broker restarts, ISR whole again
 STAMP = struct.Struct(">q")  # e2e: send time (monotonic ns) at the head of the value
 SEQ = struct.Struct(">q")  # failover: the record's sequence number at the head of the value
@@ -65,6 +67,8 @@ def register(perf: argparse._SubParsersAction) -> None:
     p.add_argument("--compression", choices=["none", "lz4"], default="none")
     p.add_argument("--throughput", type=float, default=-1,
                    help="records/s across all producers; -1 (default) = as fast as possible")
+    p.add_argument("--sync", action="store_true",
+                   help="wait for each acknowledgement before the next send (round-trip latency)")
     _topic_args(p)
     p.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE",
                    help="producer configs, kafka-python names (batch_size=65536 linger_ms=10 ...)")
@@ -260,6 +264,9 @@ def target_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> Iter
         yield bootstrap, None
         return
     from raftka.cluster import Cluster
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a benchmark's timeout) unwinds like Ctrl-C, so the cluster is stopped by PID.
+        signal.signal(signal.SIGTERM, _raise_on_term)
     configs: dict[str, Any] = {"default.replication.factor": min(3, args.brokers),
                                "min.insync.replicas": min(2, args.brokers)}
     configs.update({k: v for k, v in (kv.split("=", 1) for kv in args.server_config)})
@@ -269,6 +276,10 @@ def target_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> Iter
             say(f"started a local cluster ({args.controllers} controllers + {args.brokers} brokers) "
                 f"in {time.perf_counter() - started:.1f} s: {cluster.bootstrap_servers}")
             yield cluster.bootstrap_servers, cluster
+
+
+def _raise_on_term(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int,
@@ -331,10 +342,11 @@ def producer_configs(acks: str, compression: str, props: dict[str, Any]) -> dict
 
 def produce_records(bootstrap: str, topic: str, num_records: int, record_size: int, configs: dict[str, Any],
                     throughput: float, counter: Callable[[int], None] | None = None,
-                    start_gate: Callable[[], None] | None = None) -> dict[str, Any]:
+                    start_gate: Callable[[], None] | None = None, sync: bool = False) -> dict[str, Any]:
     """Send ``num_records`` values of ``record_size`` bytes with one Producer; returns counts,
     the timed window and latency samples (ms). ``counter(n)`` is told the records sent so far
-    every 1,000; ``start_gate()`` is called after the warm-up, right before timing starts."""
+    every 1,000; ``start_gate()`` is called after the warm-up, right before timing starts.
+    ``sync``: one record at a time, each waited for (``send().get()``)."""
     from client import Producer
     value = payload(record_size)
     sample_every = max(1, num_records // LATENCY_SAMPLES_MAX)
@@ -347,7 +359,17 @@ def produce_records(bootstrap: str, topic: str, num_records: int, record_size: i
             start_gate()
         throttle = Throttle(throughput)
         started = clock()
-        for i in range(num_records):
+        if sync:
+            for i in range(num_records):
+                t0 = clock()
+                producer.send(topic, value).get(timeout=SYNC_SEND_TIMEOUT_S)
+                latencies.append((clock() - t0) * 1000)
+                if counter is not None and i % 100 == 99:
+                    counter(i + 1)
+            num_records_async = 0
+        else:
+            num_records_async = num_records
+        for i in range(num_records_async):
             future = producer.send(topic, value)
             if i % sample_every == 0:
                 # Bound per send: only every k-th record carries a callback, so the measurement
@@ -398,8 +420,8 @@ def run_produce(args: argparse.Namespace) -> int:
     with target_cluster(args, say) as (bootstrap, _cluster):
         ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas)
         result = produce(bootstrap, args.topic, args.num_records, args.record_size, configs,
-                         args.throughput, args.producers, progress=not args.no_progress)
-    result.update({"command": "produce", "date": _now(), "topic": args.topic, "acks": args.acks,
+                         args.throughput, args.producers, progress=not args.no_progress, sync=args.sync)
+    result.update({"command": "produce", "date": _now(), "topic": args.topic, "acks": args.acks, "sync": args.sync,
                    "compression": args.compression, "producers": args.producers,
                    "record_size": args.record_size, "configs": {k: v for k, v in configs.items()}})
     say(f"{result['records']:,} records sent, {result['records_per_s']:,.1f} records/s "
@@ -411,15 +433,19 @@ def run_produce(args: argparse.Namespace) -> int:
 
 
 def produce(bootstrap: str, topic: str, num_records: int, record_size: int, configs: dict[str, Any],
-            throughput: float = -1, producers: int = 1, progress: bool = False) -> dict[str, Any]:
+            throughput: float = -1, producers: int = 1, progress: bool = False, sync: bool = False
+            ) -> dict[str, Any]:
     """The produce figure: one producer in this process, or ``producers`` processes started
     together; records/s over the common window (first start to last end)."""
+    if sync and producers != 1:
+        raise ValueError("--sync takes one producer")
     if producers == 1:
         bar = Progress("produce", num_records, progress)
         try:
             def counter(n: int) -> None:
                 bar.done = n
-            out = produce_records(bootstrap, topic, num_records, record_size, configs, throughput, counter)
+            out = produce_records(bootstrap, topic, num_records, record_size, configs, throughput, counter,
+                                  sync=sync)
         finally:
             bar.close()
         outs = [out]

@@ -1,0 +1,357 @@
+"""``python -m raftka.bench``: run the peer benchmark and write BENCHMARKS.md's generated section.
+
+See raftka/bench/__init__.py. ``--help`` lists the knobs; ``scripts/bench.sh`` is the entry
+point that also installs the peers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from raftka.bench import peers, report
+
+MEASURE_TIMEOUT_S = 600.0  # one child measurement
+FAILOVER_TIMEOUT_S = 1800.0
+
+
+class TimeLimit(Exception):
+    """The run's --time-limit-s is spent: the remaining figures are skipped."""
+
+
+class Bench:
+    """Runs each figure ``runs`` times; collects results and what was skipped or failed."""
+
+    def __init__(self, args: argparse.Namespace, root: Path) -> None:
+        self.args = args
+        self.root = root
+        self.deadline = time.monotonic() + args.time_limit_s
+        self.results: dict[str, list[dict[str, Any]]] = {}
+        self.problems: list[str] = []
+        self.loads: dict[str, list[float]] = {}
+        self.pidfile = Path(args.pidfile) if args.pidfile else None
+
+    # -- bookkeeping --
+    def note_pid(self, pid: int) -> None:
+        """Remember a PID for scripts/bench.sh, which kills leftovers if this process dies."""
+        if self.pidfile is not None:
+            with open(self.pidfile, "a", encoding="utf-8") as f:
+                f.write(f"{pid}\n")
+
+    def note_processes(self, processes: list[Any]) -> None:
+        for process in processes:
+            self.note_pid(process.pid)
+
+    def say(self, line: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+    def load(self, phase: str) -> None:
+        self.loads.setdefault(phase, []).append(round(os.getloadavg()[0], 2))
+
+    def child(self, name: str, argv: list[str], timeout_s: float = MEASURE_TIMEOUT_S) -> dict[str, Any] | None:
+        """Run one measurement process; its JSON stdout, or None (recorded as a problem)."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeLimit(name)
+        from raftka.cluster import project_env
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=project_env(), start_new_session=True)
+        self.note_pid(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=min(timeout_s, left))
+        except subprocess.TimeoutExpired:
+            # SIGTERM first: the perf tools stop the clusters they started on SIGTERM.
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            self.problems.append(f"{name}: timed out after {min(timeout_s, left):.0f} s")
+            self.say(f"{name}: TIMED OUT")
+            return None
+        try:
+            start = out.index("{")
+            result = json.loads(out[start:])
+        except ValueError:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            self.problems.append(f"{name}: exit {proc.returncode}: {last}")
+            self.say(f"{name}: FAILED (exit {proc.returncode}): {last}")
+            return None
+        if proc.returncode != 0:
+            last = (err.strip().splitlines() or [""])[-1]
+            self.problems.append(f"{name}: exit {proc.returncode} {last}".strip())
+        return result
+
+    def record(self, figure: str, result: dict[str, Any] | None, show: Callable[[dict[str, Any]], str]) -> None:
+        if result is None:
+            return
+        self.results.setdefault(figure, []).append(result)
+        self.say(f"{figure}: {show(result)}")
+
+
+def _rate(r: dict[str, Any]) -> str:
+    return f"{r['records_per_s']:,.0f} records/s"
+
+
+def _lat(r: dict[str, Any], key: str = "latency_ms") -> str:
+    lat = r[key]
+    return f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms"
+
+
+def run_raftka(bench: Bench) -> None:
+    from raftka.cluster import Cluster
+    a = bench.args
+    py = sys.executable
+    configs = {"default.replication.factor": 3, "min.insync.replicas": 2}
+    bench.say("starting Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2")
+    cluster = Cluster(bench.root / "raftka", controllers=3, brokers=3, configs=configs)
+    try:
+        for node_id in cluster.controller_ids:
+            bench.note_processes([cluster.launch(node_id)])
+        for node_id in cluster.controller_ids:
+            cluster.wait_ready(node_id)
+        for node_id in cluster.broker_ids:
+            bench.note_processes([cluster.launch(node_id)])
+        for node_id in cluster.broker_ids:
+            cluster.wait_ready(node_id)
+        boot = cluster.bootstrap_servers
+        perf = [py, "-m", "raftka", "perf"]
+        common = ["--bootstrap-server", boot, "--json", "--no-progress"]
+        for run in range(a.runs):
+            bench.load("raftka")
+            topic = f"bench-all-{run}"
+            bench.record("raftka.produce.acks_all", bench.child(
+                f"raftka produce acks=all #{run}",
+                perf + ["produce", *common, "--topic", topic, "--num-records", str(a.records),
+                        "--record-size", str(a.record_size), "--acks", "all",
+                        *(["--producer-props", *a.producer_props] if a.producer_props else [])]), _rate)
+            bench.record("raftka.produce.acks_1", bench.child(
+                f"raftka produce acks=1 #{run}",
+                perf + ["produce", *common, "--topic", f"bench-one-{run}", "--num-records", str(a.records),
+                        "--record-size", str(a.record_size), "--acks", "1",
+                        *(["--producer-props", *a.producer_props] if a.producer_props else [])]), _rate)
+            bench.record("raftka.consume", bench.child(
+                f"raftka consume #{run}",
+                perf + ["consume", *common, "--topic", topic, "--messages", str(a.records),
+                        *(["--consumer-props", *a.consumer_props] if a.consumer_props else [])]), _rate)
+            bench.record("raftka.e2e", bench.child(
+                f"raftka e2e #{run}",
+                perf + ["e2e", *common, "--topic", f"bench-e2e-{run}", "--rate", str(a.e2e_rate),
+                        "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
+                lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
+            bench.record("raftka.sequential", bench.child(
+                f"raftka sequential #{run}",
+                perf + ["produce", *common, "--topic", f"bench-seq-{run}", "--num-records",
+                        str(a.sequential_samples), "--record-size", str(a.record_size), "--acks", "all",
+                        "--sync", "--producer-props", "linger_ms=0"]),
+                _lat)
+        bench.load("raftka")
+    finally:
+        cluster.close()
+    if a.failover_kills > 0:
+        bench.load("raftka-failover")
+        extra = [x for kv in a.failover_server_config for x in ("--server-config", kv)]
+        bench.record("raftka.failover", bench.child(
+            "raftka failover",
+            [py, "-m", "raftka", "perf", "failover", "--json", "--no-progress", "--kills", str(a.failover_kills),
+             "--record-size", str(a.record_size), *extra], FAILOVER_TIMEOUT_S),
+            lambda r: f"stall median {r['stall_s']['median']:.2f} s, lost {r['lost']}")
+        bench.load("raftka-failover")
+
+
+def run_nats(bench: Bench) -> None:
+    a = bench.args
+    py = sys.executable
+    bench.say("starting NATS JetStream: 3 nats-server processes in one cluster")
+    nats = peers.NatsCluster(bench.root / "nats")
+    try:
+        for i in range(nats.nodes):
+            nats.launch(i)
+        bench.note_processes(list(nats.processes.values()))
+        for i in range(nats.nodes):
+            nats.processes[i].wait_for_line(lambda l: "Server is ready" in l, peers.READY_TIMEOUT_S)
+        import asyncio
+        asyncio.run(peers._wait_jetstream(nats.urls))
+        urls = ",".join(nats.urls)
+        cmd = [py, "-m", "raftka.bench.peers"]
+        size = ["--record-size", str(a.record_size)]
+        for run in range(a.runs):
+            bench.load("nats")
+            for replicas in (3, 1):
+                stream = f"BENCH_R{replicas}_{run}"
+                bench.record(f"nats.r{replicas}.publish", bench.child(
+                    f"nats R{replicas} publish #{run}",
+                    cmd + ["nats-publish", "--urls", urls, "--stream", stream, "--replicas", str(replicas),
+                           "--records", str(a.records), *size]), _rate)
+                bench.record(f"nats.r{replicas}.consume", bench.child(
+                    f"nats R{replicas} consume #{run}",
+                    cmd + ["nats-consume", "--urls", urls, "--stream", stream, "--records", str(a.records)]), _rate)
+                bench.record(f"nats.r{replicas}.sequential", bench.child(
+                    f"nats R{replicas} sequential #{run}",
+                    cmd + ["nats-sequential", "--urls", urls, "--stream", f"SEQ_R{replicas}_{run}",
+                           "--replicas", str(replicas), "--samples", str(a.sequential_samples), *size]), _lat)
+        bench.load("nats")
+        if a.nats_failover_kills > 0 and time.monotonic() < bench.deadline:
+            bench.say(f"NATS R3 failover: {a.nats_failover_kills} kills of the stream leader")
+            try:
+                out = asyncio.run(peers.nats_failover(nats, a.nats_failover_kills, 5000, a.record_size, 2.0))
+                bench.note_processes(list(nats.processes.values()))
+                bench.record("nats.r3.failover", out, lambda r: f"stall median {r['stall_s']['median']:.2f} s")
+            except Exception as error:  # noqa: BLE001 - reported, the rest goes on
+                bench.problems.append(f"nats failover: {type(error).__name__}: {error}")
+    finally:
+        nats.close()
+
+
+def run_redis(bench: Bench) -> None:
+    a = bench.args
+    py = sys.executable
+    bench.say("starting Redis: one redis-server, no persistence")
+    server = peers.RedisServer(bench.root / "redis")
+    try:
+        server.start()
+        bench.note_processes([server.process])
+        cmd = [py, "-m", "raftka.bench.peers"]
+        port = ["--port", str(server.port)]
+        for run in range(a.runs):
+            bench.load("redis")
+            key = f"bench-{run}"
+            bench.record("redis.xadd", bench.child(
+                f"redis XADD #{run}", cmd + ["redis-xadd", *port, "--stream", key, "--records", str(a.records),
+                                             "--record-size", str(a.record_size)]), _rate)
+            bench.record("redis.xread", bench.child(
+                f"redis XREAD #{run}", cmd + ["redis-xread", *port, "--stream", key, "--records", str(a.records)]),
+                _rate)
+            bench.record("redis.sequential", bench.child(
+                f"redis sequential #{run}", cmd + ["redis-sequential", *port, "--stream", f"seq-{run}",
+                                                   "--samples", str(a.sequential_samples),
+                                                   "--record-size", str(a.record_size)]), _lat)
+        bench.load("redis")
+    finally:
+        server.close()
+
+
+def environment() -> dict[str, Any]:
+    """Machine, versions and date for the report."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    root = Path(__file__).resolve().parent.parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        rev = "unknown"
+    from raftka import __version__
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
+            "mem_gb": mem_gb, "kernel": platform.release(), "python": platform.python_version(),
+            "raftka": f"{__version__} (git {rev})", "nats_server": peers.version_of("nats-server"),
+            "redis_server": peers.version_of("redis-server"), "nats_py": peers.package_version("nats-py"),
+            "redis_py": peers.package_version("redis"), "hiredis": peers.package_version("hiredis")}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m raftka.bench", description=__doc__)
+    p.add_argument("--runs", type=int, default=3, help="times each figure is measured (default 3)")
+    p.add_argument("--records", type=int, default=200_000, help="records per throughput run (default 200000)")
+    p.add_argument("--record-size", type=int, default=100)
+    p.add_argument("--e2e-rate", type=float, default=10_000)
+    p.add_argument("--e2e-duration", type=float, default=10)
+    p.add_argument("--sequential-samples", type=int, default=2000,
+                   help="one-at-a-time acknowledged writes for the round-trip latency (default 2000)")
+    p.add_argument("--failover-kills", type=int, default=10, help="Raftka leader kills (0: skip)")
+    p.add_argument("--failover-server-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="server configs for the failover cluster (default: the servers' defaults)")
+    p.add_argument("--nats-failover-kills", type=int, default=3, help="NATS R3 stream-leader kills (0: skip)")
+    p.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra Raftka producer configs for the throughput runs")
+    p.add_argument("--consumer-props", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--skip", default="", help="comma-separated: raftka,nats,redis")
+    p.add_argument("--time-limit-s", type=float, default=2400, help="whole run (default 2400)")
+    p.add_argument("--out", default=None, help="BENCHMARKS.md to update (default: print only)")
+    p.add_argument("--json-out", default=None, help="also write every raw result here")
+    p.add_argument("--pidfile", default=None, help="append every started PID here (for bench.sh)")
+    p.add_argument("--command-line", default="scripts/bench.sh", help="the command shown in the report")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)  # unwinds through every finally: processes get stopped
+    signal.signal(signal.SIGTERM, on_term)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    missing = [b for b, name in (("nats-server", "nats"), ("redis-server", "redis"))
+               if name not in skip and not shutil.which(b)]
+    if missing:
+        print(f"error: {', '.join(missing)} not on PATH (scripts/bench.sh installs them)", file=sys.stderr)
+        return 1
+    env = environment()
+    env["load_start"] = [round(x, 2) for x in os.getloadavg()]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="raftka-bench-") as tmp:
+        bench = Bench(args, Path(tmp))
+        bench.say(f"{env['date']}: {env['cpu']}, {env['cores']} cores; load {env['load_start']}")
+        for name, phase in (("raftka", run_raftka), ("nats", run_nats), ("redis", run_redis)):
+            if name in skip:
+                continue
+            try:
+                phase(bench)
+            except TimeLimit as limit:
+                bench.problems.append(f"time limit ({args.time_limit_s:.0f} s) reached at {limit}; "
+                                      "later figures skipped")
+                bench.say(bench.problems[-1])
+                break
+            except Exception as error:  # noqa: BLE001 - report it, measure the others
+                bench.problems.append(f"{name}: {type(error).__name__}: {error}")
+                bench.say(f"{name} phase FAILED: {error}")
+    env["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    env["duration_s"] = round(time.monotonic() - started)
+    env["loads"] = bench.loads
+    env["command"] = args.command_line
+    env["runs"] = args.runs
+    env["records"] = args.records
+    env["record_size"] = args.record_size
+    env["e2e_rate"] = args.e2e_rate
+    env["e2e_duration"] = args.e2e_duration
+    env["failover_server_config"] = args.failover_server_config
+    env["producer_props"] = args.producer_props
+    env["consumer_props"] = args.consumer_props
+    raw = {"environment": env, "results": bench.results, "problems": bench.problems}
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(raw, indent=2, default=str), encoding="utf-8")
+    section = report.render(raw)
+    if args.out:
+        report.write_section(Path(args.out), section)
+        bench.say(f"wrote the benchmark section of {args.out}")
+    else:
+        print(section)
+    print(report.summary_lines(raw), flush=True)
+    return 1 if bench.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
