@@ -36,10 +36,13 @@ def _raise_or_collect(results: dict[str, RaftkaError | None], raise_errors: bool
 
 
 def _config_value(value: Any) -> Any:
+    """A config value as Kafka writes it: a string (booleans lower-case, lists comma-separated)."""
     if value is None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_config_value(v) for v in value)
     return str(value)
 
 
@@ -149,7 +152,8 @@ class AdminClient:
 
     async def describe_configs(self, config_resources: Iterable[ConfigResource | str],
                                timeout_ms: int | None = None) -> dict[str, dict[str, ConfigEntry]]:
-        """{topic: {key: ConfigEntry(name, value, is_default)}}; raises a topic's error."""
+        """{topic: {key: ConfigEntry(name, value, is_default)}}; raises a topic's error. Values
+        are strings, as Kafka's AdminClient gives them (``"3600000"``, ``"true"``)."""
         body = {"resources": [{"resource_type": r.resource_type, "resource_name": r.name}
                               for r in self._resources(config_resources)]}
         answer = await self._call(API_DESCRIBE_CONFIGS, body, timeout_ms, read_only=True)
@@ -158,7 +162,8 @@ class AdminClient:
             code = r.get("error_code", 0) or 0
             if code:
                 raise errors.error_for(code, r.get("error_message"), topic=r.get("resource_name"))
-            out[r["resource_name"]] = {c["name"]: ConfigEntry(c["name"], c.get("value"), bool(c.get("is_default")))
+            out[r["resource_name"]] = {c["name"]: ConfigEntry(c["name"], _config_value(c.get("value")),
+                                                              bool(c.get("is_default")))
                                        for c in r.get("configs") or []}
         return out
 
