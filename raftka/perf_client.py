@@ -139,7 +139,7 @@ def parse_props(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+            raise _bad("--producer-props/--consumer-props", f"expected KEY=VALUE, got {item!r}")
         value: Any = raw
         if raw.lower() in ("none", "null"):
             value = None
@@ -264,18 +264,33 @@ def target_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> Iter
         yield bootstrap, None
         return
     from raftka.cluster import Cluster
+    previous = None
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (a benchmark's timeout) unwinds like Ctrl-C, so the cluster is stopped by PID.
-        signal.signal(signal.SIGTERM, _raise_on_term)
-    configs: dict[str, Any] = {"default.replication.factor": min(3, args.brokers),
-                               "min.insync.replicas": min(2, args.brokers)}
-    configs.update({k: v for k, v in (kv.split("=", 1) for kv in args.server_config)})
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="raftka-perf-") as root:
-        with Cluster.start(root, controllers=args.controllers, brokers=args.brokers, configs=configs) as cluster:
-            say(f"started a local cluster ({args.controllers} controllers + {args.brokers} brokers) "
-                f"in {time.perf_counter() - started:.1f} s: {cluster.bootstrap_servers}")
-            yield cluster.bootstrap_servers, cluster
+        previous = signal.signal(signal.SIGTERM, _raise_on_term)
+    try:
+        configs: dict[str, Any] = {"default.replication.factor": min(3, args.brokers),
+                                   "min.insync.replicas": min(2, args.brokers)}
+        for kv in args.server_config:
+            key, sep, value = kv.partition("=")
+            if not sep or not key:
+                raise _bad("--server-config", f"expected KEY=VALUE, got {kv!r}")
+            configs[key] = value
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="raftka-perf-") as root:
+            with Cluster.start(root, controllers=args.controllers, brokers=args.brokers, configs=configs) as cluster:
+                say(f"started a local cluster ({args.controllers} controllers + {args.brokers} brokers) "
+                    f"in {time.perf_counter() - started:.1f} s: {cluster.bootstrap_servers}")
+                yield cluster.bootstrap_servers, cluster
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _bad(option: str, problem: str) -> Exception:
+    """A bad command-line value: the CLI prints it as one line and exits 1."""
+    from client.protocol.errors import ConfigError
+    return ConfigError(option, problem)
 
 
 def _raise_on_term(signum: int, _frame: Any) -> None:
@@ -415,7 +430,7 @@ def _produce_worker(bootstrap: str, topic: str, num_records: int, record_size: i
 def run_produce(args: argparse.Namespace) -> int:
     say = _say_to(args)
     if args.num_records < 1 or args.record_size < 0 or args.producers < 1:
-        raise ValueError("--num-records and --producers must be >= 1, --record-size >= 0")
+        raise _bad("--num-records/--producers/--record-size", "need --num-records >= 1, --producers >= 1, --record-size >= 0")
     configs = producer_configs(args.acks, args.compression, parse_props(args.producer_props))
     with target_cluster(args, say) as (bootstrap, _cluster):
         ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas)
@@ -438,7 +453,7 @@ def produce(bootstrap: str, topic: str, num_records: int, record_size: int, conf
     """The produce figure: one producer in this process, or ``producers`` processes started
     together; records/s over the common window (first start to last end)."""
     if sync and producers != 1:
-        raise ValueError("--sync takes one producer")
+        raise _bad("--sync", "takes one producer")
     if producers == 1:
         bar = Progress("produce", num_records, progress)
         try:
@@ -528,7 +543,8 @@ def consume_records(bootstrap: str, topic: str, messages: int, configs: dict[str
     with consumer:
         parts = consumer.partitions_for_topic(topic)
         if not parts:
-            raise ValueError(f"topic {topic} does not exist")
+            from client.protocol.errors import UnknownTopicOrPartitionError
+            raise UnknownTopicOrPartitionError("the topic does not exist", topic=topic)
         if group:
             consumer.subscribe([topic])
         else:
@@ -557,7 +573,7 @@ def consume_records(bootstrap: str, topic: str, messages: int, configs: dict[str
 def run_consume(args: argparse.Namespace) -> int:
     say = _say_to(args)
     if args.messages < 1:
-        raise ValueError("--messages must be >= 1")
+        raise _bad("--messages", "must be >= 1")
     configs = parse_props(args.consumer_props)
     with target_cluster(args, say) as (bootstrap, cluster):
         if cluster is not None:  # our own cluster starts empty: fill the topic first (untimed)
@@ -630,7 +646,7 @@ def _e2e_consumer(bootstrap: str, topic: str, partitions: list[int], expected: i
 def run_e2e(args: argparse.Namespace) -> int:
     say = _say_to(args)
     if args.rate <= 0 or args.duration <= 0 or args.record_size < STAMP.size:
-        raise ValueError(f"--rate and --duration must be > 0 and --record-size >= {STAMP.size}")
+        raise _bad("--rate/--duration/--record-size", f"need --rate > 0, --duration > 0, --record-size >= {STAMP.size}")
     configs = producer_configs(args.acks, "none", parse_props(args.producer_props))
     with target_cluster(args, say) as (bootstrap, _cluster):
         ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas)
@@ -731,9 +747,9 @@ def run_failover(args: argparse.Namespace) -> int:
     say = _say_to(args)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     if args.kills < 1 or args.throughput <= 0 or args.record_size < SEQ.size:
-        raise ValueError(f"--kills >= 1, --throughput > 0 and --record-size >= {SEQ.size} needed")
+        raise _bad("--kills/--throughput/--record-size", f"need --kills >= 1, --throughput > 0, --record-size >= {SEQ.size}")
     if args.brokers < 3:
-        raise ValueError("failover needs --brokers >= 3 (RF 3, min.insync.replicas 2)")
+        raise _bad("--brokers", "failover needs >= 3 (RF 3, min.insync.replicas 2)")
     say(f"failover seed {seed}")
     configs = producer_configs("all", "none", parse_props(args.producer_props))
     args.bootstrap_server = None
