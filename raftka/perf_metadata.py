@@ -1,21 +1,33 @@
 """`raftka perf metadata`: the controller quorum's figures (issue #controller-quorum, item 9).
 
-Starts a local quorum of real controller processes (raftka.cluster), registers brokers over the
-wire (this process heartbeats for them, as broker processes would), then measures:
+Phase A starts a local quorum of real controller processes (raftka.cluster), registers brokers
+over the wire (this process heartbeats for them, as broker processes would), then measures:
 
 1. failover: kill -9 of the active controller -> the next CreateTopics committed (median).
 2. create: N topics x P partitions, RF R over the registered brokers (CreateTopics batches).
 3. restart: kill -9 every controller, start them again -> an active controller answers
    Metadata with every topic.
-4. propagation: a committed partition change (AlterPartition) -> seen by a metadata-log
-   fetcher long-polling each controller (as a broker following the log would) (median).
 
-Prints one line per figure and, with --json, a JSON object. Nothing here asserts a target.
+Phase B starts a real cluster (controller processes and broker processes) and measures:
+
+4. leader change -> every broker's image: a committed partition-leader change is timed until
+   every broker process answers Metadata with the new leader epoch (a broker answers Metadata
+   from its image, so this is the image as clients see it). The partition's replicas sit on two
+   brokers this process registers and heartbeats for, so leadership can be moved at will
+   (controlled shutdown of the leader, then preferred-leader election when it rejoins the ISR)
+   without stopping a real broker; the broker processes only follow the metadata log. Timed
+   from the active controller's own Metadata first showing the change (commit) and, for
+   controlled shutdowns, from the request being sent (commit included).
+
+Prints one line per figure and, with --json, a JSON object (with the load average at start and
+end). Nothing here asserts a target.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -34,7 +46,11 @@ def register(perf: argparse._SubParsersAction) -> None:
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--replication-factor", type=int, default=3)
     parser.add_argument("--brokers", type=int, default=3)
-    parser.add_argument("--changes", type=int, default=20, help="partition changes timed for propagation")
+    parser.add_argument("--changes", type=int, default=20, help="leader changes timed into broker images")
+    parser.add_argument("--broker-topics", type=int, default=100,
+                        help="topics (x --partitions, RF 2) the real brokers hold during phase B")
+    parser.add_argument("--skip-controller-phase", action="store_true", help="only phase B")
+    parser.add_argument("--skip-broker-phase", action="store_true", help="only phase A")
     parser.add_argument("--topics-per-request", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
@@ -54,12 +70,15 @@ def _ok(cluster: Any, api_key: int, body: Any, timeout_s: float = 60.0) -> Any:
 
 
 class _Heartbeats:
-    def __init__(self, cluster: Any, count: int) -> None:
+    """Registers brokers ``ids`` from this process and heartbeats for them every 0.5 s."""
+
+    def __init__(self, cluster: Any, ids: list[int]) -> None:
         self.cluster = cluster
         self.epochs: dict[int, int] = {}
-        for broker_id in range(1, count + 1):
+        for broker_id in ids:
+            # Port 9 (discard) on loopback: nothing listens, so nobody can fetch from these brokers.
             out = _ok(cluster, 62, {"broker_id": broker_id, "incarnation_id": uuid.uuid4().hex,
-                                    "listeners": {"PLAINTEXT": f"127.0.0.1:{9092 + broker_id}"}})
+                                    "listeners": {"PLAINTEXT": "127.0.0.1:9"}})
             self.epochs[broker_id] = out["broker_epoch"]
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
@@ -81,15 +100,32 @@ class _Heartbeats:
         self.thread.join(10)
 
 
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def run(args: argparse.Namespace) -> int:
-    from raftka.cluster import ControllerCluster, wait_until
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                               "voters": args.voters}
+                               "voters": args.voters, "load_average_start": _load()}
+    if not args.skip_controller_phase:
+        _controller_phase(args, results)
+    if not args.skip_broker_phase:
+        results["leader_change_to_broker_images_ms"] = _broker_phase(args)
+    results["load_average_end"] = _load()
+    _say(args, f"load average (1, 5, 15 min): start {results['load_average_start']}, "
+               f"end {results['load_average_end']}")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _controller_phase(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    from raftka.cluster import ControllerCluster, wait_until
     configs = {"broker.session.timeout.ms": 30000, "metadata.log.snapshot.min.records": 20000}
     with tempfile.TemporaryDirectory(prefix="raftka-perf-") as root, \
             ControllerCluster.start(root, voters=args.voters, configs=configs) as cluster:
         cluster.wait_for_leader(timeout_s=30)
-        beats = _Heartbeats(cluster, args.brokers)
+        beats = _Heartbeats(cluster, list(range(1, args.brokers + 1)))
         try:
             wait_until(lambda: sum(not b["fenced"] for b in _ok(cluster, 3, {})["brokers"]) == args.brokers,
                        30, what="brokers unfenced")
@@ -125,8 +161,6 @@ def run(args: argparse.Namespace) -> int:
             results["create"] = {"partitions": total, "seconds": create_s}
             _say(args, f"create {args.topics} topics x {args.partitions} partitions (RF {rf}): "
                        f"{create_s:.2f} s ({total / create_s:.0f} partitions/s)")
-            # 4. propagation (before the restart, while brokers still heartbeat)
-            results["propagation_ms"] = _propagation(args, cluster, beats)
             # 3. restart
             for node_id in cluster.nodes:
                 cluster.kill(node_id)
@@ -140,65 +174,139 @@ def run(args: argparse.Namespace) -> int:
             _say(args, f"restart every controller -> Metadata with all {args.topics} topics: {restart_s:.2f} s")
         finally:
             beats.close()
-    if args.json:
-        print(json.dumps(results, indent=2))
-    return 0
 
 
-def _propagation(args: argparse.Namespace, cluster: Any, beats: _Heartbeats) -> dict[str, Any]:
-    """Time from sending an AlterPartition to each controller's long-poll fetcher seeing it."""
-    from raft_meta.controller.rpc import call_sync
-    seen: dict[int, list[tuple[int, float]]] = {n: [] for n in cluster.nodes}
-    stop = threading.Event()
-    start_offset = {}
-    for node_id in cluster.nodes:
-        body = call_sync("%s:%d" % cluster.controller_address(node_id), 1, {"fetch_offset": 1 << 40})
-        start_offset[node_id] = body[1]["high_watermark"]
+class _ImageWatch:
+    """Polls Metadata for one partition on every broker process and on the active controller
+    (each on its own connection, in a thread with its own event loop) and keeps, per node, the
+    first time each leader epoch was seen. A broker answers Metadata from its metadata image."""
 
-    def follow(node_id: int) -> None:
-        address = "%s:%d" % cluster.controller_address(node_id)
-        offset = start_offset[node_id]
-        while not stop.is_set():
+    POLL_INTERVAL_S = 0.001
+
+    def __init__(self, addresses: dict[str, str], topic: str, partition: int) -> None:
+        self.addresses = addresses  # name -> host:port
+        self.topic, self.partition = topic, partition
+        self.first_seen: dict[str, dict[int, float]] = {name: {} for name in addresses}
+        self.latest: dict[str, tuple[int, int]] = {}  # name -> (leader_id, leader_epoch)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def __enter__(self) -> "_ImageWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    async def _main(self) -> None:
+        await asyncio.gather(*(self._poll(name, address) for name, address in self.addresses.items()))
+
+    async def _poll(self, name: str, address: str) -> None:
+        from client.protocol.transport import Connection
+        host, _, port = address.rpartition(":")
+        connection = None
+        while not self._stop.is_set():
             try:
-                code, body = call_sync(address, 1, {"fetch_offset": offset, "max_wait_ms": 500}, timeout_ms=3000)
-            except Exception:
-                continue
-            now = time.monotonic()
-            for record_offset, _ in body["records"]:
-                seen[node_id].append((record_offset, now))
-                offset = record_offset
-    threads = [threading.Thread(target=follow, args=(n,), daemon=True) for n in cluster.nodes]
-    for thread in threads:
-        thread.start()
-    samples = []
-    topic = "perf-00000"
-    try:
-        for _ in range(args.changes):
-            meta = _ok(cluster, 3, {"topics": [topic]})["topics"][0]["partitions"][0]
-            leader = meta["leader_id"]
-            isr = meta["isr_nodes"]
-            new_isr = [leader] if len(isr) > 1 else list(meta["replica_nodes"])
-            sent = time.monotonic()
-            _ok(cluster, 56, {"broker_id": leader, "broker_epoch": beats.epochs[leader], "topic": topic,
-                              "partition": 0, "leader_epoch": meta["leader_epoch"],
-                              "partition_epoch": meta["partition_epoch"], "new_isr": new_isr})
-            target = _ok(cluster, 3, {"topics": [topic]})["metadata_offset"]  # the active controller's
+                if connection is None or connection.closed:
+                    connection = await Connection.open(host, int(port), client_id="perf-metadata",
+                                                       connect_timeout_ms=2000)
+                code, body = await connection.request(3, {"topics": [self.topic]}, timeout_ms=2000)
+                now = time.monotonic()
+                parts = body["topics"][0]["partitions"] if code == errors.NONE and body.get("topics") else []
+                if len(parts) > self.partition:
+                    p = parts[self.partition]
+                    self.latest[name] = (p["leader_id"], p["leader_epoch"])
+                    self.first_seen[name].setdefault(p["leader_epoch"], now)
+            except errors.RaftkaError:
+                connection = None
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(self.POLL_INTERVAL_S)
+        if connection is not None:
+            await connection.close()
 
-            def all_seen() -> bool:
-                return all(any(o >= target for o, _ in seen[n]) for n in cluster.nodes)
-            deadline = time.monotonic() + 10
-            while not all_seen() and time.monotonic() < deadline:
-                time.sleep(0.001)
-            latest = max(next(t for o, t in seen[n] if o >= target) for n in cluster.nodes if
-                         any(o >= target for o, _ in seen[n]))
-            samples.append((latest - sent) * 1000)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(5)
-    result = {"median": statistics.median(samples), "max": max(samples), "samples": [round(s, 1) for s in samples]}
-    _say(args, f"partition change -> seen by a fetcher on every controller: median {result['median']:.1f} ms, "
-               f"max {result['max']:.1f} ms over {len(samples)} changes (from request sent)")
+    def wait_epoch(self, names: list[str], epoch: int, timeout_s: float = 15.0) -> dict[str, float]:
+        """{name: first time it showed ``epoch`` (or a later one)}; TimeoutError if some never did."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            seen = {}
+            for name in names:
+                times = [t for e, t in self.first_seen[name].items() if e >= epoch]
+                if times:
+                    seen[name] = min(times)
+            if len(seen) == len(names):
+                return seen
+            time.sleep(0.005)
+        raise TimeoutError(f"leader epoch {epoch} not seen by every node within {timeout_s} s: {self.latest}")
+
+
+def _broker_phase(args: argparse.Namespace) -> dict[str, Any]:
+    """Leader changes of a partition hosted by two brokers this process stands in for, timed
+    into the images of real broker processes (see the module docstring)."""
+    from raftka.cluster import Cluster, wait_until
+    configs = {"broker.session.timeout.ms": 30000}
+    with tempfile.TemporaryDirectory(prefix="raftka-perf-") as root, \
+            Cluster.start(root, controllers=args.voters, brokers=args.brokers, configs=configs) as cluster:
+        stand_ins = [max(cluster.broker_ids) + 100, max(cluster.broker_ids) + 101]
+        beats = _Heartbeats(cluster, stand_ins)
+        try:
+            live = set(cluster.broker_ids) | set(stand_ins)
+            wait_until(lambda: {b["node_id"] for b in _ok(cluster, 3, {})["brokers"] if not b["fenced"]} >= live,
+                       30, what="brokers unfenced")
+            for i in range(0, args.broker_topics, args.topics_per_request):  # background metadata
+                names = [f"bg-{j:05d}" for j in range(i, min(i + args.topics_per_request, args.broker_topics))]
+                _ok(cluster, 19, {"topics": [{"name": n, "num_partitions": args.partitions,
+                                              "replication_factor": 2} for n in names]})
+            # Round-robin placement over the sorted live brokers: with RF 2 and as many partitions
+            # as brokers, one partition has exactly the two stand-ins as replicas.
+            topic = "leader-moves"
+            _ok(cluster, 19, {"topics": [{"name": topic, "num_partitions": len(live), "replication_factor": 2}]})
+            parts = _ok(cluster, 3, {"topics": [topic]})["topics"][0]["partitions"]
+            index = next(i for i, p in enumerate(parts) if set(p["replica_nodes"]) == set(stand_ins))
+            active = cluster.wait_for_leader(timeout_s=30, among=cluster.controller_ids)
+            addresses = {f"broker-{b}": cluster.broker_address(b) for b in cluster.broker_ids}
+            addresses["controller"] = "%s:%d" % cluster.controller_address(active)
+            brokers = [n for n in addresses if n != "controller"]
+            from_commit: list[float] = []
+            from_request: list[float] = []
+            with _ImageWatch(addresses, topic, index) as watch:
+                wait_until(lambda: all(n in watch.latest for n in addresses), 30, what="first Metadata answers")
+                while len(from_commit) < args.changes:
+                    p = _ok(cluster, 3, {"topics": [topic]})["topics"][0]["partitions"][index]
+                    preferred, other = p["replica_nodes"]
+                    if p["leader_id"] == preferred and len(p["isr_nodes"]) == 2:
+                        # controlled shutdown of the leader: leadership moves to the other replica
+                        sent = time.monotonic()
+                        _ok(cluster, 63, {"broker_id": preferred, "broker_epoch": beats.epochs[preferred],
+                                          "current_metadata_offset": 1 << 40, "want_shut_down": True})
+                        seen = watch.wait_epoch(brokers + ["controller"], p["leader_epoch"] + 1)
+                        from_request.append((max(seen[b] for b in brokers) - sent) * 1000)
+                    elif p["leader_id"] == other and preferred not in p["isr_nodes"]:
+                        # the preferred replica rejoins the ISR (once its heartbeats unfenced it);
+                        # preferred-leader election then gives it leadership back
+                        wait_until(lambda: not next(b for b in _ok(cluster, 3, {})["brokers"]
+                                                    if b["node_id"] == preferred)["fenced"], 10,
+                                   what="stand-in unfenced")
+                        _ok(cluster, 56, {"broker_id": other, "broker_epoch": beats.epochs[other], "topic": topic,
+                                          "partition": index, "leader_epoch": p["leader_epoch"],
+                                          "partition_epoch": p["partition_epoch"], "new_isr": [other, preferred]})
+                        seen = watch.wait_epoch(brokers + ["controller"], p["leader_epoch"] + 1)
+                    else:
+                        time.sleep(0.05)  # an election in progress
+                        continue
+                    from_commit.append((max(seen[b] for b in brokers) - seen["controller"]) * 1000)
+        finally:
+            beats.close()
+    result = {"brokers": args.brokers, "background_partitions": args.broker_topics * args.partitions,
+              "from_commit": {"median": statistics.median(from_commit), "max": max(from_commit),
+                              "samples": [round(x, 1) for x in from_commit]},
+              "from_request": {"median": statistics.median(from_request), "max": max(from_request),
+                               "samples": [round(x, 1) for x in from_request]}}
+    _say(args, f"leader change -> every broker's image ({args.brokers} broker processes, "
+               f"{result['background_partitions']} other partitions): median {result['from_commit']['median']:.1f} ms, "
+               f"max {result['from_commit']['max']:.1f} ms over {len(from_commit)} changes (from the active "
+               f"controller's image); from the request sent: median {result['from_request']['median']:.1f} ms "
+               f"over {len(from_request)} controlled shutdowns")
     return result
 
 
