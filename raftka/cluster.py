@@ -457,12 +457,12 @@ class NodeProcess:
                 code = self.returncode
                 raise NodeExitedError(
                     f"{self.name} exited{f' with code {code}' if code is not None else ''} before it was "
-                    f"ready; see {self.log_path}; last output:\n{self.output()}")
+                    f"ready (see {self.log_path})\nlast output:\n{self.output()}")
             if data:
                 continue  # more may be there already
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.name}: expected line not seen within {timeout_s} s; see "
-                                   f"{self.log_path}; last output:\n{self.output()}")
+                raise TimeoutError(f"{self.name}: expected line not seen within {timeout_s} s (see "
+                                   f"{self.log_path})\nlast output:\n{self.output()}")
             time.sleep(POLL_INTERVAL_S)
 
 
@@ -784,7 +784,7 @@ class ControllerCluster:
         write_properties(spec.config_path, self.config_values(node_id))
         self.format_storage(node_id)
         config = str(spec.config_path)
-        process = NodeProcess.spawn(f"node-{node_id}", python_argv("-m", "raftka", "server", "--config", config),
+        process = NodeProcess.spawn(spec.name, python_argv("-m", "raftka", "server", "--config", config),
                                     log_path=spec.log_path, marker=config, env=project_env())
         self.processes[node_id] = process
         self.started.append(process)
@@ -1033,7 +1033,7 @@ class Cluster(ControllerCluster):
             self.nodes[spec.node_id] = spec
             if entry.get("pid"):
                 self.processes[spec.node_id] = NodeProcess.attach(
-                    f"node-{spec.node_id}", int(entry["pid"]), entry.get("argv") or [], spec.log_path,
+                    spec.name, int(entry["pid"]), entry.get("argv") or [], spec.log_path,
                     int(entry.get("log_offset") or 0), entry.get("marker") or str(spec.config_path))
         self.controller_ids = [int(n) for n in state["controller_ids"]]
         self.broker_ids = [int(n) for n in state["broker_ids"]]
@@ -1078,6 +1078,8 @@ class Cluster(ControllerCluster):
                 defaults = {"default.replication.factor": min(3, serving), "min.insync.replicas": min(2, serving)}
                 cluster = cls(root, controllers, brokers, {**defaults, **(configs or {})}, combined=combined,
                               base_port=base_port)
+                for node_id in cluster.nodes:  # before anything starts: fail fast, leave nothing running
+                    cluster.check_ports(node_id)
                 cluster.save_state()
                 if progress:
                     progress(f"new cluster {cluster.cluster_id} in {root}: {cluster.shape()}")
