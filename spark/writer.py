@@ -109,8 +109,12 @@ def write_batches(batches: Iterator[pa.RecordBatch], options: WriteOptions) -> W
                     raise WriteFailedError(f"row {sent + i}: both key and value are null")
                 hdrs = ([(h["key"], _bytes(h["value"])) for h in headers[i]]
                         if headers and headers[i] else None)
-                future = producer.send(topic, value=value, key=key, headers=hdrs,
-                                       partition=parts[i] if parts else None)
+                try:
+                    future = producer.send(topic, value=value, key=key, headers=hdrs,
+                                           partition=parts[i] if parts else None)
+                except Exception as error:
+                    raise WriteFailedError(f"row {sent + i} could not be sent to {topic}: "
+                                           f"{type(error).__name__}: {error}; the task fails") from error
                 future.add_errback(failures.append)
             sent += batch.num_rows
         unflushed = producer.flush(timeout=options.flush_timeout_ms / 1000)

@@ -1,0 +1,415 @@
+"""The `raftka` Spark data source against a real cluster (1 controller + 3 broker processes on
+127.0.0.1, shared by this module) and one local SparkSession (local[2]) for the whole run.
+
+Proves: a batch read equals the log (read with the plain client consumer); reads stop at the
+high watermark; the options of Spark's Kafka source work (offsets JSON, assign, pattern,
+minPartitions, maxOffsetsPerTrigger, includeHeaders, failOnDataLoss); errors are clear; the
+writer sends every row exactly as given and fails loudly when it cannot; and a streaming query
+to Parquet, stopped and restarted several times while producers keep writing, ends up with every
+committed record exactly once. Skipped (with the reason) when Java 17+ is missing.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from client.errors import IllegalStateError
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+RF3 = {"default.replication.factor": 3, "min.insync.replicas": 2}
+
+
+# -- fixtures: one SparkSession per run, one cluster per module --
+
+def _java_missing_reason() -> str | None:
+    if os.environ.get("RAFTKA_HAVE_JAVA") == "1":
+        return None
+    from spark.session import JavaNotFoundError, require_java
+    try:
+        require_java()
+    except JavaNotFoundError as error:
+        return f"Spark tests need Java 17+: {error}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark():
+    reason = _java_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    from spark.session import local_session
+    session = local_session("raftka-tests", conf={"spark.ui.showConsoleProgress": "false"})
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from raftka.cluster import Cluster
+    c = Cluster.start(tmp_path_factory.mktemp("spark-cluster"), controllers=1, brokers=3, configs=RF3)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def admin(cluster):
+    a = AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=15_000)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+@pytest.fixture(scope="module")
+def producer(cluster):
+    p = Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+# -- helpers --
+
+def new_topic(admin: AdminClient, partitions: int = 3, configs: dict | None = None, prefix: str = "t") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, partitions, 3, configs)])
+    wait_for_topic(admin, name, partitions)
+    return name
+
+
+def wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 15) -> None:
+    """Brokers learn of a new topic from the metadata log a moment after CreateTopics answers."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        [described] = admin.describe_topics([name])
+        if len(described["partitions"]) == partitions and all(p["leader"] >= 0 for p in described["partitions"]):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"topic {name} has no leaders after {timeout_s} s")
+
+
+def produce(producer: Producer, topic: str, count: int, prefix: str = "v", headers: bool = False,
+            keyed: bool = True) -> None:
+    futures = [producer.send(topic, value=f"{prefix}-{i}".encode(),
+                             key=f"k{i % 17}".encode() if keyed else None,
+                             headers=[("seq", str(i).encode()), ("empty", b"")] if headers else None)
+               for i in range(count)]
+    producer.flush(timeout=60)
+    for f in futures:
+        f.get(timeout=60)
+
+
+def log_of(cluster, topic: str) -> list:
+    """Every committed record of ``topic`` (log start to high watermark), by the plain consumer."""
+    consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest")
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(parts)
+        end = consumer.end_offsets(parts)
+        out = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            assert time.monotonic() < deadline, "could not read the log back"
+            for records in consumer.poll(timeout_ms=500, max_records=5000).values():
+                out.extend(r for r in records if r.offset < end[TopicPartition(r.topic, r.partition)])
+        return out
+    finally:
+        consumer.close()
+
+
+def reader(spark, cluster, **options):
+    r = spark.read.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r
+
+
+def stream_reader(spark, cluster, **options):
+    r = spark.readStream.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+# -- batch --
+
+def test_batch_read_returns_exactly_the_log_with_every_column(spark, cluster, admin, producer):
+    topic = new_topic(admin, partitions=3)
+    produce(producer, topic, 2000, headers=True)
+    expected = log_of(cluster, topic)
+    assert len(expected) == 2000
+    rows = reader(spark, cluster, subscribe=topic, includeHeaders="true").load().collect()
+    got = sorted((r.partition, r.offset, bytes(r.key), bytes(r.value), r.topic, r.timestampType,
+                  int(r.timestamp.timestamp() * 1000), [(h.key, bytes(h.value)) for h in r.headers])
+                 for r in rows)
+    want = sorted((r.partition, r.offset, r.key, r.value, r.topic, r.timestamp_type, r.timestamp,
+                   [(k, v) for k, v in r.headers]) for r in expected)
+    assert got == want
+
+
+def test_batch_read_honours_offsets_json_assign_pattern_and_min_partitions(spark, cluster, admin, producer):
+    prefix = f"pat{uuid.uuid4().hex[:4]}"
+    a = new_topic(admin, partitions=2, prefix=prefix)
+    b = new_topic(admin, partitions=1, prefix=prefix)
+    produce(producer, a, 400)
+    produce(producer, b, 100, keyed=False)
+    end_a = {r.partition: r.offset + 1 for r in log_of(cluster, a)}
+    starting = f'{{"{a}": {{"0": 5, "1": -2}}}}'
+    ending = f'{{"{a}": {{"0": {end_a[0] - 3}, "1": -1}}}}'
+    df = reader(spark, cluster, subscribe=a, startingOffsets=starting, endingOffsets=ending).load()
+    got = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+    assert got == sorted([(0, o) for o in range(5, end_a[0] - 3)] + [(1, o) for o in range(end_a[1])])
+
+    df = reader(spark, cluster, assign=f'{{"{a}": [1]}}').load()
+    assert {r.partition for r in df.select("partition").collect()} == {1}
+
+    df = reader(spark, cluster, subscribePattern=f"{prefix}-.*").load()
+    assert Counter(r.topic for r in df.select("topic").collect()) == {a: 400, b: 100}
+
+    df = reader(spark, cluster, subscribe=f"{a},{b}", minPartitions="9").load()
+    assert df.rdd.getNumPartitions() >= 9
+    pairs = [(r.topic, r.partition, r.offset) for r in df.select("topic", "partition", "offset").collect()]
+    assert len(pairs) == len(set(pairs)) == 500
+
+
+def test_batch_latest_is_the_high_watermark_not_the_leaders_log_end(spark, cluster, admin, producer):
+    """Pause both followers and write with acks=1: the leader's log grows, the high watermark
+    does not; Spark must see only the records below it. Every client here talks to the leader
+    only (a paused broker answers nothing)."""
+    topic = new_topic(admin, partitions=1)
+    produce(producer, topic, 50)
+    [described] = admin.describe_topics([topic])
+    part = described["partitions"][0]
+    followers = [b for b in part["replicas"] if b != part["leader"]]
+    leader = cluster.broker_address(part["leader"])
+    fast = Producer(bootstrap_servers=leader, acks=1, enable_idempotence=False)
+    fast.send(topic, value=b"committed").get(timeout=10)
+    wait_for(lambda: len(log_of(cluster, topic)) == 51, 10, "the record to be committed")
+    for b in followers:
+        cluster.pause(b)
+    try:
+        offsets = [fast.send(topic, value=b"not-committed-yet").get(timeout=10).offset for _ in range(5)]
+        assert offsets[-1] >= 51  # the leader appended them
+        started = time.monotonic()
+        rows = spark.read.format("raftka").option("kafka.bootstrap.servers", leader) \
+            .option("kafka.request.timeout.ms", "1500").option("subscribe", topic).load() \
+            .select("offset").collect()
+        print(f"read with paused followers took {time.monotonic() - started:.1f} s")
+    finally:
+        for b in followers:
+            cluster.resume(b)
+        fast.close()
+    assert sorted(r.offset for r in rows) == list(range(51))
+
+
+def test_unknown_topic_and_bad_offsets_fail_with_clear_messages(spark, cluster, admin):
+    missing = f"missing-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(Exception, match=f"topic '{missing}' does not exist"):
+        reader(spark, cluster, subscribe=missing).load().count()
+    topic = new_topic(admin, partitions=2)
+    with pytest.raises(Exception, match="startingOffsets.*valid JSON"):
+        reader(spark, cluster, subscribe=topic, startingOffsets='{"x": {"0": ').load().count()
+    with pytest.raises(Exception, match="every subscribed partition; missing: " + topic + "-1"):
+        reader(spark, cluster, subscribe=topic, startingOffsets=f'{{"{topic}": {{"0": 0}}}}').load().count()
+    with pytest.raises(Exception, match="not subscribed or do not exist: " + topic + "-5"):
+        reader(spark, cluster, subscribe=topic, startingOffsets=f'{{"{topic}": {{"5": 0}}}}').load().count()
+    with pytest.raises(Exception, match="beyond the high watermark"):
+        reader(spark, cluster, subscribe=topic, endingOffsets=f'{{"{topic}": {{"0": 99, "1": -1}}}}').load().count()
+
+
+def test_data_deleted_by_retention_fails_the_read_or_is_skipped(spark, cluster, admin, producer):
+    topic = new_topic(admin, partitions=1, configs={"segment.bytes": 1024, "retention.ms": 200})
+    for i in range(10):  # small batches, so segments roll
+        produce(producer, topic, 20, prefix=f"b{i}")
+    probe = Consumer(bootstrap_servers=cluster.bootstrap_servers)
+    tp = TopicPartition(topic, 0)
+    try:
+        log_start = wait_for(lambda: probe.beginning_offsets([tp])[tp], 30, "retention to delete a segment")
+        high = probe.end_offsets([tp])[tp]
+    finally:
+        probe.close()
+    from_zero = f'{{"{topic}": {{"0": 0}}}}'
+    with pytest.raises(Exception, match="no longer in the log.*failOnDataLoss=false"):
+        reader(spark, cluster, subscribe=topic, startingOffsets=from_zero).load().count()
+    rows = reader(spark, cluster, subscribe=topic, startingOffsets=from_zero,
+                  failOnDataLoss="false").load().select("offset").collect()
+    offsets = sorted(r.offset for r in rows)
+    assert offsets[0] >= log_start and offsets == list(range(offsets[0], high))
+
+
+# -- streaming --
+
+def test_streaming_honours_max_offsets_per_trigger_and_picks_up_new_topics(spark, cluster, admin, producer, tmp_path):
+    prefix = f"st{uuid.uuid4().hex[:4]}"
+    first = new_topic(admin, partitions=2, prefix=prefix)
+    produce(producer, first, 500)
+    df = stream_reader(spark, cluster, subscribePattern=f"{prefix}-.*", startingOffsets="earliest",
+                       maxOffsetsPerTrigger="120")
+    name = f"q{uuid.uuid4().hex[:6]}"
+    query = (df.selectExpr("topic", "partition", "offset").writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="300 milliseconds")
+             .start())
+    try:
+        wait_for(lambda: spark.sql(f"select count(*) c from {name}").first().c >= 500, 90, "the first topic")
+        second = new_topic(admin, partitions=1, prefix=prefix)
+        produce(producer, second, 50)
+        wait_for(lambda: spark.sql(f"select count(*) c from {name}").first().c >= 550, 90, "the new topic")
+        sizes = [p["numInputRows"] for p in query.recentProgress]
+    finally:
+        query.stop()
+    rows = spark.sql(f"select topic, partition, offset from {name}").collect()
+    assert Counter(r.topic for r in rows) == {first: 500, second: 50}
+    assert len({tuple(r) for r in rows}) == 550
+    assert max(sizes) <= 120 and sum(1 for s in sizes if s) >= 5
+
+
+def test_streaming_commits_each_batch_to_the_consumer_group(spark, cluster, admin, producer, tmp_path):
+    topic = new_topic(admin, partitions=2)
+    produce(producer, topic, 300)
+    group = f"spark-{uuid.uuid4().hex[:6]}"
+    probe = Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id=group)
+    try:
+        try:
+            probe.committed(TopicPartition(topic, 0))
+        except IllegalStateError as error:
+            pytest.skip(f"consumer groups are not available in the client yet: {error}")
+        df = stream_reader(spark, cluster, subscribe=topic, startingOffsets="earliest", **{"group.id": group})
+        query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(processingTime="300 milliseconds").start())
+        try:
+            produce(producer, topic, 100)  # a later batch commits the first one's end
+            ends = {p: o + 1 for p, o in
+                    ((r.partition, r.offset) for r in log_of(cluster, topic))}
+            wait_for(lambda: all(probe.committed(TopicPartition(topic, p)) == ends[p] for p in ends),
+                     60, "the group's committed offsets to reach the log end")
+        finally:
+            query.stop()
+    finally:
+        probe.close()
+
+
+def test_exactly_once_to_parquet_across_restarts_while_producers_write(spark, cluster, admin, tmp_path):
+    """Producers write all the time; the query to Parquet is stopped and restarted 3 times (one
+    run with maxOffsetsPerTrigger). At the end (producers stopped, the query drained), the
+    Parquet files hold each committed record exactly once: no gap, no duplicate."""
+    topic = new_topic(admin, partitions=3)
+    stop = threading.Event()
+    sent = Counter()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        p = Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=10)
+        try:
+            i = 0
+            while not stop.is_set():
+                for _ in range(50):
+                    p.send(topic, value=f"r{i}".encode(), key=f"k{i % 31}".encode())
+                    i += 1
+                p.flush(timeout=30)
+                sent["n"] = i
+                time.sleep(0.05)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+        finally:
+            p.close()
+
+    writers = [threading.Thread(target=write, daemon=True) for _ in range(2)]
+    for w in writers:
+        w.start()
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+
+    def start(trigger: dict, **options):
+        df = stream_reader(spark, cluster, subscribe=topic, startingOffsets="earliest", **options)
+        return (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
+                .trigger(**trigger).start())
+
+    try:
+        for run in range(3):
+            extra = {"maxOffsetsPerTrigger": "150"} if run == 1 else {}
+            query = start({"processingTime": "400 milliseconds"}, **extra)
+            try:
+                wait_for(lambda: sum(1 for p in query.recentProgress if p["numInputRows"]) >= 2, 90,
+                         f"two non-empty batches in run {run}")
+            finally:
+                query.stop()
+    finally:
+        stop.set()
+        for w in writers:
+            w.join(60)
+    assert not errors, errors
+    expected = log_of(cluster, topic)
+    ends = {}
+    for r in expected:
+        ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+
+    def drained() -> bool:
+        # AvailableNow after a restart may first finish the batch the last run planned: repeat.
+        query = start({"availableNow": True})
+        query.awaitTermination(120)
+        got = spark.read.parquet(out).groupBy("partition").max("offset").collect()
+        return {r.partition: r["max(offset)"] + 1 for r in got} == ends
+
+    wait_for(drained, 200, "the query to reach the log end", interval_s=0)
+    rows = spark.read.parquet(out).select("partition", "offset", "value").collect()
+    got = Counter((r.partition, r.offset, bytes(r.value)) for r in rows)
+    want = Counter((r.partition, r.offset, r.value) for r in expected)
+    assert len(expected) >= 500
+    assert max(got.values()) == 1, "duplicates in the Parquet output"
+    assert got == want
+
+
+# -- writer --
+
+def test_batch_write_sends_every_row_with_key_headers_and_partition(spark, cluster, admin):
+    topic = new_topic(admin, partitions=3)
+    rows = [(f"k{i}".encode(), f"value-{i}", i % 3, [("h", str(i).encode())]) for i in range(600)]
+    df = spark.createDataFrame(rows, "key binary, value string, partition int, "
+                                     "headers array<struct<key: string, value: binary>>")
+    df.write.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap_servers) \
+        .option("topic", topic).mode("append").save()
+    got = sorted((r.key, r.value, r.partition, list(r.headers)) for r in log_of(cluster, topic))
+    want = sorted((k, v.encode(), p, [(hk, hv) for hk, hv in h]) for k, v, p, h in rows)
+    assert got == want
+
+
+def test_streaming_write_copies_a_topic_and_a_failed_write_is_an_error(spark, cluster, admin, producer, tmp_path):
+    source, target = new_topic(admin, partitions=2), new_topic(admin, partitions=2)
+    produce(producer, source, 300)
+    df = stream_reader(spark, cluster, subscribe=source, startingOffsets="earliest")
+    query = (df.selectExpr("key", "upper(cast(value as string)) as value").writeStream.format("raftka")
+             .option("kafka.bootstrap.servers", cluster.bootstrap_servers).option("topic", target)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    got = Counter(r.value for r in log_of(cluster, target))
+    assert got == Counter(f"V-{i}".encode() for i in range(300))
+
+    bad = spark.createDataFrame([(b"x", 7)], "value binary, partition int")
+    with pytest.raises(Exception, match="row 0 could not be sent.*partition 7 does not exist"):
+        bad.write.format("raftka").option("kafka.bootstrap.servers", cluster.bootstrap_servers) \
+            .option("topic", target).option("kafka.max.block.ms", "3000").mode("append").save()
+    with pytest.raises(Exception, match="no topic"):
+        spark.createDataFrame([(b"x",)], "value binary").write.format("raftka") \
+            .option("kafka.bootstrap.servers", cluster.bootstrap_servers).mode("append").save()
