@@ -5,7 +5,6 @@ exit codes and one-line error messages (never a traceback).
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -237,18 +236,3 @@ def test_dump_log_reads_index_files_and_refuses_what_is_not_there(tmp_path):
     assert run.returncode == 1, "the time index goes back"
     one_line_error(raftka("dump-log", str(tmp_path / "nothing.log")), "no such file")
     one_line_error(raftka("dump-log"), "at least one PATH")
-
-
-def test_missing_java_is_a_one_line_error_for_spark(tmp_path, monkeypatch):
-    from raftka.commands._common import CommandError, require_java
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(CommandError, match="Java is not installed .*apt-get install openjdk-17"):
-        require_java()
-    old = tmp_path / "java"
-    old.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
-    old.chmod(0o755)
-    with pytest.raises(CommandError, match="Java 11 found, Spark needs 17"):
-        require_java()
-    if shutil.which("java", path="/usr/bin:/usr/local/bin:/opt/java/bin"):
-        monkeypatch.setenv("PATH", "/usr/bin:/usr/local/bin:/opt/java/bin")
-        assert require_java().endswith("java")

@@ -8,15 +8,12 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import shutil
 import socket
-import subprocess
 import sys
 from typing import Any, Callable
 
 ENV_DIR = "RAFTKA_DIR"  # overrides the default cluster directory (./.raftka)
 CONNECT_TIMEOUT_S = 3.0
-JAVA_VERSION_MIN = 17
 
 
 class CommandError(Exception):
@@ -126,29 +123,6 @@ def _silence_stdout() -> None:
 def say(message: str) -> None:
     """Progress and notes go to stderr, so stdout stays the command's result."""
     print(message, file=sys.stderr, flush=True)
-
-
-def require_java(minimum: int = JAVA_VERSION_MIN) -> str:
-    """The java executable when Java ``minimum``+ is installed; CommandError saying how to get it
-    otherwise (Spark needs it)."""
-    java = shutil.which("java")
-    hint = f"install Java {minimum} or newer (Debian/Ubuntu: apt-get install openjdk-{minimum}-jre-headless)"
-    if java is None:
-        raise CommandError(f"Java is not installed (Spark needs it); {hint}")
-    try:
-        run = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise CommandError(f"cannot run {java} -version ({error}); {hint}") from None
-    import re
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', run.stderr + run.stdout)
-    if not match:
-        raise CommandError(f"cannot tell the Java version from `java -version`; {hint}")
-    major = int(match.group(1))
-    if major == 1 and match.group(2):  # "1.8.0" is Java 8
-        major = int(match.group(2))
-    if major < minimum:
-        raise CommandError(f"Java {major} found, Spark needs {minimum}+; {hint}")
-    return java
 
 
 def print_table(rows: list[list[Any]], out: Any = None) -> None:
