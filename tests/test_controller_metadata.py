@@ -322,6 +322,38 @@ def test_a_returning_broker_brings_offline_partitions_back_and_regains_preferred
     assert after["leader_epoch"] > p["leader_epoch"]
 
 
+def test_a_new_active_controller_gives_brokers_one_session_timeout_of_grace(cluster_factory):
+    """Heartbeats go only to the active controller, so a newly elected one has seen none from
+    brokers 1 and 2, which stop heartbeating as the old controller dies. It must not fence them
+    at its first pass (every 200 ms): it gives every broker one session timeout of grace, and
+    fences them only once that has passed without a heartbeat. Broker 3 heartbeats throughout."""
+    session_ms = 5000
+    cluster = cluster_factory(voters=3, configs={"broker.session.timeout.ms": session_ms,
+                                                 "broker.heartbeat.interval.ms": 300})
+    active = cluster.wait_for_leader(timeout_s=30)
+    fake = FakeBrokers(cluster, [1, 2, 3])
+    try:
+        wait_unfenced(cluster, 3)
+        fake.beating = {3}
+        cluster.kill(active)
+        others = [n for n in cluster.nodes if n != active]
+        cluster.wait_for_leader(timeout_s=30, among=others)
+        seen_active = time.monotonic()
+        checks = 0
+        while time.monotonic() < seen_active + session_ms / 1000 / 2:  # well inside the grace
+            fenced = {b["node_id"] for b in metadata(cluster)["brokers"] if b["fenced"]}
+            assert not fenced, f"brokers {fenced} fenced during the new controller's grace period"
+            checks += 1
+            time.sleep(0.1)
+        assert checks >= 3
+        # The grace is one session timeout, not forever: the silent brokers are fenced after it.
+        wait_until(lambda: {b["node_id"] for b in metadata(cluster)["brokers"] if b["fenced"]} == {1, 2},
+                   session_ms / 1000 + 20, what="brokers 1 and 2 fenced after the grace")
+        assert not next(b for b in metadata(cluster)["brokers"] if b["node_id"] == 3)["fenced"]
+    finally:
+        fake.close()
+
+
 def test_unclean_leader_election_when_enabled_elects_a_live_replica_outside_the_isr(cluster_factory):
     cluster = cluster_factory(voters=1, configs={**CONFIGS, "unclean.leader.election.enable": "true"})
     cluster.wait_for_leader(timeout_s=30)
