@@ -879,6 +879,7 @@ class ControllerCluster:
                              argv=process.argv)
             nodes[str(node_id)] = entry
         return {"version": STATE_VERSION, "cluster_id": self.cluster_id, "base_port": self.base_port,
+                "started_by": _class_name(self),
                 "configs": self.configs, "secret": self.secret,
                 "controller_ids": [n for n, s in self.nodes.items() if "controller" in s.roles],
                 "broker_ids": [n for n, s in self.nodes.items() if "broker" in s.roles],
@@ -988,6 +989,7 @@ class Cluster(ControllerCluster):
         """Stop (if running) and start again on the same ports and directory; waits for ready
         (a broker killed with -9 can take up to broker.session.timeout.ms: its old incarnation
         must be fenced before it may register again)."""
+        self.check_can_launch()
         process = self.processes.get(node_id)
         if process is not None and process.alive():
             process.stop()
@@ -1037,6 +1039,16 @@ class Cluster(ControllerCluster):
                     int(entry.get("log_offset") or 0), entry.get("marker") or str(spec.config_path))
         self.controller_ids = [int(n) for n in state["controller_ids"]]
         self.broker_ids = [int(n) for n in state["broker_ids"]]
+        self.started_by = state.get("started_by") or PLAIN_CLUSTERS[0]
+
+    def check_can_launch(self) -> None:
+        """ClusterError when the cluster was started by a subclass that configures nodes its own
+        way (the chaos harness's proxies): starting its nodes from a plain Cluster would drop
+        that configuration. Stopping, killing and pausing them is fine."""
+        started_by = getattr(self, "started_by", None)
+        if started_by and started_by not in PLAIN_CLUSTERS and _class_name(self) in PLAIN_CLUSTERS:
+            raise ClusterError(f"this cluster was started by {started_by}, which configures its nodes its own "
+                               f"way; start or restart its nodes from there")
 
     @property
     def combined(self) -> bool:
@@ -1085,6 +1097,7 @@ class Cluster(ControllerCluster):
                     progress(f"new cluster {cluster.cluster_id} in {root}: {cluster.shape()}")
             else:
                 cluster = cls.open(root)
+                cluster.check_can_launch()
                 only_brokers = len([b for b in cluster.broker_ids if b not in cluster.controller_ids])
                 if ((controllers is not None and controllers != len(cluster.controller_ids))
                         or (brokers is not None and brokers != only_brokers)
@@ -1261,6 +1274,17 @@ class Cluster(ControllerCluster):
         if "-" in text and text.rsplit("-", 1)[0] != self.nodes[node_id].name.rsplit("-", 1)[0]:
             raise ClusterError(f"node {node_id} is {self.nodes[node_id].name}, not {name}")
         return node_id
+
+
+PLAIN_CLUSTERS = ("raftka.cluster.Cluster", "raftka.cluster.ControllerCluster")
+
+
+def _class_name(cluster: ControllerCluster) -> str:
+    """"raftka.cluster.Cluster" for ours (also when this module runs as __main__), else the
+    subclass's module and name."""
+    if type(cluster) in (Cluster, ControllerCluster):
+        return f"raftka.cluster.{type(cluster).__name__}"
+    return f"{type(cluster).__module__}.{type(cluster).__qualname__}"
 
 
 def local_bootstrap_servers(root: str | os.PathLike[str] = DEFAULT_DIR) -> str:
