@@ -1,6 +1,7 @@
 """All partition logs of one broker, spread over its ``log.dirs``.
 
-Each log dir holds one directory per partition replica, ``<topic>-<partition>``, and a
+Each log dir holds one directory per partition replica, ``<topic>-<partition>`` (except
+``__cluster_metadata-0``, the controller's Raft journal in combined mode, which is left alone), and a
 ``.lock`` file held (flock) while a LogManager uses the dir, so two brokers never share one.
 A new partition goes to the dir holding the fewest partitions (as Kafka does). Deleting a
 partition renames its directory to ``<topic>-<partition>.<random>-delete`` first (one atomic
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 DELETE_SUFFIX = "-delete"
+# The controller's Raft journal lives in <log.dirs[0]>/__cluster_metadata-0 in combined mode:
+# never a partition log (Kafka's LogManager skips it the same way).
+METADATA_LOG_TOPIC = "__cluster_metadata"
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _PARTITION_DIR = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)$")
 
@@ -95,7 +99,7 @@ class LogManager:
                 shutil.rmtree(entry.path, ignore_errors=True)
                 continue
             match = _PARTITION_DIR.match(entry.name)
-            if not match:
+            if not match or match["topic"] == METADATA_LOG_TOPIC:
                 continue
             key = (match["topic"], int(match["partition"]))
             if key in self._logs:
@@ -116,6 +120,8 @@ class LogManager:
         (topic overrides of the default config) is applied to an existing log too."""
         if not _TOPIC_NAME.match(topic) or topic in (".", ".."):
             raise InvalidTopicError(f"topic name {topic!r} is not a legal Kafka topic name")
+        if topic == METADATA_LOG_TOPIC:
+            raise InvalidTopicError(f"{topic} is the controllers' metadata log, not a partition log")
         if not isinstance(partition, int) or partition < 0:
             raise InvalidTopicError(f"partition {partition!r} must be a non-negative integer")
         with self._lock:

@@ -743,6 +743,19 @@ def test_log_manager_maintenance_applies_retention_flush_and_checkpoints(tmp_pat
     manager.close()
 
 
+def test_log_manager_leaves_the_controllers_metadata_log_directory_alone(tmp_path):
+    raft_dir = tmp_path / "__cluster_metadata-0"  # combined mode: the Raft journal's directory
+    raft_dir.mkdir()
+    (raft_dir / "raft.journal").write_bytes(b"journal")
+    manager = LogManager([str(tmp_path)], {})
+    assert manager.logs() == []
+    assert sorted(p.name for p in raft_dir.iterdir()) == ["raft.journal"]  # no segment files added
+    from client.protocol.errors import InvalidTopicError
+    with pytest.raises(InvalidTopicError, match="metadata log"):
+        manager.get_or_create("__cluster_metadata", 0)
+    manager.close()
+
+
 def test_log_manager_refuses_topic_names_that_are_not_legal(tmp_path):
     from client.protocol.errors import InvalidTopicError
     manager = LogManager([str(tmp_path)], {})
