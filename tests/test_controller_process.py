@@ -231,6 +231,16 @@ def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory)
     assert health["active"] and health["leader_id"] == 1
     text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
     assert 'raftka_controller_active{node="1"} 1' in text
+    assert 'raftka_controller_leader_id{node="1"} 1' in text
+    assert 'raftka_controller_brokers{node="1",state="fenced"} 0' in text  # no broker registered yet
+    assert 'raftka_controller_term{node="1"}' in text and 'raftka_controller_commit_index{node="1"}' in text
+    from raftka.controller_client import controller_request
+    code, _ = controller_request(cluster.bootstrap_controllers, 62, {"broker_id": 7, "incarnation_id": "x",
+                                                                     "listeners": {"PLAINTEXT": "127.0.0.1:9"}})
+    assert code == errors.NONE  # a newly registered broker starts fenced
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    assert 'raftka_controller_brokers{node="1",state="fenced"} 1' in text
+    assert 'raftka_controller_fenced_broker{node="1",broker="7"} 1' in text
     assert 'raftka_controller_requests_total{node="1",api_key="55"}' in text  # our DescribeQuorum calls
 
 

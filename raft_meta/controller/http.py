@@ -1,8 +1,9 @@
 """Optional HTTP listener (``listeners=...,HTTP://host:port``): /health and /metrics.
 
 GET /health   200 with a JSON summary when this controller knows a leader, else 503.
-GET /metrics  Prometheus text format: term, commit index, metadata offset, active flag, each
-              voter's lag (as the active controller sees it), requests and errors per API key.
+GET /metrics  Prometheus text format: term, commit index, metadata offset, active flag, leader
+              id, brokers fenced and unfenced (plus one series per fenced broker), each voter's
+              lag (as the active controller sees it), requests and errors per API key.
 """
 from __future__ import annotations
 
@@ -33,8 +34,19 @@ async def start_http(service: Any, host: str, port: int) -> web.AppRunner:
             f'raftka_controller_metadata_offset{{node="{node}"}} {status["metadata_offset"]}',
             "# TYPE raftka_controller_active gauge",
             f'raftka_controller_active{{node="{node}"}} {1 if status["active"] else 0}',
-            "# TYPE raftka_controller_voter_lag gauge",
+            "# TYPE raftka_controller_leader_id gauge",
+            f'raftka_controller_leader_id{{node="{node}"}} {status["leader_id"]}',
         ]
+        image = getattr(getattr(service.state, "metadata", None), "image", None)
+        if image is not None:  # this controller's applied image (-1 leader: none known)
+            fenced = sum(1 for b in image.brokers.values() if b.fenced)
+            lines += ["# TYPE raftka_controller_brokers gauge",
+                      f'raftka_controller_brokers{{node="{node}",state="fenced"}} {fenced}',
+                      f'raftka_controller_brokers{{node="{node}",state="unfenced"}} {len(image.brokers) - fenced}',
+                      "# TYPE raftka_controller_fenced_broker gauge"]
+            lines += [f'raftka_controller_fenced_broker{{node="{node}",broker="{b}"}} 1'
+                      for b, reg in sorted(image.brokers.items()) if reg.fenced]
+        lines.append("# TYPE raftka_controller_voter_lag gauge")
         for voter in status["voters"]:
             if voter["lag"] is not None:
                 lines.append(f'raftka_controller_voter_lag{{node="{node}",voter="{voter["node_id"]}"}} {voter["lag"]}')
