@@ -203,21 +203,28 @@ def test_a_client_that_half_closes_still_gets_every_answer_then_the_server_close
     run(main())
 
 
-def test_an_unknown_api_key_or_version_is_answered_unsupported_version_without_the_handler():
+def test_an_unsupported_version_is_answered_without_the_handler_and_an_unknown_api_key_closes_the_connection():
     async def main() -> None:
         echo = Echo()
         server = await Server(echo, name="broker 1").start(HOST, 0)
         conn = await Connection.open(HOST, server.port)
+        other = await Connection.open(HOST, server.port)
         try:
-            code, body = await conn.request(999, {"i": 1}, timeout_ms=5000)
-            assert code == errors.UNSUPPORTED_VERSION and "999" in body["error_message"]
             code, body = await conn.request(ApiKey.FETCH, {"i": 2}, api_version=7, timeout_ms=5000)
             assert code == errors.UNSUPPORTED_VERSION and "version 7" in body["error_message"]
             assert echo.started == []
             assert (await conn.request(ApiKey.FETCH, {"i": 3}, timeout_ms=5000))[0] == errors.NONE
-            assert server.metrics.errors[-1] == 1 and server.metrics.errors[ApiKey.FETCH] == 1
+            assert server.metrics.errors[ApiKey.FETCH] == 1
+            # An api key the server does not serve: that connection is closed (as Kafka does),
+            # the other connection keeps working.
+            with pytest.raises(NetworkExceptionError):
+                await conn.request(999, {"i": 1}, timeout_ms=5000)
+            assert conn.closed and server.metrics.connections_closed_bad_frame == 1
+            assert server.metrics.requests[-1] == 1
+            assert (await other.request(ApiKey.FETCH, {"i": 4}, timeout_ms=5000))[0] == errors.NONE
         finally:
             await conn.close()
+            await other.close()
             await server.close()
     run(main())
 

@@ -19,7 +19,8 @@ RequestTimedOutError (its slot stays taken until its late answer arrives and is 
 
 :class:`Server` (server side) starts one handler task per request, in arrival order, so a
 handler's code before its first ``await`` runs in arrival order; it writes the answers in that
-same order. Bad bytes close that connection only, with one log line.
+same order. Bad bytes, or a request for an api key the server does not serve, close that
+connection only, with one log line.
 
 Pure asyncio + msgpack; imports only ``client.protocol``.
 """
@@ -469,8 +470,9 @@ class Server:
     being handled, all connections, past which no connection's next request starts; one always
     may), ``idle_timeout_ms`` (connections.max.idle.ms: a connection with no
     handler running and no bytes read or written for that long is closed). ``api_versions``
-    maps the api keys served to their ``(min, max)`` versions; anything else is answered
-    UNSUPPORTED_VERSION without calling the handler. ``handler_timeout_ms`` is a safety net: a
+    maps the api keys served to their ``(min, max)`` versions: a request for any other api key
+    closes its connection (as a bad frame does, as Kafka does); a served key at a version
+    outside the range is answered UNSUPPORTED_VERSION without calling the handler. ``handler_timeout_ms`` is a safety net: a
     handler still running after it is cancelled and answered REQUEST_TIMED_OUT (handlers bound
     their own waits, e.g. a Fetch's ``max_wait_ms``, far below it).
 
@@ -614,6 +616,13 @@ class Server:
             self.metrics.bytes_in += LENGTH_BYTES + len(payload)
             api_key, api_version, correlation_id, client_id, body = decode_request(
                 payload, self.max_frame_bytes)
+            if api_key not in self.api_versions:
+                # As Kafka: a request for an API this server does not have closes the connection
+                # (the client speaks something else); a known API at an unsupported version is
+                # answered UNSUPPORTED_VERSION below.
+                self.metrics.requests[UNKNOWN_API_KEY_LABEL] += 1
+                raise FrameError(f"unknown api key {api_key} (this server serves "
+                                 f"{', '.join(map(str, sorted(self.api_versions)))})")
             # Backpressure: while too much is owed to this client, hold this request and read
             # no further (the socket pauses once asyncio's read buffer fills). Checked after the
             # read, as answers may have piled up while we waited for this frame.
@@ -668,10 +677,7 @@ class Server:
         return frame
 
     async def _answer(self, request: Request) -> tuple[int, Any]:
-        versions = self.api_versions.get(request.api_key)
-        if versions is None:
-            return errors.UNSUPPORTED_VERSION, {
-                "error_message": f"{self.name} does not serve api key {request.api_key}"}
+        versions = self.api_versions[request.api_key]  # unknown keys closed the connection
         if not versions[0] <= request.api_version <= versions[1]:
             return errors.UNSUPPORTED_VERSION, {
                 "error_message": f"{api_name(request.api_key)} version {request.api_version} is not "
