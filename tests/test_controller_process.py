@@ -274,3 +274,17 @@ def test_the_local_quorum_launcher_starts_a_quorum_and_stops_it_on_sigterm(tmp_p
         assert launcher.stop() == 0
     wait_until(lambda: not subprocess.run(["pgrep", "-f", f"{tmp_path}/controller-"], capture_output=True).stdout,
                20, what="every controller stopped with the launcher")
+
+
+def test_max_connections_has_kafkas_name_and_the_old_name_is_read_as_a_deprecated_alias(caplog):
+    from client.protocol.errors import ConfigError
+    from raft_meta.controller.config import server_config
+    base = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9301",
+            "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "data"}
+    assert server_config(base)["max.connections"] == 1000
+    assert server_config({**base, "max.connections": "7"})["max.connections"] == 7
+    old = server_config({**base, "connections.max": "9"})
+    assert old["max.connections"] == 9 and old["connections.max"] == 9
+    assert "deprecated" in caplog.text and "max.connections" in caplog.text
+    with pytest.raises(ConfigError, match="give only max.connections"):
+        server_config({**base, "connections.max": "9", "max.connections": "7"})

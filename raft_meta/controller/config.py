@@ -10,6 +10,7 @@ protocol: BrokerRegistration, CreateTopics, DescribeQuorum, ...). They must diff
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -17,6 +18,8 @@ from typing import Any, Mapping
 from client.protocol.configs import REQUIRED, ConfigDef, at_least, between
 from client.protocol.errors import ConfigError
 from raft_meta.raft import check_secret, parse_voters
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE_BYTES_MAX = 1_048_576
 
@@ -58,7 +61,8 @@ SERVER_CONFIGS = (
     .define("metadata.log.max.snapshot.interval.ms", "long", 300_000,
             "Snapshot at least this often when records were appended.", at_least(1000))
     .define("metadata.fetch.max.records", "int", 5000, "Most records one metadata fetch returns.", at_least(1))
-    .define("connections.max", "int", 1000, "Most concurrent RPC connections one controller accepts.", at_least(1))
+    .define("max.connections", "int", 1000,
+            "Most concurrent connections one listener accepts (Kafka: unbounded; we bound it).", at_least(1))
     .define("connections.max.idle.ms", "long", 600_000, "Close an RPC connection idle this long.", at_least(1))
     .define("socket.request.max.bytes", "int", 104_857_600, "Largest request frame accepted.", at_least(1024))
     .define("num.partitions", "int", 1, "Partitions of a topic created without a count.", at_least(1))
@@ -135,6 +139,22 @@ SERVER_CONFIGS = (
 )
 
 
+# Old Raftka names still read, with a warning: old name -> Kafka's name.
+DEPRECATED_NAMES = {"connections.max": "max.connections"}
+
+
+def _renamed(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with deprecated keys moved to their Kafka names (both given: ConfigError)."""
+    out = dict(raw)
+    for old, new in DEPRECATED_NAMES.items():
+        if old in out:
+            if new in out:
+                raise ConfigError(old, f"is the deprecated name of {new}; give only {new}")
+            log.warning("config key %s is deprecated; use %s (Kafka's name)", old, new)
+            out[new] = out.pop(old)
+    return out
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     values: dict[str, Any]
@@ -144,7 +164,7 @@ class ServerConfig:
     secret: str | None
 
     def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+        return self.values[DEPRECATED_NAMES.get(key, key)]
 
     @property
     def node_id(self) -> int:
@@ -210,7 +230,7 @@ def parse_listeners(values: list[str], key: str = "listeners") -> dict[str, tupl
 
 
 def server_config(raw: Mapping[str, Any]) -> ServerConfig:
-    values = SERVER_CONFIGS.parse(raw)
+    values = SERVER_CONFIGS.parse(_renamed(raw))
     voters = parse_voters(values["controller.quorum.voters"])
     listeners = parse_listeners(values["listeners"])
     dial = {}

@@ -86,7 +86,7 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
     QuorumController(service)  # the metadata handlers and the active controller's duties
     host, port = config.controller_listener
     server = RpcServer(service.handle, max_frame_bytes=config["socket.request.max.bytes"],
-                       max_connections=config["connections.max"],
+                       max_connections=config["max.connections"],
                        idle_timeout_ms=config["connections.max.idle.ms"])
     await server.start(host, port)
     service.start_background()
