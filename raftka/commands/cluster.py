@@ -77,6 +77,8 @@ def run_up(args: argparse.Namespace) -> int:
                                   base_port=base_port, configs=parse_key_values(args.config, "--config"),
                                   timeout_s=args.timeout_ms / 1000, progress=None if args.quiet else say)
     took = time.monotonic() - began
+    if not created and args.base_port is not None:
+        say("note: --base-port applies to a new cluster; this one keeps its ports")
     print(f"cluster {cluster.cluster_id} ready in {took:.1f} s: {cluster.shape()} in {cluster.root}"
           + ("" if created else " (already existed)"))
     print(f"bootstrap servers: {cluster.bootstrap_servers}")
@@ -133,7 +135,7 @@ def _state(row: dict) -> str:
     if "quorum_role" in row:
         parts.append(row["quorum_role"] or "unknown")
     if "fenced" in row:
-        parts.append({True: "fenced", False: "unfenced", None: "unregistered"}[row["fenced"]])
+        parts.append({True: "fenced", False: "unfenced", None: "unknown"}[row["fenced"]])
     return ",".join(parts)
 
 
