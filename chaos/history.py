@@ -18,7 +18,8 @@ clock), ``process`` (who did it: ``p3`` a producer, ``c1`` a consumer, ``nemesis
 | poll | ok only: ``records`` = [[partition, offset, value], ...] a consumer returned |
 | commit | ``group``, ``offsets`` {partition: offset}; ok = the coordinator accepted it |
 | committed | ok only: ``group``, ``offsets`` {partition: offset} read back (OffsetFetch), ``invoked_at`` |
-| fault / heal | nemesis: ``name``, ``detail`` (targets); heal ends the fault of the same ``name`` |
+| fault / heal | nemesis: ``name``, ``detail`` (targets), ``healable``; heal ends the fault of the same ``name`` |
+| healthy | nemesis, ok: every partition led with a full ISR again, ``after_heal_s`` after the heal |
 | final | ok only: ``log_start`` {partition: offset}, ``records`` {partition: [[offset, value], ...]}: the
 |       | whole log after the faults healed, read from the log start |
 

@@ -183,11 +183,15 @@ class Workload:
                             request_timeout_ms=c.request_timeout_ms, delivery_timeout_ms=c.delivery_timeout_ms,
                             max_block_ms=c.max_block_ms,
                             max_in_flight_requests_per_connection=5 if c.idempotent else 1)
-        window = asyncio.Semaphore(c.in_flight_max)
+        # A window per partition: a partition whose leader is unreachable fills its own window,
+        # and the producer goes on writing to the others (as Jepsen's per-key workers do).
+        per_partition = max(5, c.in_flight_max // c.partitions)
+        windows = [asyncio.Semaphore(per_partition) for _ in range(c.partitions)]
         outstanding: set[asyncio.Future[Any]] = set()
         period = 1.0 / c.rate_per_producer
         next_at = time.monotonic() + self.rng.random() * period
         sequence = 0
+        turn = index  # round-robin over partitions, starting at a different one per producer
         assert self._stopping is not None
         try:
             while not self._stopping.is_set():
@@ -195,12 +199,16 @@ class Workload:
                 if next_at > now:
                     await asyncio.sleep(next_at - now)
                 next_at = max(next_at + period, time.monotonic() - 1.0)  # no burst after a stall
-                try:
-                    await asyncio.wait_for(window.acquire(), 1.0)
-                except asyncio.TimeoutError:
-                    continue  # window full: the cluster is not answering; no new send
+                free = [(turn + k) % c.partitions for k in range(c.partitions)
+                        if not windows[(turn + k) % c.partitions].locked()]
+                if not free:
+                    await asyncio.sleep(0.05)  # every window full: the cluster is not answering
+                    continue
+                partition = free[0]
+                turn = partition + 1
+                window = windows[partition]
+                await window.acquire()
                 value = f"{name}-{sequence}"
-                partition = sequence % c.partitions
                 sequence += 1
                 invoked = self.history.append(name, "invoke", "send", value=value, partition=partition)
                 self.counters.invoked += 1
@@ -215,7 +223,7 @@ class Workload:
                     continue
                 outstanding.add(future)
                 future.add_done_callback(
-                    lambda f, v=value, p=partition, t=invoked["time"]: self._sent(name, v, p, t, f, window, outstanding))
+                    lambda f, v=value, p=partition, t=invoked["time"], w=window: self._sent(name, v, p, t, f, w, outstanding))
             if outstanding:
                 await asyncio.wait(outstanding, timeout=c.delivery_timeout_ms / 1000 + STOP_GRACE_S)
         finally:

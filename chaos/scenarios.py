@@ -1,0 +1,71 @@
+"""The named scenarios of `raftka chaos run --scenario NAME` (``--list`` prints them).
+
+A scenario is a nemesis, the lengths of faults and quiet spells between them, the workload and
+the cluster configuration. Every safe scenario must come out valid; ``unsafe-lost-writes`` runs
+acks=1 with unclean leader election and must come out invalid (the checker catching lost writes).
+``smoke`` scenarios run in the default test suite (about 30 s each); the others are ``soak``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from chaos.workload import WorkloadConfig
+
+# Every process: quick fencing and ISR changes, so a 30 s run sees several leader changes.
+CLUSTER_CONFIGS: dict[str, Any] = {
+    "broker.session.timeout.ms": 3000,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": 3000,
+    "replica.fetch.wait.max.ms": 200,
+    "default.replication.factor": 3,
+    "min.insync.replicas": 2,
+}
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    nemesis: str | None
+    fault_s: tuple[float, float] = (3.0, 7.0)
+    quiet_s: tuple[float, float] = (2.0, 5.0)
+    workload: Callable[[], WorkloadConfig] = WorkloadConfig
+    cluster_configs: dict[str, Any] = field(default_factory=dict)
+    expect_valid: bool = True
+    smoke: bool = False
+
+    def configs(self) -> dict[str, Any]:
+        return {**CLUSTER_CONFIGS, **self.cluster_configs}
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("none", "no faults: the baseline", None),
+    Scenario("isolate-leader", "a partition leader cut from brokers and controllers, clients still reach it",
+             "isolate-leader", smoke=True),
+    Scenario("isolate-controller", "the active controller cut from every node", "isolate-controller"),
+    Scenario("majority-minority", "one controller and one broker split from the rest", "majority-minority"),
+    Scenario("replication-latency", "latency with jitter on broker-to-broker links", "replication-latency"),
+    Scenario("replication-bandwidth", "bandwidth limit on fetch answers between brokers", "replication-bandwidth"),
+    Scenario("reset-connections", "TCP resets on a random half of the links", "reset-connections"),
+    Scenario("kill-broker", "kill -9 of a partition leader, restarted at heal", "kill-broker", smoke=True),
+    Scenario("kill-controller", "kill -9 of the active controller, restarted at heal", "kill-controller"),
+    Scenario("pause", "SIGSTOP of a leader or the active controller, SIGCONT at heal", "pause"),
+    Scenario("rolling-restart", "SIGTERM and restart of every node in turn", "rolling-restart",
+             fault_s=(0.0, 0.0), quiet_s=(3.0, 5.0)),
+    Scenario("mix", "a random one of the above each time", "mix"),
+    Scenario("unsafe-lost-writes",
+             "acks=1, unclean leader election: followers cut, then the leader killed (must be INVALID)",
+             "kill-leader-before-copy", fault_s=(0.5, 1.0), quiet_s=(4.0, 6.0),
+             workload=WorkloadConfig.unsafe,
+             cluster_configs={"unclean.leader.election.enable": True, "min.insync.replicas": 1},
+             expect_valid=False),
+]}
+
+
+def get(name: str) -> Scenario:
+    """A scenario by name; KeyError naming the known ones."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
