@@ -70,6 +70,8 @@ def test_quorum_status_cli_prints_leader_term_and_each_voters_lag(controller_clu
     status = json.loads(run.stdout)
     assert status["leader_id"] == leader and status["active"]  # the tool asked the active controller
     assert len(status["voters"]) == 3 and all(v["lag"] is not None for v in status["voters"])
+    assert all(isinstance(v["log_end_offset"], int) for v in status["voters"])
+    assert status["term"] >= 1 and status["commit_index"] > 0 and status["high_watermark"] == status["commit_index"]
     text = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address),
                           capture_output=True, text=True, env=project_env(), timeout=60)
     assert text.returncode == 0, text.stderr
