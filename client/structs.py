@@ -101,3 +101,12 @@ class ConfigEntry(NamedTuple):
     name: str
     value: Any
     is_default: bool
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset (the next record to read), with its free-form metadata and the leader
+    epoch of the last record read (-1 when unknown): kafka-python's OffsetAndMetadata."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
