@@ -33,6 +33,7 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DELETE_GROUPS = 42
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
@@ -63,6 +64,7 @@ API_NAMES: Final[dict[int, str]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: "OffsetsForLeaderEpoch",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.ALTER_CONFIGS: "AlterConfigs",
+    ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.DESCRIBE_QUORUM: "DescribeQuorum",
     ApiKey.ALTER_PARTITION: "AlterPartition",
     ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
