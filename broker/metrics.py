@@ -98,4 +98,7 @@ class BrokerMetrics:
         for p in partitions:
             lines.append(f'raftka_partition_high_watermark{{{node},topic="{p.topic}",partition="{p.index}"}} '
                          f"{p.log.high_watermark}")
+        groups = getattr(b, "groups", None)
+        if groups is not None:  # consumer groups this broker coordinates: members, lag (broker/group/)
+            lines += groups.metric_lines(node)
         return "\n".join(lines) + "\n"

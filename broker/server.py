@@ -25,6 +25,7 @@ import uuid
 from typing import Any, Callable
 
 from broker.controller_channel import ControllerChannel
+from broker.group import REQUEST as GROUP_REQUEST, GroupService
 from broker.limits import ByteBudget
 from broker.logs import STORAGE, LogManager
 from broker.metadata import MetadataFollower, MetadataView
@@ -100,6 +101,9 @@ class BrokerServer:
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             **{key: self._forwarder(key) for key in FORWARDED},
         }
+        # Consumer groups (broker/group/): FindCoordinator, JoinGroup, ..., OffsetCommit/Fetch.
+        self.groups = GroupService(self.broker_id, config, self.replicas, self.controllers.request)
+        self.handlers.update(self.groups.handlers)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -122,6 +126,7 @@ class BrokerServer:
         self._tasks.append(asyncio.create_task(self.metadata.run(), name="metadata-follower"))
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
         self.replicas.start()
+        self.groups.start()
 
     async def wait_ready(self, timeout_s: float) -> None:
         """Wait until registered, unfenced and caught up with the metadata log."""
@@ -165,6 +170,7 @@ class BrokerServer:
 
     def _on_metadata(self, view: MetadataView) -> None:
         self.replicas.on_metadata(view)
+        self.groups.on_metadata(view)  # load/unload groups of the __consumer_offsets partitions we lead
         me = view.brokers.get(self.broker_id)
         self.fenced = me is None or me.fenced or me.broker_epoch != self.broker_epoch
         if not self.caught_up and view.offset >= self.broker_epoch >= 0:
@@ -233,6 +239,7 @@ class BrokerServer:
                 pass
         if self.server is not None:
             await self.server.close()
+        await self.groups.close()
         await self.replicas.close()
         await self.controllers.close()
         if self.http_runner is not None:
@@ -251,6 +258,7 @@ class BrokerServer:
         handler = self.handlers[request.api_key]  # the Server answers unknown keys and versions itself
         started = time.monotonic()
         self.metrics.request(request.api_key)
+        GROUP_REQUEST.set(request)  # this request's task only: the coordinator reads client id and host
         try:
             result = await handler(_map(request.body))
         except RaftkaError as error:
