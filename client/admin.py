@@ -6,12 +6,13 @@ from typing import Any, Iterable, Sequence
 from client._sync import LoopThread
 from client.aio.admin import AdminClient as AioAdminClient
 from client.protocol.errors import RaftkaError
-from client.structs import ConfigEntry, ConfigResource, NewTopic
+from client.aio.group import GroupInformation
+from client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
 
 
 class AdminClient:
     """Create, delete, list and describe topics, describe the cluster, describe and alter topic
-    configs. Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``,
+    configs, list and describe consumer groups, their offsets and lag. Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``,
     ``retry_backoff_ms``."""
 
     def __init__(self, **configs: Any) -> None:
@@ -53,6 +54,40 @@ class AdminClient:
                       ) -> dict[str, RaftkaError | None]:
         """Set (or, with None, remove) topic config overrides; {topic: None or error}."""
         return self._io.run(self._aio.alter_configs(list(config_resources), None, raise_errors))
+
+    def list_consumer_groups(self, broker_ids: Iterable[int] | None = None,
+                             states: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        """[(group_id, protocol_type)] of every group (only those in ``states`` when given)."""
+        return self._io.run(self._aio.list_consumer_groups(broker_ids, states))
+
+    def describe_consumer_groups(self, group_ids: Iterable[str], group_coordinator_id: int | None = None,
+                                 include_authorized_operations: bool = False) -> list[GroupInformation]:
+        """Per group: state, assignor, members with decoded subscriptions and assignments."""
+        return self._io.run(self._aio.describe_consumer_groups(list(group_ids)))
+
+    def list_consumer_group_offsets(self, group_id: str, group_coordinator_id: int | None = None,
+                                    partitions: Iterable[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """{TopicPartition: OffsetAndMetadata} the group committed."""
+        return self._io.run(self._aio.list_consumer_group_offsets(
+            group_id, partitions=list(partitions) if partitions is not None else None))
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: dict[TopicPartition, Any]) -> None:
+        """Set committed offsets of a group without members (NonEmptyGroupError otherwise)."""
+        return self._io.run(self._aio.alter_consumer_group_offsets(group_id, offsets))
+
+    def delete_consumer_groups(self, group_ids: Iterable[str], group_coordinator_id: int | None = None
+                               ) -> list[tuple[str, RaftkaError | None]]:
+        """Delete groups without members, with their offsets: [(group_id, None or error)]."""
+        return self._io.run(self._aio.delete_consumer_groups(list(group_ids)))
+
+    def list_offsets(self, topic_partitions: dict[TopicPartition, Any]) -> dict[TopicPartition, int]:
+        """{tp: "latest" | "earliest" | timestamp} -> {tp: offset}."""
+        return self._io.run(self._aio.list_offsets(topic_partitions))
+
+    def describe_consumer_group_lag(self, group_id: str) -> list[dict[str, Any]]:
+        """Per partition: committed offset, log end offset (high watermark), lag, owner."""
+        return self._io.run(self._aio.describe_consumer_group_lag(group_id))
 
     def close(self) -> None:
         """Close connections and the I/O thread. Safe to call twice."""

@@ -1,15 +1,53 @@
-"""The blocking consumer, shaped like kafka-python's KafkaConsumer; wraps client.aio.Consumer."""
+"""The blocking consumer, shaped like kafka-python's KafkaConsumer; wraps client.aio.Consumer.
+
+Rebalance listeners run on the application's thread, inside ``poll`` (or ``close``,
+``unsubscribe``), as in kafka-python: the I/O thread hands each call over and waits, so a
+listener may call the consumer's blocking methods (``commit``, ``seek``, ``position``...).
+"""
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import queue
+import threading
 import time
 from collections import deque
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Coroutine, Iterable, Iterator
 
 from client._sync import LoopThread
 from client.aio.consumer import Consumer as AioConsumer
-from client.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from client.aio.group import CommitFailedError, ConsumerRebalanceListener
+from client.errors import KafkaTimeoutError
+from client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 ITERATOR_POLL_MS = 1000  # one poll of the iterator waits at most this long before re-checking
+CLOSE_TIMEOUT_S = 30.0
+
+__all__ = ["Consumer", "ConsumerRebalanceListener", "CommitFailedError", "OffsetAndMetadata"]
+
+
+class _OnCallerThread:
+    """Wraps the application's listener for the asyncio consumer: each call is run on the
+    thread blocked in ``Consumer._run`` and awaited."""
+
+    def __init__(self, listener: Any, consumer: "Consumer") -> None:
+        self.listener = listener
+        self.consumer = consumer
+
+    async def _hand_over(self, fn: Callable[[set[TopicPartition]], Any], partitions: set[TopicPartition]) -> None:
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.consumer._callbacks.put((fn, partitions, done))
+        await asyncio.wrap_future(done)
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._hand_over(self.listener.on_partitions_revoked, revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._hand_over(self.listener.on_partitions_assigned, assigned)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        fn = getattr(self.listener, "on_partitions_lost", None) or self.listener.on_partitions_revoked
+        await self._hand_over(fn, lost)
 
 
 class Consumer:
@@ -31,6 +69,39 @@ class Consumer:
             raise
         self.config = self._aio.config
         self._iter_buffer: deque[ConsumerRecord] = deque()
+        self._callbacks: queue.Queue[Any] = queue.Queue()
+        self._running = threading.local()
+
+    def _run(self, coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
+        """Run ``coro`` on the I/O thread; meanwhile run the rebalance listener calls it hands
+        over (on this thread). A nested call (from a listener) runs plainly."""
+        if getattr(self._running, "depth", 0):
+            return self._io.run(coro, timeout_s)
+        future = self._io.submit(coro)
+        future.add_done_callback(lambda f: self._callbacks.put(f))
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._running.depth = 1
+        try:
+            while True:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    item = self._callbacks.get(timeout=wait)
+                except queue.Empty:
+                    future.cancel()
+                    raise KafkaTimeoutError(f"no result within {timeout_s} s") from None
+                if item is future:
+                    return future.result()
+                if isinstance(item, concurrent.futures.Future):
+                    continue  # an earlier call's completion (it timed out): not ours
+                fn, partitions, done = item
+                try:
+                    fn(partitions)
+                except BaseException as error:  # the asyncio side logs it and goes on
+                    done.set_exception(error)
+                else:
+                    done.set_result(None)
+        finally:
+            self._running.depth = 0
 
     def _call(self, fn: Any, *args: Any) -> Any:
         async def call() -> Any:
@@ -47,18 +118,27 @@ class Consumer:
         """The partitions assigned now."""
         return self._call(self._aio.assignment)
 
-    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
-        """Consume every partition of these topics (or those matching ``pattern``); no group."""
-        self._call(self._aio.subscribe, topics, pattern)
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Consume these topics (or those matching ``pattern``). With a ``group_id`` the group
+        shares their partitions; ``listener`` hears of revoked and assigned ones (on this
+        thread, inside ``poll``). Without one, every partition."""
+        wrapped = _OnCallerThread(listener, self) if listener is not None else None
+        self._call(self._aio.subscribe, topics, pattern, wrapped)
 
     def subscription(self) -> set[str] | None:
         """The subscribed topic names (None when assigned by hand or by pattern)."""
         return self._call(self._aio.subscription)
 
     def unsubscribe(self) -> None:
-        """Drop the subscription and every assigned partition."""
+        """Drop the subscription and every assigned partition (in a group: revoke and leave)."""
         self._iter_buffer.clear()
-        self._call(self._aio.unsubscribe)
+
+        async def unsubscribe() -> None:
+            task = self._aio.unsubscribe()
+            if task is not None:
+                await task
+        self._run(unsubscribe())
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """The next record returned for ``partition`` is the one at ``offset``."""
@@ -141,7 +221,7 @@ class Consumer:
                 out.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
                 limit -= 1
             return out
-        return self._io.run(self._aio.poll(timeout_ms, max_records))
+        return self._run(self._aio.poll(timeout_ms, max_records))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self
@@ -153,7 +233,7 @@ class Consumer:
         deadline = time.monotonic() + min(timeout_ms, 10**9) / 1000
         while True:
             left_ms = (deadline - time.monotonic()) * 1000
-            batch = self._io.run(self._aio.poll(max(0.0, min(left_ms, ITERATOR_POLL_MS))))
+            batch = self._run(self._aio.poll(max(0.0, min(left_ms, ITERATOR_POLL_MS))))
             for records in batch.values():
                 self._iter_buffer.extend(records)
             if self._iter_buffer:
@@ -161,20 +241,63 @@ class Consumer:
             if left_ms <= 0:
                 raise StopIteration
 
-    def commit(self, offsets: Any = None) -> None:
-        """Not available yet (consumer groups): raises IllegalStateError."""
-        self._io.run(self._aio.commit(offsets))
+    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Positions, minus records fetched for the iterator but not yet handed out."""
+        offsets = self._call(self._aio._consumed_offsets)
+        for record in self._iter_buffer:
+            tp = TopicPartition(record.topic, record.partition)
+            if tp in offsets and record.offset < offsets[tp].offset:
+                offsets[tp] = OffsetAndMetadata(record.offset)
+        return offsets
 
-    def committed(self, partition: TopicPartition) -> int | None:
-        """Not available yet (consumer groups): raises IllegalStateError."""
-        return self._io.run(self._aio.committed(partition))
+    def commit(self, offsets: Any = None) -> None:
+        """Commit ``offsets`` ({TopicPartition: OffsetAndMetadata or int}; by default what the
+        application has consumed) and wait. CommitFailedError when a rebalance took this
+        consumer's partitions (it rejoins on the next poll)."""
+        chosen = self._consumed_offsets() if offsets is None else offsets
+        self._io.run(self._aio.commit(chosen))
+
+    def commit_async(self, offsets: Any = None, callback: Any = None) -> "concurrent.futures.Future[None]":
+        """Commit in the background; ``callback(offsets, None or exception)`` runs on the I/O
+        thread when done (keep it short; no blocking consumer calls there). Returns a future."""
+        chosen = self._consumed_offsets() if offsets is None else offsets
+
+        async def start() -> "asyncio.Task[None]":
+            return self._aio.commit_async(chosen, callback)
+        task = self._io.run(start())
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def finish(t: "asyncio.Task[None]") -> None:
+            if t.cancelled():
+                done.cancel()
+            elif t.exception() is not None:
+                done.set_exception(t.exception())  # type: ignore[arg-type]
+            else:
+                done.set_result(None)
+        self._io.call_soon(task.add_done_callback, finish)
+        return done
+
+    def committed(self, partition: TopicPartition, metadata: bool = False) -> "int | OffsetAndMetadata | None":
+        """The group's committed offset of ``partition`` (None when none; an OffsetAndMetadata
+        with ``metadata=True``)."""
+        return self._io.run(self._aio.committed(partition, metadata))
+
+    def group_metadata(self) -> dict[str, Any] | None:
+        """{group_id, generation_id, member_id, group_instance_id}, or None without a group."""
+        return self._call(self._aio.group_metadata)
 
     def close(self, autocommit: bool = True) -> None:
-        """Stop fetching, close connections and the I/O thread. Safe to call twice."""
+        """Commit what was consumed (``enable_auto_commit`` and ``autocommit``), leave the
+        group, stop fetching, close connections and the I/O thread. Safe to call twice."""
         if not self._io.alive:
             return
         try:
-            self._io.run(self._aio.close(), 30)
+            if self._iter_buffer:  # records fetched but never handed out are not consumed
+                for tp, offset in {TopicPartition(r.topic, r.partition): r.offset
+                                   for r in reversed(self._iter_buffer)}.items():
+                    self._call(self._aio.seek, tp, offset)
+                self._iter_buffer.clear()
+            self._run(self._aio.close(autocommit), CLOSE_TIMEOUT_S)
         finally:
             self._io.stop()
 

@@ -1,19 +1,28 @@
-"""The asyncio admin client: topics, configs, the cluster's brokers.
+"""The asyncio admin client: topics, configs, the cluster's brokers, consumer groups.
 
 CreateTopics, DeleteTopics, DescribeConfigs and AlterConfigs go to any broker, which forwards
 them to the active controller (docs/protocol.md); NOT_CONTROLLER and lost connections are
-retried on another broker within ``request_timeout_ms``.
+retried on another broker within ``request_timeout_ms``. Group requests go to the group's
+coordinator (FindCoordinator); ListGroups to every broker (each knows the groups it
+coordinates). A coordinator that moved or is loading is retried within ``request_timeout_ms``.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+import asyncio
+import time
+
 from client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
-from client.errors import ConfigError
+from client.aio.consumer import EARLIEST, LATEST, list_offsets
+from client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
+from client.assignors import decode_assignment, decode_subscription
+from client.errors import ConfigError, KafkaTimeoutError
 from client.protocol import errors
+from client.protocol.api import ApiKey
 from client.protocol.errors import RaftkaError
-from client.structs import ConfigEntry, ConfigResource, NewTopic
+from client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
 
 DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
@@ -25,6 +34,8 @@ DEFAULTS: dict[str, Any] = {
 }
 IGNORED = {"api_version"}
 _RETRIABLE_CODES = tuple(code for code, spec in errors.SPECS.items() if spec.retriable)
+_COORDINATOR_RETRY = {errors.NOT_COORDINATOR, errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS}
+OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST}
 
 
 def _raise_or_collect(results: dict[str, RaftkaError | None], raise_errors: bool) -> dict[str, RaftkaError | None]:
@@ -181,3 +192,177 @@ class AdminClient:
             results[r["resource_name"]] = (errors.error_for(code, r.get("error_message"),
                                                             topic=r["resource_name"]) if code else None)
         return _raise_or_collect(results, raise_errors)
+
+    # -- consumer groups -------------------------------------------------------------------------
+
+    async def _group_request(self, group_id: str, api_key: int, body: dict[str, Any],
+                             timeout_ms: int | None = None, *, error_of: Any = None) -> dict[str, Any]:
+        """One request to ``group_id``'s coordinator, retried while it moves or loads.
+        ``error_of(answer)`` finds the group-level error code in the answer."""
+        timeout_ms = timeout_ms or self.config["request_timeout_ms"]
+        deadline = time.monotonic() + timeout_ms / 1000
+        last: RaftkaError | None = None
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                raise KafkaTimeoutError(f"the coordinator of group {group_id!r} did not answer within "
+                                        f"{timeout_ms} ms (last error: {last})")
+            try:
+                _node, host, port = await find_coordinator(self.cluster, group_id, left_ms)
+                code, answer = await self.cluster.request_address((host, port), api_key, body, timeout_ms=left_ms)
+            except RaftkaError as error:
+                if not error.retriable:
+                    raise
+                last = error
+                await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+                continue
+            if code != errors.NONE:
+                raise errors.error_for(code, (answer or {}).get("error_message"))
+            answer = answer or {}
+            code = (error_of or (lambda a: a.get("error_code", 0)))(answer) or 0
+            if code in _COORDINATOR_RETRY:
+                last = errors.error_for(code)
+                await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+                continue
+            return answer
+
+    async def list_consumer_groups(self, broker_ids: Iterable[int] | None = None,
+                                   states: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        """[(group_id, protocol_type)] of every group, asking every broker (or ``broker_ids``);
+        ``states`` keeps only groups in those states (Stable, Empty, PreparingRebalance, ...)."""
+        meta = await self.cluster.refresh_metadata(topics=[])
+        nodes = sorted(meta.brokers) if broker_ids is None else list(broker_ids)
+        body = {"states_filter": list(states or [])}
+        found: dict[str, str] = {}
+        for node in nodes:
+            deadline = time.monotonic() + self.config["request_timeout_ms"] / 1000
+            while True:
+                code, answer = await self.cluster.request(node, ApiKey.LIST_GROUPS, body)
+                if code != errors.NONE:
+                    raise errors.error_for(code, (answer or {}).get("error_message"))
+                if answer.get("error_code") == errors.COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline:
+                    await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+                    continue
+                break
+            for g in answer.get("groups") or []:
+                found[g["group_id"]] = g.get("protocol_type") or ""
+        return sorted(found.items())
+
+    async def describe_consumer_groups(self, group_ids: Iterable[str], group_coordinator_id: int | None = None,
+                                       include_authorized_operations: bool = False) -> list[GroupInformation]:
+        """GroupInformation per group: state, protocol (assignor), members with their decoded
+        subscription and assignment. A group that does not exist is shown as Dead."""
+        out = []
+        for group_id in group_ids:
+            answer = await self._group_request(group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]},
+                                               error_of=lambda a: (a.get("groups") or [{}])[0].get("error_code"))
+            g = (answer.get("groups") or [{}])[0]
+            consumer = g.get("protocol_type") == PROTOCOL_TYPE
+            members = []
+            for m in g.get("members") or []:
+                metadata, assignment = bytes(m.get("member_metadata") or b""), bytes(m.get("member_assignment") or b"")
+                if consumer:
+                    try:
+                        metadata = decode_subscription(metadata, m.get("group_instance_id")) if metadata else None
+                        assignment = decode_assignment(assignment)
+                    except ValueError:
+                        pass  # shown raw
+                members.append(MemberInformation(m["member_id"], m.get("client_id") or "", m.get("client_host") or "",
+                                                 metadata, assignment, m.get("group_instance_id")))
+            out.append(GroupInformation(g.get("error_code", 0), group_id, g.get("group_state") or "",
+                                        g.get("protocol_type") or "", g.get("protocol_data") or "", members, None,
+                                        -1, g.get("generation_id", -1)))
+        return out
+
+    async def list_consumer_group_offsets(self, group_id: str, group_coordinator_id: int | None = None,
+                                          partitions: Iterable[TopicPartition] | None = None
+                                          ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """{TopicPartition: OffsetAndMetadata} of what ``group_id`` committed (all partitions, or
+        only ``partitions``; those without a committed offset are left out)."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp[0], []).append(tp[1])
+            topics = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
+        answer = await self._group_request(group_id, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics})
+        out = {}
+        for t in answer.get("topics") or []:
+            for p in t.get("partitions") or []:
+                if p.get("committed_offset", -1) >= 0:
+                    out[TopicPartition(t["name"], p["partition_index"])] = OffsetAndMetadata(
+                        p["committed_offset"], p.get("metadata") or "", p.get("committed_leader_epoch", -1))
+        return out
+
+    async def alter_consumer_group_offsets(self, group_id: str, offsets: dict[TopicPartition, Any]) -> None:
+        """Set committed offsets of a group without members (Kafka's alterConsumerGroupOffsets);
+        NonEmptyGroupError while it has members."""
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, value in offsets.items():
+            o = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
+            topics.setdefault(tp[0], []).append({"partition_index": tp[1], "committed_offset": o.offset,
+                                                 "committed_leader_epoch": o.leader_epoch,
+                                                 "committed_metadata": o.metadata})
+        body = {"group_id": group_id, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
+
+        def first_error(answer: dict[str, Any]) -> int:
+            return next((p["error_code"] for t in answer.get("topics") or [] for p in t.get("partitions") or []
+                         if p.get("error_code")), 0)
+        answer = await self._group_request(group_id, ApiKey.OFFSET_COMMIT, body, error_of=first_error)
+        code = first_error(answer)
+        if code in (errors.UNKNOWN_MEMBER_ID, errors.ILLEGAL_GENERATION, errors.REBALANCE_IN_PROGRESS):
+            raise errors.for_code(errors.NON_EMPTY_GROUP)(
+                f"group {group_id!r} has active members; its offsets can be changed only while it is empty "
+                "(stop its consumers first)")
+        if code:
+            raise errors.error_for(code, f"altering the offsets of group {group_id!r}")
+
+    async def delete_consumer_groups(self, group_ids: Iterable[str], group_coordinator_id: int | None = None
+                                     ) -> list[tuple[str, RaftkaError | None]]:
+        """Delete groups without members, with their offsets: [(group_id, None or the error:
+        NonEmptyGroupError, GroupIdNotFoundError)]."""
+        out = []
+        for group_id in group_ids:
+            answer = await self._group_request(group_id, ApiKey.DELETE_GROUPS, {"groups_names": [group_id]},
+                                               error_of=lambda a: (a.get("results") or [{}])[0].get("error_code"))
+            code = (answer.get("results") or [{}])[0].get("error_code", 0)
+            out.append((group_id, errors.error_for(code, f"group {group_id!r}") if code else None))
+        return out
+
+    async def list_offsets(self, topic_partitions: dict[TopicPartition, Any]) -> dict[TopicPartition, int]:
+        """Offsets by spec ({tp: "latest" | "earliest" | timestamp ms}, Kafka's listOffsets):
+        latest is the high watermark, earliest the log start; a timestamp gives the first offset
+        at or after it (-1 when none)."""
+        query = {}
+        for tp, spec in topic_partitions.items():
+            value = OFFSET_SPECS.get(spec, spec) if isinstance(spec, str) else spec
+            if not isinstance(value, int):
+                raise ValueError(f"offset spec for {tp} must be 'latest', 'earliest' or a timestamp, got {spec!r}")
+            query[TopicPartition(*tp)] = value
+        found = await list_offsets(self.cluster, query, self.config["request_timeout_ms"],
+                                   self.config["retry_backoff_ms"])
+        return {tp: offset for tp, (offset, _ts) in found.items()}
+
+    async def describe_consumer_group_lag(self, group_id: str) -> list[dict[str, Any]]:
+        """Per partition the group owns or committed: {topic, partition, committed_offset (-1:
+        none), log_end_offset (the high watermark), lag (None without a commit), member_id,
+        client_id, host}: kafka-consumer-groups --describe as data."""
+        info = (await self.describe_consumer_groups([group_id]))[0]
+        committed = await self.list_consumer_group_offsets(group_id)
+        owner: dict[TopicPartition, MemberInformation] = {}
+        for m in info.members:
+            for tp in getattr(m.member_assignment, "partitions", None) or []:
+                owner[tp] = m
+        tps = sorted(set(committed) | set(owner))
+        ends = await self.list_offsets({tp: "latest" for tp in tps}) if tps else {}
+        rows = []
+        for tp in tps:
+            c = committed.get(tp)
+            end = ends.get(tp, -1)
+            m = owner.get(tp)
+            rows.append({"topic": tp.topic, "partition": tp.partition, "committed_offset": c.offset if c else -1,
+                         "log_end_offset": end, "lag": max(0, end - c.offset) if c is not None and end >= 0 else None,
+                         "member_id": m.member_id if m else None, "client_id": m.client_id if m else None,
+                         "host": m.client_host if m else None})
+        return rows

@@ -15,10 +15,13 @@ OFFSET_OUT_OF_RANGE (e.g. records deleted by retention) applies the same policy;
 Records come only from below the high watermark (the broker sends no more; the consumer also
 drops anything at or above it) and never before the fetch offset (a batch may start earlier).
 
-``group_id`` is accepted for kafka-python compatibility but consumer groups are not implemented
-yet (#consumer-groups): with a ``group_id`` the consumer logs a warning, subscribes to every
-partition of its topics, starts from ``auto_offset_reset`` and commits nothing; ``commit`` and
-``committed`` raise IllegalStateError.
+With a ``group_id`` the consumer is a member of that consumer group (client/aio/group.py,
+docs/consumer-groups.md): ``subscribe`` joins the group and the partitions of the subscribed
+topics are shared among its members; positions start from the committed offsets (else
+``auto_offset_reset``); ``commit``/``commit_async`` (and auto-commit, every
+``auto_commit_interval_ms`` in ``poll`` and on ``close``) store how far the application got.
+``assign`` with a ``group_id`` reads and commits the group's offsets without joining it.
+Without a ``group_id``, ``subscribe`` takes every partition and nothing can be committed.
 """
 from __future__ import annotations
 
@@ -26,18 +29,19 @@ import asyncio
 import logging
 import re
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from client.aio.cluster import API_FETCH, API_LIST_OFFSETS, Cluster
+from client.aio.group import GroupMember
+from client.assignors import make_assignors
 from client.errors import (ConfigError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
                            NoOffsetForPartitionError, SerializationError)
 from client.protocol import errors
 from client.protocol import records as rec
 from client.protocol.errors import OffsetOutOfRangeError, RaftkaError
-from client.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,11 @@ LATEST = -1
 EARLIEST = -2
 SUBSCRIPTION_REFRESH_MS = 1000  # metadata age at which a subscription with missing topics refreshes
 RESETS = {"earliest": EARLIEST, "smallest": EARLIEST, "latest": LATEST, "largest": LATEST, "none": None}
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # skipped by patterns
+# A topic matched by a pattern stays subscribed this long after it vanished from a metadata answer:
+# brokers learn new topics at slightly different times, and one lagging answer must not make a
+# group member flip its subscription (two needless rebalances).
+PATTERN_TOPIC_GRACE_MS = 5000
 
 DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
@@ -60,16 +69,22 @@ DEFAULTS: dict[str, Any] = {
     "retry_backoff_ms": 100,
     "auto_offset_reset": "latest",
     "enable_auto_commit": True,
+    "auto_commit_interval_ms": 5000,
+    "group_instance_id": None,
+    "session_timeout_ms": 10_000,
+    "heartbeat_interval_ms": 3000,
+    "max_poll_interval_ms": 300_000,
+    "partition_assignment_strategy": ("cooperative-sticky",),
+    "default_offset_commit_callback": None,
+    "exclude_internal_topics": True,
     "max_poll_records": 500,
     "consumer_timeout_ms": float("inf"),
     "metadata_max_age_ms": 300_000,
     "check_crcs": True,
     "connection_factory": None,
 }
-# kafka-python options that mean nothing without groups (yet) or here; accepted and ignored.
-IGNORED = {"auto_commit_interval_ms", "session_timeout_ms", "heartbeat_interval_ms",
-           "max_poll_interval_ms", "api_version", "isolation_level", "partition_assignment_strategy",
-           "exclude_internal_topics", "default_offset_commit_callback"}
+# kafka-python options that mean nothing here; accepted and ignored.
+IGNORED = {"api_version", "isolation_level"}
 
 
 def consumer_config(configs: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +102,22 @@ def consumer_config(configs: dict[str, Any]) -> dict[str, Any]:
     for key in ("fetch_min_bytes", "fetch_max_wait_ms", "retry_backoff_ms"):
         if not isinstance(config[key], (int, float)) or config[key] < 0:
             raise ConfigError(key, f"must be >= 0, got {config[key]!r}")
+    for key in ("auto_commit_interval_ms", "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms"):
+        if not isinstance(config[key], int) or isinstance(config[key], bool) or config[key] < 1:
+            raise ConfigError(key, f"must be a positive int (milliseconds), got {config[key]!r}")
+    if config["heartbeat_interval_ms"] >= config["session_timeout_ms"]:
+        raise ConfigError("heartbeat_interval_ms", f"must be below session_timeout_ms "
+                                                   f"({config['session_timeout_ms']}), got {config['heartbeat_interval_ms']}")
+    if config["group_id"] is not None and (not isinstance(config["group_id"], str) or not config["group_id"]):
+        raise ConfigError("group_id", f"must be a non-empty string or None, got {config['group_id']!r}")
+    if config["group_instance_id"] is not None and (config["group_id"] is None
+                                                    or not isinstance(config["group_instance_id"], str)
+                                                    or not config["group_instance_id"]):
+        raise ConfigError("group_instance_id", "must be a non-empty string, and needs a group_id")
+    try:
+        make_assignors(config["partition_assignment_strategy"])
+    except ValueError as error:
+        raise ConfigError("partition_assignment_strategy", str(error)) from None
     return config
 
 
@@ -103,6 +134,7 @@ class PartitionState:
     paused: bool = False
     retry_at: float = 0.0
     failed: BaseException | None = None  # raised by poll until the application seeks
+    awaiting_committed: bool = False  # group mode: the position comes from the committed offset
     buffer: deque[tuple[int, Any, int, int]] = field(default_factory=deque)  # (gen, record, ts_type, epoch)
     buffered_bytes: int = 0
 
@@ -129,6 +161,76 @@ def decode_records(buf: bytes, fetch_offset: int, high_watermark: int, check_crc
     return out, next_offset
 
 
+async def list_offsets(cluster: Cluster, query: dict[TopicPartition, int], timeout_ms: float,
+                       retry_backoff_ms: float) -> dict[TopicPartition, tuple[int, int]]:
+    """ListOffsets at the leaders: {tp: timestamp (-1 latest, -2 earliest)} -> {tp: (offset,
+    timestamp)}; retriable errors are retried until ``timeout_ms``. (The admin client uses it too.)"""
+    deadline = time.monotonic() + timeout_ms / 1000
+    left = dict(query)
+    found: dict[TopicPartition, tuple[int, int]] = {}
+    last: BaseException | None = None
+    for topic in {tp.topic for tp in left}:
+        await cluster.partitions_for(topic, timeout_ms)
+    while left:
+        if time.monotonic() >= deadline:
+            raise KafkaTimeoutError(f"ListOffsets not answered within {int(timeout_ms)} ms "
+                                    f"(last error: {last})")
+        by_node: dict[int, list[TopicPartition]] = {}
+        for tp in left:
+            leader = cluster.metadata.leader_for(tp)
+            if leader is None:
+                cluster.request_update()
+                last = errors.LeaderNotAvailableError(topic=tp.topic, partition=tp.partition)
+                continue
+            by_node.setdefault(leader, []).append(tp)
+        results = await asyncio.gather(*(_list_offsets_at(cluster, n, tps, left) for n, tps in by_node.items()),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                if isinstance(result, RaftkaError) and result.retriable:
+                    last = result
+                    continue
+                raise result
+            for tp, answer in result.items():
+                if isinstance(answer, BaseException):
+                    if isinstance(answer, RaftkaError) and answer.retriable:
+                        last = answer
+                        if answer.invalid_metadata:
+                            cluster.request_update()
+                        continue
+                    raise answer
+                found[tp] = answer
+                left.pop(tp, None)
+        if left:
+            await asyncio.sleep(min(retry_backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
+            if any(cluster.metadata.leader_for(tp) is None for tp in left):
+                await cluster.wait_for_update(max(1.0, (deadline - time.monotonic()) * 1000))
+    return found
+
+
+async def _list_offsets_at(cluster: Cluster, node: int, tps: list[TopicPartition], query: dict[TopicPartition, int]
+                           ) -> dict[TopicPartition, Any]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp in tps:
+        topics.setdefault(tp.topic, []).append({
+            "partition_index": tp.partition, "timestamp": query[tp],
+            "current_leader_epoch": cluster.metadata.leader_epoch(tp)})
+    body = {"replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
+    code, answer = await cluster.request(node, API_LIST_OFFSETS, body)
+    if code != errors.NONE:
+        raise errors.error_for(code, (answer or {}).get("error_message"))
+    out: dict[TopicPartition, Any] = {}
+    for t in answer.get("topics") or []:
+        for p in t.get("partitions") or []:
+            tp = TopicPartition(t["name"], p["partition_index"])
+            pcode = p.get("error_code", 0) or 0
+            out[tp] = ((p.get("offset", -1), p.get("timestamp", -1)) if pcode == errors.NONE
+                       else errors.error_for(pcode, p.get("error_message"), topic=tp.topic,
+                                             partition=tp.partition))
+    return out
+
+
 class Consumer:
     """asyncio consumer; the blocking ``client.Consumer`` wraps it. ``topics`` subscribe (every
     partition, no group); arguments as kafka-python's KafkaConsumer (see ``DEFAULTS``)."""
@@ -145,6 +247,7 @@ class Consumer:
         self._states: dict[TopicPartition, PartitionState] = {}
         self._subscription: set[str] | None = None
         self._pattern: re.Pattern[str] | None = None
+        self._pattern_topics: dict[str, float] = {}  # matched topic -> when metadata last listed it
         self._wakeup = asyncio.Event()
         self._data = asyncio.Event()
         self._nodes_in_flight: set[int] = set()
@@ -152,11 +255,12 @@ class Consumer:
         self._resolver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._committed_retry_at = 0.0
+        self._group: GroupMember | None = None
         if c["group_id"] is not None:
-            warnings.warn("consumer groups are not implemented yet (#consumer-groups): group_id "
-                          f"{c['group_id']!r} is ignored; every partition of the subscribed "
-                          "topics is consumed from auto_offset_reset and nothing is committed",
-                          stacklevel=3)
+            self._group = GroupMember(self.cluster, c, make_assignors(c["partition_assignment_strategy"]),
+                                      subscribed_topics=self._subscribed_topics, positions=self._consumed_offsets,
+                                      apply_assignment=self._apply_group_assignment, wake=self._data.set)
         if topics:
             self.subscribe(topics)
 
@@ -167,10 +271,16 @@ class Consumer:
             self.cluster.start()
             self._fetcher = asyncio.get_running_loop().create_task(self._run_fetcher())
 
-    async def close(self) -> None:
-        """Stop fetching and close every connection."""
+    async def close(self, autocommit: bool = True) -> None:
+        """Leave the group (committing first when ``enable_auto_commit`` and ``autocommit``,
+        revoking through the listener), stop fetching and close every connection."""
         if self._closed:
             return
+        if self._group is not None:
+            try:
+                await self._group.close(autocommit, self.config["request_timeout_ms"])
+            except Exception:  # closing goes on whatever the group says
+                log.exception("consumer: leaving the group failed")
         self._closed = True
         tasks = [t for t in [self._fetcher, self._resolver, *self._tasks] if t is not None]
         for task in tasks:
@@ -197,24 +307,47 @@ class Consumer:
                 del self._states[tp]
         for tp in partitions:
             if tp not in self._states:
-                self._states[tp] = PartitionState(reset=self._default_reset)
-                if self._default_reset is None:
-                    self._states[tp].failed = NoOffsetForPartitionError(
-                        "no position and auto_offset_reset='none'; seek first",
-                        topic=tp.topic, partition=tp.partition)
+                self._states[tp] = self._new_state(tp)
         self.cluster.add_topics({tp.topic for tp in partitions})
         self._wakeup.set()
+
+    def _new_state(self, tp: TopicPartition) -> PartitionState:
+        if self._group is not None:  # the committed offset first, then auto_offset_reset
+            return PartitionState(awaiting_committed=True)
+        state = PartitionState(reset=self._default_reset)
+        if self._default_reset is None:
+            state.failed = NoOffsetForPartitionError("no position and auto_offset_reset='none'; seek first",
+                                                     topic=tp.topic, partition=tp.partition)
+        return state
+
+    def _apply_group_assignment(self, added: set[TopicPartition], removed: set[TopicPartition]) -> None:
+        """The group moved partitions: drop the removed ones' fetch state, start the added ones."""
+        for tp in removed:
+            self._states.pop(tp, None)
+        for tp in sorted(added):
+            if tp not in self._states:
+                self._states[tp] = self._new_state(tp)
+        self.cluster.add_topics({tp.topic for tp in added})
+        self._wakeup.set()
+
+    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """What the application has consumed: the position of every assigned partition."""
+        return {tp: OffsetAndMetadata(s.position) for tp, s in self._states.items() if s.position is not None}
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions assigned now."""
         return set(self._states)
 
-    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
-        """Consume every partition of ``topics`` (or of topics matching ``pattern``), following
-        new partitions. Without groups every consumer gets every partition."""
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        """Consume ``topics`` (or the topics matching ``pattern``, also ones created later).
+        With a ``group_id`` the group's members share their partitions (``listener``: a
+        ConsumerRebalanceListener); without one this consumer takes every partition."""
         self._check_open()
+        if self._group is not None and self._subscription is None and self._pattern is None and self._states:
+            raise IllegalStateError("subscribe() after assign(); call unsubscribe() first")
         if pattern is not None:
             self._pattern = re.compile(pattern)
+            self._pattern_topics = {}
             self._subscription = None
             self.cluster.track_all_topics()
         else:
@@ -224,30 +357,52 @@ class Consumer:
             self._subscription = set(topics)
             self._pattern = None
             self.cluster.add_topics(topics)
+        if self._group is not None:
+            self._group.subscribe(listener)
         self._update_subscription()
 
     def subscription(self) -> set[str] | None:
         """The subscribed topic names (None when assigned by hand or by pattern)."""
         return set(self._subscription) if self._subscription is not None else None
 
-    def unsubscribe(self) -> None:
-        """Drop the subscription and every assigned partition."""
+    def unsubscribe(self) -> "asyncio.Task[None] | None":
+        """Drop the subscription and every assigned partition. In a group this revokes them
+        (listener) and leaves the group: the returned task does that and may be awaited."""
         self._subscription = None
         self._pattern = None
         self._states.clear()
+        if self._group is not None and self._group.subscribed:
+            task = asyncio.get_running_loop().create_task(self._group.unsubscribe())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return task
+        return None
+
+    def _subscribed_topics(self) -> list[str]:
+        """The topics of the subscription: the named ones, or those matching the pattern now."""
+        if self._pattern is not None:
+            skip = INTERNAL_TOPICS if self.config["exclude_internal_topics"] else frozenset()
+            now = time.monotonic()
+            for t, info in self.cluster.metadata.topics.items():
+                if info.error_code == errors.NONE and self._pattern.fullmatch(t) and t not in skip:
+                    self._pattern_topics[t] = now
+            for t, seen in list(self._pattern_topics.items()):
+                if now - seen > PATTERN_TOPIC_GRACE_MS / 1000:
+                    del self._pattern_topics[t]
+            return sorted(self._pattern_topics)
+        return sorted(self._subscription or ())
 
     def _update_subscription(self) -> None:
         if self._subscription is None and self._pattern is None:
             return
         meta = self.cluster.metadata
-        if self._pattern is not None:
-            topics = [t for t in meta.topics if self._pattern.fullmatch(t)]
-        else:
-            topics = sorted(self._subscription or ())
-        wanted = [TopicPartition(t, p) for t in topics for p in (meta.partitions_for(t) or [])]
+        topics = self._subscribed_topics()
         if (any(meta.partitions_for(t) is None for t in topics) or self._pattern is not None) \
                 and self.cluster.metadata_age_ms > SUBSCRIPTION_REFRESH_MS:
             self.cluster.request_update()  # a subscribed topic may appear (or match) any time
+        if self._group is not None:
+            return  # the group's leader assigns
+        wanted = [TopicPartition(t, p) for t in topics for p in (meta.partitions_for(t) or [])]
         if set(wanted) != set(self._states):
             self._set_assignment(wanted)
 
@@ -279,6 +434,7 @@ class Consumer:
 
     def _seek(self, state: PartitionState, offset: int | None, reset: int | None) -> None:
         state.generation += 1
+        state.awaiting_committed = False
         state.buffer.clear()
         state.buffered_bytes = 0
         state.position = state.fetch_position = offset
@@ -301,6 +457,8 @@ class Consumer:
         """The offset of the next record for ``partition`` (resolving a pending reset)."""
         await self.start()
         state = self._state(partition)
+        if state.position is None and state.awaiting_committed:
+            await self._resolve_committed([TopicPartition(*partition)], timeout_ms)
         if state.position is None:
             await self._resolve_positions([TopicPartition(*partition)], timeout_ms)
         if state.failed is not None and state.position is None:
@@ -331,74 +489,9 @@ class Consumer:
     # -- offsets by time --
     async def _list_offsets(self, query: dict[TopicPartition, int], timeout_ms: float | None = None
                             ) -> dict[TopicPartition, tuple[int, int]]:
-        """ListOffsets at the leaders: {tp: timestamp (-1 latest, -2 earliest)} -> {tp: (offset,
-        timestamp)}; retriable errors are retried until ``timeout_ms``."""
         await self.start()
-        timeout_ms = timeout_ms or self.config["request_timeout_ms"]
-        deadline = time.monotonic() + timeout_ms / 1000
-        left = dict(query)
-        found: dict[TopicPartition, tuple[int, int]] = {}
-        last: BaseException | None = None
-        for topic in {tp.topic for tp in left}:
-            await self.cluster.partitions_for(topic, timeout_ms)
-        while left:
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"ListOffsets not answered within {int(timeout_ms)} ms "
-                                        f"(last error: {last})")
-            by_node: dict[int, list[TopicPartition]] = {}
-            for tp in left:
-                leader = self.cluster.metadata.leader_for(tp)
-                if leader is None:
-                    self.cluster.request_update()
-                    last = errors.LeaderNotAvailableError(topic=tp.topic, partition=tp.partition)
-                    continue
-                by_node.setdefault(leader, []).append(tp)
-            results = await asyncio.gather(*(self._list_offsets_at(n, tps, left) for n, tps in by_node.items()),
-                                           return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException):
-                    if isinstance(result, RaftkaError) and result.retriable:
-                        last = result
-                        continue
-                    raise result
-                for tp, answer in result.items():
-                    if isinstance(answer, BaseException):
-                        if isinstance(answer, RaftkaError) and answer.retriable:
-                            last = answer
-                            if answer.invalid_metadata:
-                                self.cluster.request_update()
-                            continue
-                        raise answer
-                    found[tp] = answer
-                    left.pop(tp, None)
-            if left:
-                await asyncio.sleep(min(self.config["retry_backoff_ms"] / 1000,
-                                        max(0.0, deadline - time.monotonic())))
-                if any(self.cluster.metadata.leader_for(tp) is None for tp in left):
-                    await self.cluster.wait_for_update(max(1.0, (deadline - time.monotonic()) * 1000))
-        return found
-
-    async def _list_offsets_at(self, node: int, tps: list[TopicPartition], query: dict[TopicPartition, int]
-                               ) -> dict[TopicPartition, Any]:
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp in tps:
-            topics.setdefault(tp.topic, []).append({
-                "partition_index": tp.partition, "timestamp": query[tp],
-                "current_leader_epoch": self.cluster.metadata.leader_epoch(tp)})
-        body = {"replica_id": -1, "isolation_level": 0,
-                "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
-        code, answer = await self.cluster.request(node, API_LIST_OFFSETS, body)
-        if code != errors.NONE:
-            raise errors.error_for(code, (answer or {}).get("error_message"))
-        out: dict[TopicPartition, Any] = {}
-        for t in answer.get("topics") or []:
-            for p in t.get("partitions") or []:
-                tp = TopicPartition(t["name"], p["partition_index"])
-                pcode = p.get("error_code", 0) or 0
-                out[tp] = ((p.get("offset", -1), p.get("timestamp", -1)) if pcode == errors.NONE
-                           else errors.error_for(pcode, p.get("error_message"), topic=tp.topic,
-                                                 partition=tp.partition))
-        return out
+        return await list_offsets(self.cluster, query, timeout_ms or self.config["request_timeout_ms"],
+                                  self.config["retry_backoff_ms"])
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition],
                                 timeout_ms: float | None = None) -> dict[TopicPartition, int]:
@@ -447,7 +540,8 @@ class Consumer:
                 # Positions are looked up in a task of their own: a partition whose ListOffsets
                 # keeps failing must not hold up fetching for the others.
                 if (self._resolver is None or self._resolver.done()) and any(
-                        s.position is None and s.reset is not None for s in self._states.values()):
+                        s.position is None and (s.reset is not None or s.awaiting_committed)
+                        for s in self._states.values()):
                     self._resolver = asyncio.get_running_loop().create_task(self._resolve_in_background())
                 self._send_fetches()
             except asyncio.CancelledError:
@@ -459,8 +553,35 @@ class Consumer:
             except asyncio.TimeoutError:
                 pass
 
+    async def _resolve_committed(self, tps: Sequence[TopicPartition] | None = None,
+                                 timeout_ms: float | None = None) -> None:
+        """Group mode: positions of newly assigned partitions from the group's committed
+        offsets; partitions without one fall back to auto_offset_reset."""
+        pending = [tp for tp, s in self._states.items()
+                   if s.awaiting_committed and s.position is None and (tps is None or tp in tps)]
+        if not pending or self._group is None:
+            return
+        found = await self._group.committed(pending, timeout_ms or self.config["request_timeout_ms"])
+        for tp in pending:
+            state = self._states.get(tp)
+            if state is None or not state.awaiting_committed or state.position is not None:
+                continue  # revoked or sought meanwhile
+            state.awaiting_committed = False
+            committed = found.get(tp)
+            if committed is not None:
+                state.position = state.fetch_position = committed.offset
+            else:
+                state.reset = self._default_reset
+                if self._default_reset is None:
+                    state.failed = NoOffsetForPartitionError(
+                        "no committed offset and auto_offset_reset='none'; seek first",
+                        topic=tp.topic, partition=tp.partition)
+                    self._data.set()
+        self._wakeup.set()
+
     async def _resolve_in_background(self) -> None:
         try:
+            await self._resolve_committed(timeout_ms=self.config["request_timeout_ms"])
             await self._resolve_positions(timeout_ms=self.config["request_timeout_ms"])
         except RaftkaError as error:
             log.debug("consumer: looking up reset positions failed: %s", error)
@@ -641,6 +762,8 @@ class Consumer:
         to ``timeout_ms`` for the first. Raises a partition's error (OffsetOutOfRangeError,
         NoOffsetForPartitionError, CorruptRecordError, ...) once its records before it are out."""
         self._check_open()
+        if self._group is not None and self._group._in_callback:
+            raise IllegalStateError("poll() from a rebalance listener")
         await self.start()
         if not self._states and self._subscription is None and self._pattern is None:
             raise IllegalStateError("no partitions: call assign() or subscribe() first")
@@ -648,6 +771,8 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._data.clear()
+            if self._group is not None:
+                await self._group.poll(deadline)  # joins, rebalance listeners, auto-commit
             self._update_subscription()
             out = self._drain(max_records)
             if out:
@@ -682,11 +807,61 @@ class Consumer:
             raise StopAsyncIteration
         return record
 
-    # -- groups: not yet --
-    async def commit(self, offsets: Any = None) -> None:
-        """Not available yet (consumer groups): raises IllegalStateError."""
-        raise IllegalStateError("consumer groups are not implemented yet (#consumer-groups): nothing to commit to")
+    # -- committed offsets (groups) --
+    def _need_group(self, what: str) -> GroupMember:
+        if self._group is None:
+            raise IllegalStateError(f"{what} needs a group_id: committed offsets belong to consumer groups, "
+                                    "and this consumer has none")
+        return self._group
 
-    async def committed(self, partition: TopicPartition) -> int | None:
-        """Not available yet (consumer groups): raises IllegalStateError."""
-        raise IllegalStateError("consumer groups are not implemented yet (#consumer-groups): no committed offsets")
+    @staticmethod
+    def _normalize(offsets: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+        out = {}
+        for tp, value in dict(offsets).items():
+            if isinstance(value, OffsetAndMetadata):
+                out[TopicPartition(*tp)] = value
+            elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                out[TopicPartition(*tp)] = OffsetAndMetadata(value)
+            elif isinstance(value, tuple) and value and isinstance(value[0], int):
+                out[TopicPartition(*tp)] = OffsetAndMetadata(*value)
+            else:
+                raise ValueError(f"offset for {tp} must be an int >= 0 or an OffsetAndMetadata, got {value!r}")
+        return out
+
+    async def commit(self, offsets: Any = None) -> None:
+        """Commit ``offsets`` ({TopicPartition: OffsetAndMetadata or int}: the next record to
+        read), by default the position of every assigned partition, and wait for the
+        coordinator. CommitFailedError when a rebalance took this consumer out of the group."""
+        group = self._need_group("commit()")
+        self._check_open()
+        await self.start()
+        chosen = self._consumed_offsets() if offsets is None else self._normalize(offsets)
+        await group.commit(chosen, self.config["request_timeout_ms"])
+
+    def commit_async(self, offsets: Any = None, callback: Any = None) -> "asyncio.Task[None]":
+        """Commit in the background; ``callback(offsets, None or exception)`` when done
+        (default ``default_offset_commit_callback``). Returns the task."""
+        group = self._need_group("commit_async()")
+        self._check_open()
+        chosen = self._consumed_offsets() if offsets is None else self._normalize(offsets)
+        return group.commit_async(chosen, callback or self.config["default_offset_commit_callback"])
+
+    async def committed(self, partition: TopicPartition, metadata: bool = False,
+                        timeout_ms: float | None = None) -> "int | OffsetAndMetadata | None":
+        """The group's committed offset of ``partition`` (None when nothing is committed);
+        an OffsetAndMetadata with ``metadata=True``."""
+        group = self._need_group("committed()")
+        self._check_open()
+        await self.start()
+        tp = TopicPartition(*partition)
+        found = (await group.committed([tp], timeout_ms or self.config["request_timeout_ms"])).get(tp)
+        if found is None:
+            return None
+        return found if metadata else found.offset
+
+    def group_metadata(self) -> dict[str, Any] | None:
+        """{group_id, generation_id, member_id, group_instance_id} (None without a group)."""
+        if self._group is None:
+            return None
+        return {"group_id": self._group.group_id, "generation_id": self._group.generation,
+                "member_id": self._group.member_id, "group_instance_id": self._group.instance_id}

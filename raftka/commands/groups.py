@@ -1,0 +1,192 @@
+"""`raftka groups`: consumer groups, like kafka-consumer-groups.sh.
+
+    raftka groups list --bootstrap-server HOST:PORT [--state]
+    raftka groups describe GROUP --bootstrap-server HOST:PORT [--members | --state]
+    raftka groups reset-offsets --group G --topic T[:P,P...] | --all-topics
+                                --to-earliest | --to-latest | --to-offset N  [--execute]
+    raftka groups delete --group G
+
+``describe`` prints one row per partition: committed offset, log end offset (the high
+watermark), lag, and the member that owns it. ``reset-offsets`` prints the plan and changes
+nothing unless ``--execute``; it works only on a group without members (stop its consumers
+first), as Kafka's tool.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("groups", help="list, describe, reset and delete consumer groups")
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+    sub = parser.add_subparsers(dest="groups_command", metavar="ACTION")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
+                       help="brokers to ask (their PLAINTEXT listeners)")
+        p.add_argument("--timeout-ms", type=int, default=15000, help="how long to wait for answers")
+
+    listing = sub.add_parser("list", help="every consumer group")
+    common(listing)
+    listing.add_argument("--state", action="store_true", help="show each group's state too")
+    listing.set_defaults(func=run_list)
+
+    describe = sub.add_parser("describe", help="a group's partitions: committed offset, log end offset, lag, owner")
+    common(describe)
+    describe.add_argument("group", metavar="GROUP")
+    shown = describe.add_mutually_exclusive_group()
+    shown.add_argument("--members", action="store_true", help="the members and how many partitions each has")
+    shown.add_argument("--state", action="store_true", help="the group's state, assignor and member count")
+    describe.set_defaults(func=run_describe)
+
+    reset = sub.add_parser("reset-offsets", help="set a group's committed offsets (group must have no members)")
+    common(reset)
+    reset.add_argument("--group", required=True)
+    which = reset.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
+                       help="a topic (all its partitions, or the listed ones); repeatable")
+    which.add_argument("--all-topics", action="store_true", help="every topic the group has committed offsets for")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    to.add_argument("--to-latest", action="store_true", help="the log end offset (skip everything there now)")
+    to.add_argument("--to-offset", type=int, metavar="N", help="offset N (kept within the log's range)")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true", help="change the offsets (default: only show the plan)")
+    mode.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
+    reset.set_defaults(func=run_reset)
+
+    delete = sub.add_parser("delete", help="delete a group without members, with its committed offsets")
+    common(delete)
+    delete.add_argument("--group", required=True, action="append")
+    delete.set_defaults(func=run_delete)
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from client import AdminClient
+    return AdminClient(bootstrap_servers=args.bootstrap_server, request_timeout_ms=args.timeout_ms)
+
+
+def _table(rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    for row in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        groups = admin.list_consumer_groups()
+        if not args.state:
+            for group_id, _ in groups:
+                print(group_id)
+            return 0
+        infos = admin.describe_consumer_groups([g for g, _ in groups]) if groups else []
+    rows: list[Sequence[Any]] = [("GROUP", "STATE", "MEMBERS")]
+    rows += [(i.group, i.state, len(i.members)) for i in infos]
+    _table(rows)
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        info = admin.describe_consumer_groups([args.group])[0]
+        if args.state:
+            rows: list[Sequence[Any]] = [("GROUP", "STATE", "ASSIGNMENT-STRATEGY", "GENERATION", "#MEMBERS"),
+                                         (info.group, info.state, info.protocol or None, info.generation_id,
+                                          len(info.members))]
+            _table(rows)
+            return 0
+        if args.members:
+            rows = [("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS")]
+            for m in info.members:
+                parts = getattr(m.member_assignment, "partitions", None) or []
+                rows.append((info.group, m.member_id, m.group_instance_id, m.client_host, m.client_id, len(parts)))
+            if not info.members:
+                print(f"Consumer group '{args.group}' has no active members.")
+                return 0
+            _table(rows)
+            return 0
+        lag = admin.describe_consumer_group_lag(args.group)
+    if info.state == "Dead" and not lag:
+        return _fail(f"consumer group '{args.group}' does not exist")
+    if not info.members:
+        print(f"Consumer group '{args.group}' has no active members.")
+        print()
+    rows = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+             "CLIENT-ID")]
+    for r in lag:
+        rows.append((args.group, r["topic"], r["partition"], r["committed_offset"] if r["committed_offset"] >= 0
+                     else None, r["log_end_offset"], r["lag"], r["member_id"], r["host"], r["client_id"]))
+    _table(rows)
+    return 0
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    from client import TopicPartition
+    with _admin(args) as admin:
+        info = admin.describe_consumer_groups([args.group])[0]
+        if info.state not in ("Empty", "Dead"):
+            return _fail(f"assignments can only be reset if the group '{args.group}' is inactive, but the current "
+                         f"state is {info.state} ({len(info.members)} member(s)); stop its consumers first")
+        committed = admin.list_consumer_group_offsets(args.group)
+        tps: list[Any] = []
+        if args.all_topics:
+            tps = sorted(committed)
+            if not tps:
+                return _fail(f"group '{args.group}' has no committed offsets; name the topics with --topic")
+        else:
+            for spec in args.topic:
+                name, _, parts = spec.partition(":")
+                described = admin.describe_topics([name])[0]
+                if described["error_code"] or not described["partitions"]:
+                    return _fail(f"topic '{name}' does not exist")
+                known = [p["partition"] for p in described["partitions"]]
+                if parts:
+                    try:
+                        wanted = [int(p) for p in parts.split(",") if p.strip()]
+                    except ValueError:
+                        return _fail(f"bad partition list in {spec!r} (want TOPIC:0,1,2)")
+                    missing = sorted(set(wanted) - set(known))
+                    if missing:
+                        return _fail(f"topic '{name}' has no partition(s) {missing}")
+                else:
+                    wanted = known
+                tps += [TopicPartition(name, p) for p in wanted]
+        earliest = admin.list_offsets({tp: "earliest" for tp in tps})
+        latest = admin.list_offsets({tp: "latest" for tp in tps})
+        plan = {}
+        for tp in tps:
+            if args.to_earliest:
+                plan[tp] = earliest[tp]
+            elif args.to_latest:
+                plan[tp] = latest[tp]
+            else:
+                plan[tp] = min(max(args.to_offset, earliest[tp]), latest[tp])
+        if args.execute:
+            admin.alter_consumer_group_offsets(args.group, plan)
+    rows: list[Sequence[Any]] = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")]
+    rows += [(args.group, tp.topic, tp.partition, offset) for tp, offset in sorted(plan.items())]
+    _table(rows)
+    if not args.execute:
+        print("(dry run: nothing changed; add --execute to reset these offsets)")
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        results = admin.delete_consumer_groups(args.group)
+    failed = 0
+    for group_id, error in results:
+        if error is None:
+            print(f"Deletion of group '{group_id}' was successful.")
+        else:
+            failed += 1
+            print(f"error: group '{group_id}': {error}", file=sys.stderr)
+    return 1 if failed else 0
