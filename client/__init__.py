@@ -6,6 +6,9 @@
 wire code (frames, record batches, the error table) shared with the servers.
 """
 from client.admin import AdminClient
+from client.aio.group import CommitFailedError, ConsumerRebalanceListener
+from client.assignors import (CooperativeStickyAssignor, RangePartitionAssignor, RoundRobinPartitionAssignor,
+                              StickyAssignor)
 from client.consumer import Consumer
 from client.errors import (IllegalStateError, KafkaClosedError, KafkaTimeoutError,
                            NoOffsetForPartitionError, RaftkaError, SerializationError)
@@ -13,7 +16,7 @@ from client.futures import FutureRecordMetadata
 from client.partitioner import DefaultPartitioner, murmur2
 from client.producer import Producer
 from client.structs import (BrokerMetadata, ConfigEntry, ConfigResource, ConsumerRecord, NewTopic,
-                            OffsetAndTimestamp, RecordMetadata, TopicPartition)
+                            OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition)
 
 # kafka-python's names, so its examples run with only the import line changed.
 KafkaProducer = Producer
@@ -25,4 +28,7 @@ __all__ = ["Producer", "Consumer", "AdminClient", "KafkaProducer", "KafkaConsume
            "OffsetAndTimestamp", "BrokerMetadata", "ConfigResource", "ConfigEntry",
            "FutureRecordMetadata", "DefaultPartitioner", "murmur2", "RaftkaError",
            "KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",
-           "KafkaClosedError", "SerializationError"]
+           "KafkaClosedError", "SerializationError",
+           # consumer groups
+           "ConsumerRebalanceListener", "OffsetAndMetadata", "CommitFailedError", "RangePartitionAssignor",
+           "RoundRobinPartitionAssignor", "StickyAssignor", "CooperativeStickyAssignor"]
