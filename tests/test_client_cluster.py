@@ -324,7 +324,7 @@ def test_the_asyncio_flavour_produces_and_consumes(cluster, admin):
     assert sorted(int(r.value) for r in got) == list(range(40))
 
 
-def test_pattern_subscription_topic_listing_and_group_id_without_groups(cluster, admin):
+def test_pattern_subscription_and_topic_listing_without_a_group(cluster, admin):
     prefix = f"pat-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(f"{prefix}-a", 1, 1), NewTopic(f"{prefix}-b", 2, 1)])
     wait_for_topic(admin, f"{prefix}-a", 1)
@@ -332,9 +332,7 @@ def test_pattern_subscription_topic_listing_and_group_id_without_groups(cluster,
     with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
         p.send(f"{prefix}-a", b"a").get(timeout=10)
         p.send(f"{prefix}-b", b"b", partition=1).get(timeout=10)
-    with pytest.warns(UserWarning, match="consumer groups are not implemented yet"):
-        c = Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id="g", auto_offset_reset="earliest",
-                     consumer_timeout_ms=1500)
+    c = Consumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest", consumer_timeout_ms=1500)
     with c:
         assert {f"{prefix}-a", f"{prefix}-b"} <= c.topics()
         assert c.partitions_for_topic(f"{prefix}-b") == {0, 1}
