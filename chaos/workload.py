@@ -6,9 +6,11 @@ the history, and the final read that gives the truth.
   ``in_flight_max`` sends outstanding. Safe config: acks=all + idempotence. A ``send`` that raises
   before the record was queued is ``fail`` (never sent); a future that fails after queuing is
   ``info`` (it may have been written: the producer retried it for up to delivery.timeout.ms).
-- Consumers (``c0``, ...): assign() every partition and read from the log start, recording what
-  each poll returned. When the client has consumer groups (``committed()`` works), they use
-  ``group_id``, commit after each poll and read their committed offsets back now and then.
+- Consumers (``c0``, ...): one consumer group (``group_id``, subscribe, auto-commit off) reading
+  from the log start; each records what every poll returned, commits the consumed positions after
+  each poll (ok, fail when refused e.g. by a rebalance, info when unknown), and every tenth poll
+  reads the committed offsets back. With a client without consumer groups (``committed()``
+  raising IllegalStateError) they fall back to assign() of every partition, without commits.
 - ``final_read``: once healed and idle, every partition from its log start to its high watermark.
 
 Everything runs on one event loop in one thread (``Workload.start``); ``counters`` is read by the
@@ -248,13 +250,42 @@ class Workload:
             self.history.append(name, "info", "send", value=value, partition=partition,
                                 error=_describe(error), latency=latency)
 
+    async def _group_consumer(self, name: str) -> Consumer | None:
+        """A consumer in the workload's group when the client has consumer groups (its
+        ``committed()`` answers instead of raising IllegalStateError), else None."""
+        c = self.config
+        if c.groups == "no":
+            return None
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "groups not implemented yet" from an older client
+            consumer = Consumer(bootstrap_servers=self.bootstrap, client_id=f"chaos-{name}", group_id=c.group_id,
+                                auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=200,
+                                request_timeout_ms=c.request_timeout_ms)
+        try:
+            consumer.subscribe([c.topic])
+            await consumer.committed(TopicPartition(c.topic, 0))
+        except IllegalStateError:
+            await consumer.close()
+            if c.groups == "yes":
+                raise
+            return None
+        return consumer
+
     async def _consume(self, index: int) -> None:
         c = self.config
         name = f"c{index}"
         tps = [TopicPartition(c.topic, p) for p in range(c.partitions)]
-        consumer = Consumer(bootstrap_servers=self.bootstrap, client_id=f"chaos-{name}", auto_offset_reset="earliest",
-                            fetch_max_wait_ms=200, request_timeout_ms=c.request_timeout_ms)
-        consumer.assign(tps)
+        consumer = await self._group_consumer(name)
+        in_group = consumer is not None
+        if consumer is None:
+            consumer = Consumer(bootstrap_servers=self.bootstrap, client_id=f"chaos-{name}",
+                                auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                                request_timeout_ms=c.request_timeout_ms)
+            consumer.assign(tps)
+        else:
+            self.groups_used = True
+        polls = 0
         assert self._stopping is not None
         try:
             while not self._stopping.is_set():
@@ -271,8 +302,39 @@ class Workload:
                 if records:
                     self.counters.read += len(records)
                     self.history.append(name, "ok", "poll", records=records)
+                    if in_group:
+                        await self._commit(consumer, name, {tp.partition: rs[-1].offset + 1 for tp, rs in got.items() if rs})
+                polls += 1
+                if in_group and polls % 10 == 0:
+                    await self._read_committed(consumer, name, tps)
         finally:
             await consumer.close()
+
+    async def _commit(self, consumer: Consumer, name: str, offsets: dict[int, int]) -> None:
+        """Commit the consumed positions; ok / fail (refused: e.g. a rebalance) / info (unknown)."""
+        self.history.append(name, "invoke", "commit", group=self.config.group_id, offsets=offsets)
+        try:
+            await consumer.commit({TopicPartition(self.config.topic, p): o for p, o in offsets.items()})
+        except RaftkaError as error:
+            self.counters.error(error)
+            kind = "info" if error.retriable or isinstance(error, RequestTimedOutError) else "fail"
+            self.history.append(name, kind, "commit", group=self.config.group_id, offsets=offsets,
+                                error=_describe(error))
+            return
+        self.counters.commits += 1
+        self.history.append(name, "ok", "commit", group=self.config.group_id, offsets=offsets)
+
+    async def _read_committed(self, consumer: Consumer, name: str, tps: list[TopicPartition]) -> None:
+        started = self.history.now()
+        offsets = {}
+        try:
+            for tp in tps:
+                offsets[tp.partition] = await consumer.committed(tp)
+        except RaftkaError as error:
+            self.counters.error(error)
+            return
+        self.history.append(name, "ok", "committed", group=self.config.group_id, invoked_at=round(started, 6),
+                            offsets={p: o for p, o in offsets.items() if o is not None})
 
     # -- the truth --
     def final_read(self, timeout_s: float = 60.0) -> dict[str, Any]:
