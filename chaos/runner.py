@@ -156,6 +156,7 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         except TimeoutError as failure:
             results["problems"].append(f"cluster not fully healed before the final read: {failure}")
             say(f"  warning: {failure}")
+        results["consumer_groups"] = workload.groups_used
         final = workload.final_read(FINAL_READ_TIMEOUT_S)
         say(f"[{history.now():6.1f}s] final read: {sum(len(r) for r in final['records'].values())} records")
     except BaseException as failure:

@@ -94,6 +94,8 @@ def test_a_safe_scenario_comes_out_valid(name, tmp_path):
     assert not results["problems"], _explain(results)
     stats = results["verdict"]["stats"]
     assert stats["acked"] > 1000 and stats["reads"] > 0, _explain(results)
+    if results.get("consumer_groups"):
+        assert stats["commits"] > 0 and stats["committed_reads"] > 0, _explain(results)
     if scenario.nemesis:
         assert results["availability"]["faults"], _explain(results)  # faults did happen
     assert (tmp_path / "timeline.png").is_file() and (tmp_path / "history.jsonl").is_file()
