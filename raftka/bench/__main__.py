@@ -108,137 +108,212 @@ def _lat(r: dict[str, Any], key: str = "latency_ms") -> str:
     return f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms"
 
 
-def run_raftka(bench: Bench) -> None:
-    from raftka.cluster import Cluster
-    a = bench.args
-    py = sys.executable
-    configs = {"default.replication.factor": 3, "min.insync.replicas": 2}
-    bench.say("starting Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2")
-    cluster = Cluster(bench.root / "raftka", controllers=3, brokers=3, configs=configs)
-    try:
+class RaftkaSystem:
+    """Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2; figures via `raftka perf`."""
+
+    name = "raftka"
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.cluster: Any = None
+
+    def start(self) -> None:
+        from raftka.cluster import Cluster
+        self.bench.say("starting Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2")
+        configs = {"default.replication.factor": 3, "min.insync.replicas": 2}
+        self.cluster = cluster = Cluster(self.bench.root / "raftka", controllers=3, brokers=3, configs=configs)
         for node_id in cluster.controller_ids:
-            bench.note_processes([cluster.launch(node_id)])
+            self.bench.note_processes([cluster.launch(node_id)])
         for node_id in cluster.controller_ids:
             cluster.wait_ready(node_id)
         for node_id in cluster.broker_ids:
-            bench.note_processes([cluster.launch(node_id)])
+            self.bench.note_processes([cluster.launch(node_id)])
         for node_id in cluster.broker_ids:
             cluster.wait_ready(node_id)
-        boot = cluster.bootstrap_servers
-        perf = [py, "-m", "raftka", "perf"]
-        common = ["--bootstrap-server", boot, "--json", "--no-progress"]
-        for run in range(a.runs):
-            bench.load("raftka")
-            topic = f"bench-all-{run}"
-            bench.record("raftka.produce.acks_all", bench.child(
-                f"raftka produce acks=all #{run}",
-                perf + ["produce", *common, "--topic", topic, "--num-records", str(a.records),
-                        "--record-size", str(a.record_size), "--acks", "all",
-                        *(["--producer-props", *a.producer_props] if a.producer_props else [])]), _rate)
-            bench.record("raftka.produce.acks_1", bench.child(
-                f"raftka produce acks=1 #{run}",
-                perf + ["produce", *common, "--topic", f"bench-one-{run}", "--num-records", str(a.records),
-                        "--record-size", str(a.record_size), "--acks", "1",
-                        *(["--producer-props", *a.producer_props] if a.producer_props else [])]), _rate)
-            bench.record("raftka.consume", bench.child(
-                f"raftka consume #{run}",
-                perf + ["consume", *common, "--topic", topic, "--messages", str(a.records),
-                        *(["--consumer-props", *a.consumer_props] if a.consumer_props else [])]), _rate)
-            bench.record("raftka.e2e", bench.child(
-                f"raftka e2e #{run}",
-                perf + ["e2e", *common, "--topic", f"bench-e2e-{run}", "--rate", str(a.e2e_rate),
-                        "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
-                lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
-            bench.record("raftka.sequential", bench.child(
-                f"raftka sequential #{run}",
-                perf + ["produce", *common, "--topic", f"bench-seq-{run}", "--num-records",
-                        str(a.sequential_samples), "--record-size", str(a.record_size), "--acks", "all",
-                        "--sync", "--producer-props", "linger_ms=0"]),
-                _lat)
-        bench.load("raftka")
-    finally:
-        cluster.close()
-    if a.failover_kills > 0:
-        bench.load("raftka-failover")
+
+    def run_once(self, run: int) -> None:
+        bench, a = self.bench, self.bench.args
+        perf = [sys.executable, "-m", "raftka", "perf"]
+        common = ["--bootstrap-server", self.cluster.bootstrap_servers, "--json", "--no-progress"]
+        props = ["--producer-props", *a.producer_props] if a.producer_props else []
+        topic = f"bench-all-{run}"
+        bench.record("raftka.produce.acks_all", bench.child(
+            f"raftka produce acks=all #{run}",
+            perf + ["produce", *common, "--topic", topic, "--num-records", str(a.records),
+                    "--record-size", str(a.record_size), "--acks", "all", *props]), _rate)
+        bench.record("raftka.produce.acks_1", bench.child(
+            f"raftka produce acks=1 #{run}",
+            perf + ["produce", *common, "--topic", f"bench-one-{run}", "--num-records", str(a.records),
+                    "--record-size", str(a.record_size), "--acks", "1", *props]), _rate)
+        bench.record("raftka.consume", bench.child(
+            f"raftka consume #{run}",
+            perf + ["consume", *common, "--topic", topic, "--messages", str(a.records),
+                    *(["--consumer-props", *a.consumer_props] if a.consumer_props else [])]), _rate)
+        bench.record("raftka.e2e", bench.child(
+            f"raftka e2e #{run}",
+            perf + ["e2e", *common, "--topic", f"bench-e2e-{run}", "--rate", str(a.e2e_rate),
+                    "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
+            lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
+        bench.record("raftka.sequential", bench.child(
+            f"raftka sequential #{run}",
+            perf + ["produce", *common, "--topic", f"bench-seq-{run}", "--num-records",
+                    str(a.sequential_samples), "--record-size", str(a.record_size), "--acks", "all",
+                    "--sync", "--producer-props", "linger_ms=0"]), _lat)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+    def failover(self) -> None:
+        """Its own cluster (it kills brokers), after the other systems are stopped."""
+        bench, a = self.bench, self.bench.args
+        if a.failover_kills <= 0:
+            return
+        bench.load("failover")
         extra = [x for kv in a.failover_server_config for x in ("--server-config", kv)]
         bench.record("raftka.failover", bench.child(
             "raftka failover",
-            [py, "-m", "raftka", "perf", "failover", "--json", "--no-progress", "--kills", str(a.failover_kills),
-             "--record-size", str(a.record_size), *extra], FAILOVER_TIMEOUT_S),
+            [sys.executable, "-m", "raftka", "perf", "failover", "--json", "--no-progress", "--kills",
+             str(a.failover_kills), "--record-size", str(a.record_size), *extra], FAILOVER_TIMEOUT_S),
             lambda r: f"stall median {r['stall_s']['median']:.2f} s, lost {r['lost']}")
-        bench.load("raftka-failover")
+        bench.load("failover")
 
 
-def run_nats(bench: Bench) -> None:
-    a = bench.args
-    py = sys.executable
-    bench.say("starting NATS JetStream: 3 nats-server processes in one cluster")
-    nats = peers.NatsCluster(bench.root / "nats")
-    try:
+class NatsSystem:
+    """NATS JetStream: 3 nats-server in one cluster; R3 and R1 streams, fresh per run."""
+
+    name = "nats"
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.nats: peers.NatsCluster | None = None
+
+    def start(self) -> None:
+        import asyncio
+        self.bench.say("starting NATS JetStream: 3 nats-server processes in one cluster")
+        self.nats = nats = peers.NatsCluster(self.bench.root / "nats")
         for i in range(nats.nodes):
             nats.launch(i)
-        bench.note_processes(list(nats.processes.values()))
+        self.bench.note_processes(list(nats.processes.values()))
         for i in range(nats.nodes):
             nats.processes[i].wait_for_line(lambda l: "Server is ready" in l, peers.READY_TIMEOUT_S)
-        import asyncio
         asyncio.run(peers._wait_jetstream(nats.urls))
-        urls = ",".join(nats.urls)
-        cmd = [py, "-m", "raftka.bench.peers"]
+
+    def run_once(self, run: int) -> None:
+        bench, a = self.bench, self.bench.args
+        assert self.nats is not None
+        urls = ",".join(self.nats.urls)
+        cmd = [sys.executable, "-m", "raftka.bench.peers"]
         size = ["--record-size", str(a.record_size)]
-        for run in range(a.runs):
-            bench.load("nats")
-            for replicas in (3, 1):
-                stream = f"BENCH_R{replicas}_{run}"
-                bench.record(f"nats.r{replicas}.publish", bench.child(
-                    f"nats R{replicas} publish #{run}",
-                    cmd + ["nats-publish", "--urls", urls, "--stream", stream, "--replicas", str(replicas),
-                           "--records", str(a.records), *size]), _rate)
-                bench.record(f"nats.r{replicas}.consume", bench.child(
-                    f"nats R{replicas} consume #{run}",
-                    cmd + ["nats-consume", "--urls", urls, "--stream", stream, "--records", str(a.records)]), _rate)
-                bench.record(f"nats.r{replicas}.sequential", bench.child(
-                    f"nats R{replicas} sequential #{run}",
-                    cmd + ["nats-sequential", "--urls", urls, "--stream", f"SEQ_R{replicas}_{run}",
-                           "--replicas", str(replicas), "--samples", str(a.sequential_samples), *size]), _lat)
-        bench.load("nats")
-        if a.nats_failover_kills > 0 and time.monotonic() < bench.deadline:
-            bench.say(f"NATS R3 failover: {a.nats_failover_kills} kills of the stream leader")
-            try:
-                out = asyncio.run(peers.nats_failover(nats, a.nats_failover_kills, 5000, a.record_size, 2.0))
-                bench.note_processes(list(nats.processes.values()))
-                bench.record("nats.r3.failover", out, lambda r: f"stall median {r['stall_s']['median']:.2f} s")
-            except Exception as error:  # noqa: BLE001 - reported, the rest goes on
-                bench.problems.append(f"nats failover: {type(error).__name__}: {error}")
-    finally:
-        nats.close()
+        for replicas in (3, 1):
+            stream = f"BENCH_R{replicas}_{run}"
+            bench.record(f"nats.r{replicas}.publish", bench.child(
+                f"nats R{replicas} publish #{run}",
+                cmd + ["nats-publish", "--urls", urls, "--stream", stream, "--replicas", str(replicas),
+                       "--records", str(a.records), *size]), _rate)
+            bench.record(f"nats.r{replicas}.consume", bench.child(
+                f"nats R{replicas} consume #{run}",
+                cmd + ["nats-consume", "--urls", urls, "--stream", stream, "--records", str(a.records)]), _rate)
+            bench.record(f"nats.r{replicas}.sequential", bench.child(
+                f"nats R{replicas} sequential #{run}",
+                cmd + ["nats-sequential", "--urls", urls, "--stream", f"SEQ_R{replicas}_{run}",
+                       "--replicas", str(replicas), "--samples", str(a.sequential_samples), *size]), _lat)
+
+    def failover(self) -> None:
+        import asyncio
+        bench, a = self.bench, self.bench.args
+        if a.nats_failover_kills <= 0 or self.nats is None or time.monotonic() >= bench.deadline:
+            return
+        bench.say(f"NATS R3 failover: {a.nats_failover_kills} kills of the stream leader")
+        bench.load("failover")
+        try:
+            out = asyncio.run(peers.nats_failover(self.nats, a.nats_failover_kills, 5000, a.record_size, 2.0))
+            bench.note_processes(list(self.nats.processes.values()))
+            bench.record("nats.r3.failover", out, lambda r: f"stall median {r['stall_s']['median']:.2f} s")
+        except Exception as error:  # noqa: BLE001 - reported, the rest goes on
+            bench.problems.append(f"nats failover: {type(error).__name__}: {error}")
+
+    def close(self) -> None:
+        if self.nats is not None:
+            self.nats.close()
+            self.nats = None
 
 
-def run_redis(bench: Bench) -> None:
-    a = bench.args
-    py = sys.executable
-    bench.say("starting Redis: one redis-server, no persistence")
-    server = peers.RedisServer(bench.root / "redis")
+class RedisSystem:
+    """Redis Streams: one redis-server without persistence."""
+
+    name = "redis"
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.server: peers.RedisServer | None = None
+
+    def start(self) -> None:
+        self.bench.say("starting Redis: one redis-server, no persistence")
+        self.server = peers.RedisServer(self.bench.root / "redis")
+        self.server.start()
+        self.bench.note_processes([self.server.process])
+
+    def run_once(self, run: int) -> None:
+        bench, a = self.bench, self.bench.args
+        assert self.server is not None
+        cmd = [sys.executable, "-m", "raftka.bench.peers"]
+        port = ["--port", str(self.server.port)]
+        key = f"bench-{run}"
+        bench.record("redis.xadd", bench.child(
+            f"redis XADD #{run}", cmd + ["redis-xadd", *port, "--stream", key, "--records", str(a.records),
+                                         "--record-size", str(a.record_size)]), _rate)
+        bench.record("redis.xread", bench.child(
+            f"redis XREAD #{run}", cmd + ["redis-xread", *port, "--stream", key, "--records", str(a.records)]),
+            _rate)
+        bench.record("redis.sequential", bench.child(
+            f"redis sequential #{run}", cmd + ["redis-sequential", *port, "--stream", f"seq-{run}",
+                                               "--samples", str(a.sequential_samples),
+                                               "--record-size", str(a.record_size)]), _lat)
+
+    def failover(self) -> None:
+        pass  # one node: nothing to fail over to
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
+def measure(bench: Bench, systems: list[Any]) -> None:
+    """Start every system, then run i of each figure for every system before run i+1, so that
+    each run of every system sees the same stretch of the shared machine's load; failovers last
+    (they kill processes), each with the other systems stopped."""
+    up = []
     try:
-        server.start()
-        bench.note_processes([server.process])
-        cmd = [py, "-m", "raftka.bench.peers"]
-        port = ["--port", str(server.port)]
-        for run in range(a.runs):
-            bench.load("redis")
-            key = f"bench-{run}"
-            bench.record("redis.xadd", bench.child(
-                f"redis XADD #{run}", cmd + ["redis-xadd", *port, "--stream", key, "--records", str(a.records),
-                                             "--record-size", str(a.record_size)]), _rate)
-            bench.record("redis.xread", bench.child(
-                f"redis XREAD #{run}", cmd + ["redis-xread", *port, "--stream", key, "--records", str(a.records)]),
-                _rate)
-            bench.record("redis.sequential", bench.child(
-                f"redis sequential #{run}", cmd + ["redis-sequential", *port, "--stream", f"seq-{run}",
-                                                   "--samples", str(a.sequential_samples),
-                                                   "--record-size", str(a.record_size)]), _lat)
-        bench.load("redis")
+        for system in systems:
+            try:
+                system.start()
+                up.append(system)
+            except Exception as error:  # noqa: BLE001 - report it, measure the others
+                bench.problems.append(f"{system.name} did not start: {type(error).__name__}: {error}")
+                bench.say(bench.problems[-1])
+                system.close()
+        for run in range(bench.args.runs):
+            bench.load("runs")
+            for system in up:
+                try:
+                    system.run_once(run)
+                except TimeLimit:
+                    raise
+                except Exception as error:  # noqa: BLE001
+                    bench.problems.append(f"{system.name} run {run}: {type(error).__name__}: {error}")
+                    bench.say(bench.problems[-1])
+        bench.load("runs")
+        for system in up:
+            if system.name != "nats":
+                system.close()
+        for system in up:
+            system.failover()
     finally:
-        server.close()
+        for system in systems:
+            system.close()
 
 
 def environment() -> dict[str, Any]:
@@ -315,19 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="raftka-bench-") as tmp:
         bench = Bench(args, Path(tmp))
         bench.say(f"{env['date']}: {env['cpu']}, {env['cores']} cores; load {env['load_start']}")
-        for name, phase in (("raftka", run_raftka), ("nats", run_nats), ("redis", run_redis)):
-            if name in skip:
-                continue
-            try:
-                phase(bench)
-            except TimeLimit as limit:
-                bench.problems.append(f"time limit ({args.time_limit_s:.0f} s) reached at {limit}; "
-                                      "later figures skipped")
-                bench.say(bench.problems[-1])
-                break
-            except Exception as error:  # noqa: BLE001 - report it, measure the others
-                bench.problems.append(f"{name}: {type(error).__name__}: {error}")
-                bench.say(f"{name} phase FAILED: {error}")
+        systems = [cls(bench) for cls in (RaftkaSystem, NatsSystem, RedisSystem) if cls.name not in skip]
+        try:
+            measure(bench, systems)
+        except TimeLimit as limit:
+            bench.problems.append(f"time limit ({args.time_limit_s:.0f} s) reached at {limit}; "
+                                  "later figures skipped")
+            bench.say(bench.problems[-1])
     env["load_end"] = [round(x, 2) for x in os.getloadavg()]
     env["duration_s"] = round(time.monotonic() - started)
     env["loads"] = bench.loads

@@ -3,7 +3,9 @@
 Starts a cluster (3 controllers + 3 brokers, RF 3, min.insync.replicas 2, one partition), then
 runs ``raftka perf produce --acks all`` and ``raftka perf consume`` as child processes while
 py-spy samples the client, the partition leader and one follower (``py-spy record --format raw
---threads``; the processes run unmodified). The collapsed stacks are summarised per process:
+--threads --gil``; the processes run unmodified). ``--gil`` keeps only the thread holding the
+GIL: the client's caller thread and I/O thread share one GIL, and without it every sample of a
+thread waiting for the GIL shows up as work on whatever line it stopped at. The collapsed stacks are summarised per process:
 samples (on-CPU only: py-spy leaves idle threads out), share of one core, and the functions with
 the most self and inclusive time, as a Markdown report (docs/performance.md quotes it).
 
@@ -104,7 +106,7 @@ class Sampler:
         self.name = name
         self.out = out
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([py_spy(), "record", "--pid", str(pid), "--format", "raw", "--threads",
+        self.proc = subprocess.Popen([py_spy(), "record", "--pid", str(pid), "--format", "raw", "--threads", "--gil",
                                       "--rate", str(rate_hz), "--nonblocking", "-o", str(out)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
@@ -130,7 +132,7 @@ def profile_path(name: str, client_argv: list[str], pids: dict[str, int], workdi
     time.sleep(0.5)  # let the samplers attach
     client_out = workdir / f"{name}-client.txt"
     started = time.monotonic()
-    run = subprocess.run([py_spy(), "record", "--format", "raw", "--threads", "--rate", str(rate_hz),
+    run = subprocess.run([py_spy(), "record", "--format", "raw", "--threads", "--gil", "--rate", str(rate_hz),
                           "--nonblocking", *(["--subprocesses"] if subprocesses else []),
                           "-o", str(client_out), "--", *client_argv],
                          capture_output=True, text=True, env=project_env(), timeout=MEASURE_TIMEOUT_S)
@@ -194,7 +196,7 @@ def render(results: list[dict[str, Any]], rate_hz: int, env: dict[str, Any]) -> 
         for role, p in r["processes"].items():
             busy = p["samples"] / (rate_hz * p["seconds"]) * 100 if p["seconds"] else 0
             lines.append(f"**{role}**: {p['samples']:,} busy samples over {p['seconds']:.1f} s "
-                         f"(~{busy:.0f}% of one core, all threads; {p['waiting_samples']:,} more samples "
+                         f"(~{busy:.0f}% of one core holding the GIL; {p['waiting_samples']:,} more samples "
                          f"waiting in select/wait/sleep, left out)")
             lines.append("")
             lines.append("| self % | function | | inclusive % | function |")

@@ -116,7 +116,7 @@ def render(raw: dict[str, Any]) -> str:
     loads = ", ".join(f"{phase} {min(v):.1f}-{max(v):.1f}" for phase, v in env.get("loads", {}).items() if v)
     lines.append(f"Machine: {env['cpu']}, {env['cores']} cores, {env['mem_gb']} GB RAM, Linux {env['kernel']}; "
                  f"Python {env['python']}. Load average (1 min) at start {env['load_start'][0]}, at end "
-                 f"{env['load_end'][0]}; per phase: {loads or 'n/a'}. **The box is shared with other work: "
+                 f"{env['load_end'][0]}; at each step: {loads or 'n/a'}. **The box is shared with other work: "
                  "figures are noisy; compare ratios from the same run.**")
     lines.append("")
     lines.append(f"Versions: Raftka {env['raftka']}; {env['nats_server']} with nats-py {env['nats_py']}; "
@@ -178,6 +178,9 @@ def render(raw: dict[str, Any]) -> str:
                      f"sample of the acknowledged messages missing after the restart.")
     lines.append("")
     lines += ["### How each figure is taken", "",
+              "- All three systems run side by side; run i of every figure of every system is taken "
+              "before run i+1, so each system's runs see the same stretches of the shared box's load. "
+              "Failovers come last, each with the other systems stopped.",
               "- Raftka: `raftka perf produce|consume|e2e|failover` (raftka/perf_client.py) through the "
               "public client, each run in a fresh process against one cluster of 3 controllers + 3 "
               "brokers on 127.0.0.1; one partition per topic, a fresh topic per run; producer defaults "
