@@ -199,18 +199,18 @@ class Coordinator:
         """One request on ``lane``; the answer body (with its ``error_code``). A lost connection
         or a timeout closes that lane and marks the coordinator dead, and raises."""
         node = await self.ensure(max(timeout_ms, self.request_timeout_ms))
-        conn = self._connections.get(lane)
-        if conn is None or getattr(conn, "closed", False):
-            conn = await self.factory(node[1], node[2], self.client_id)
-            self._connections[lane] = conn
         try:
+            conn = self._connections.get(lane)
+            if conn is None or getattr(conn, "closed", False):
+                conn = await asyncio.wait_for(self.factory(node[1], node[2], self.client_id), timeout_ms / 1000)
+                self._connections[lane] = conn
             code, answer = await conn.request(api_key, body, 0, timeout_ms=int(timeout_ms))
-        except (NetworkExceptionError, RequestTimedOutError, OSError, ConnectionError) as error:
+        except (NetworkExceptionError, RequestTimedOutError, OSError, ConnectionError, asyncio.TimeoutError) as error:
             self._close(lane)  # a late answer would hold up the next one on this connection
             self.mark_dead(str(error))
             if isinstance(error, RaftkaError):
                 raise
-            raise NetworkExceptionError(str(error)) from None
+            raise NetworkExceptionError(str(error) or f"no connection to {node[1]}:{node[2]}") from None
         if code != errors.NONE:
             raise errors.error_for(code, (answer or {}).get("error_message") if isinstance(answer, dict) else None)
         answer = answer or {}
