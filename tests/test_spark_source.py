@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from datetime import datetime
 
 import pytest
 
@@ -413,3 +414,70 @@ def test_streaming_write_copies_a_topic_and_a_failed_write_is_an_error(spark, cl
     with pytest.raises(Exception, match="no topic"):
         spark.createDataFrame([(b"x",)], "value binary").write.format("raftka") \
             .option("kafka.bootstrap.servers", cluster.bootstrap_servers).mode("append").save()
+
+
+# -- the demo pipeline --
+
+def test_worldcup_stats_counts_goals_and_cards_per_match_and_team_in_windows(spark, cluster, admin, tmp_path):
+    """spark/examples/worldcup_stats.py over events with known timestamps (two 10 s windows per
+    match and team, plus a late event that moves the watermark past them): the Parquet output and
+    the latest record per window in the stats topic both equal the counts made here."""
+    import json
+    import random
+    from spark.examples import worldcup_stats as demo
+    events_topic, stats_topic = new_topic(admin, partitions=2), new_topic(admin, partitions=1)
+    rng = random.Random(2026)
+    base_ms = (int(time.time()) // 10 - 30) * 10_000
+    expected: Counter = Counter()
+    with Producer(bootstrap_servers=cluster.bootstrap_servers) as p:
+        for i in range(400):
+            match = f"WC-{i % 4:05d}"
+            ts = base_ms + rng.randrange(20_000)
+            kind = rng.choice(["goal", "yellow_card", "red_card", "foul", "kickoff"])
+            team = None if kind == "kickoff" else rng.choice(["Brazil", "Japan"])
+            event = {"type": kind, "team": team, "player": "P-1", "match_id": match, "seq": i, "minute": 1}
+            p.send(events_topic, json.dumps(event).encode(), key=match.encode(), timestamp_ms=ts)
+            if team is not None:
+                window = ts - ts % 10_000
+                expected[(window, match, team, "goals")] += kind == "goal"
+                expected[(window, match, team, "yellow_cards")] += kind == "yellow_card"
+                expected[(window, match, team, "red_cards")] += kind == "red_card"
+        late = {"type": "foul", "team": "Clock", "match_id": "LATE", "seq": 0, "minute": 1}
+        p.send(events_topic, json.dumps(late).encode(), key=b"LATE", timestamp_ms=base_ms + 120_000)
+        p.flush(timeout=30)
+    out = str(tmp_path / "demo")
+
+    def parquet_rows() -> list:
+        if not os.path.isdir(os.path.join(out, "stats")):
+            return []
+        return [r for r in spark.read.parquet(os.path.join(out, "stats")).collect() if r.match_id != "LATE"]
+
+    def run_once() -> bool:
+        # The watermark moves after a batch; AvailableNow may end before the batch that uses it.
+        for q in demo.start(spark, cluster.bootstrap_servers, out, window="10 seconds", watermark="5 seconds",
+                            trigger={"availableNow": True}, events_topic=events_topic, stats_topic=stats_topic):
+            q.awaitTermination(120)
+            assert q.exception() is None, q.exception()
+        return bool(parquet_rows())
+
+    wait_for(run_once, 150, "closed windows in the Parquet output", interval_s=0)
+    got: Counter = Counter()
+    for r in parquet_rows():
+        window = int(r.window_start.timestamp() * 1000)
+        assert int(r.window_end.timestamp() * 1000) == window + 10_000
+        assert r.cards == r.yellow_cards + r.red_cards
+        for col in ("goals", "yellow_cards", "red_cards"):
+            got[(window, r.match_id, r.team, col)] += r[col]
+    assert +got == +expected and len(parquet_rows()) == len({k[:3] for k in expected})
+
+    latest = {}
+    for record in sorted(log_of(cluster, stats_topic), key=lambda r: r.offset):
+        value = json.loads(record.value)
+        latest[(value["window_start"], value["match_id"], value["team"])] = value
+    topic_counts: Counter = Counter()
+    for value in latest.values():
+        if value["match_id"] != "LATE":
+            for col in ("goals", "yellow_cards", "red_cards"):
+                window = int(datetime.fromisoformat(value["window_start"]).timestamp() * 1000)
+                topic_counts[(window, value["match_id"], value["team"], col)] += value[col]
+    assert +topic_counts == +expected

@@ -183,3 +183,15 @@ def test_old_java_gives_a_clear_error(tmp_path):
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     with pytest.raises(JavaNotFoundError, match="Java 8.*17 or newer"):
         require_java({"JAVA_HOME": str(tmp_path), "PATH": os.defpath})
+
+
+def test_spark_demo_without_java_prints_one_line_and_exits_1(tmp_path):
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java there
+    run = subprocess.run([sys.executable, "-m", "raftka", "spark", "demo", "--bootstrap-server", "127.0.0.1:1"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert run.returncode == 1
+    assert run.stderr.startswith("error: Java was not found") and run.stderr.count("\n") == 1
+    assert "Traceback" not in run.stderr
