@@ -63,6 +63,19 @@ class BrokerMetrics:
             f"raftka_broker_produce_requests_waiting_for_memory{{{node}}} {b.produce_budget.waiting}",
             "# TYPE raftka_broker_connections gauge",
             f"raftka_broker_connections{{{node}}} {b.server.connection_count if b.server else 0}",
+        ]
+        if b.server is not None:  # the listener's connection counters (client/protocol/transport.py)
+            m = b.server.metrics
+            lines += [
+                "# TYPE raftka_broker_connections_accepted_total counter",
+                f"raftka_broker_connections_accepted_total{{{node}}} {m.connections_accepted}",
+                "# TYPE raftka_broker_connections_refused_total counter",  # over max.connections
+                f"raftka_broker_connections_refused_total{{{node}}} {m.connections_refused}",
+                "# TYPE raftka_broker_connections_closed_total counter",
+                f'raftka_broker_connections_closed_total{{{node},reason="idle"}} {m.connections_closed_idle}',
+                f'raftka_broker_connections_closed_total{{{node},reason="bad_frame"}} {m.connections_closed_bad_frame}',
+            ]
+        lines += [
             "# TYPE raftka_broker_under_replicated_partitions gauge",
             f"raftka_broker_under_replicated_partitions{{{node}}} {sum(p.under_replicated for p in partitions)}",
             "# TYPE raftka_broker_leader_partitions gauge",

@@ -111,7 +111,7 @@ class BrokerServer:
         """Listen, register with the quorum, follow the metadata log, heartbeat."""
         host, port = self.config.listeners["PLAINTEXT"]
         self.server = Server(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
-                             max_connections=self.config["connections.max"],
+                             max_connections=self.config["max.connections"],
                              max_in_flight_per_connection=self.config["queued.max.requests"],
                              idle_timeout_ms=self.config["connections.max.idle.ms"],
                              api_versions={int(k): (0, 0) for k in self.handlers}, name=f"broker {self.broker_id}")

@@ -390,6 +390,19 @@ def test_health_is_ready_and_metrics_are_prometheus_text(cluster):
                  "raftka_broker_isr_shrinks_total", "raftka_broker_request_latency_seconds_bucket",
                  "raftka_broker_request_queue_depth", "raftka_partition_high_watermark"):
         assert name in metrics, name
+    # the listener's connection counters: a bad frame shows up as a closed connection
+    def closed_bad_frame() -> int:
+        text = http_get(cluster.http_address(broker), "/metrics")[1]
+        line = next(l for l in text.splitlines()
+                    if l.startswith("raftka_broker_connections_closed_total") and 'reason="bad_frame"' in l)
+        return int(line.rsplit(" ", 1)[1])
+    before = closed_bad_frame()
+    garbage = RawConnection(cluster.broker_address(broker))
+    garbage.sock.sendall(struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1")
+    assert garbage.closed_by_peer()
+    garbage.close()
+    assert closed_bad_frame() == before + 1
+    assert "raftka_broker_connections_accepted_total" in http_get(cluster.http_address(broker), "/metrics")[1]
 
 
 def test_combined_mode_runs_a_controller_and_a_broker_in_one_process(tmp_path):
