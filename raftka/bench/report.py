@@ -194,6 +194,7 @@ def render(raw: dict[str, Any]) -> str:
               "not a like-for-like peer); pipelines of 1,000 XADD; XREAD COUNT 1000.",
               "- End-to-end: the producer stamps CLOCK_MONOTONIC into each value; a consumer in another "
               "process computes the latency when poll() returns the record.", ""]
+    lines += ["Where the time goes (profiles) and the plan to reach the targets: docs/performance.md.", ""]
     if raw.get("problems"):
         lines += ["Problems in this run:", ""] + [f"- {p}" for p in raw["problems"]] + [""]
     lines.append(END)
