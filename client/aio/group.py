@@ -266,6 +266,7 @@ class GroupMember:
         self._join: asyncio.Task | None = None
         self._heartbeat: asyncio.Task | None = None
         self._commits: set[asyncio.Task] = set()
+        self._heartbeat_now = asyncio.Event()  # a new generation: hold a heartbeat for it at once
         self._closed = False
         self._in_callback = False
         self._retry_at = 0.0
@@ -470,6 +471,7 @@ class GroupMember:
         self.leader_id = answer["leader"]
         self.protocol_name = answer["protocol_name"]
         self.lost = False
+        self._heartbeat_now.set()
         assignments: list[dict] = []
         if self.member_id == self.leader_id and not answer.get("skip_assignment"):
             assignments = await self._assign(answer["protocol_name"], answer.get("members") or [])
@@ -509,8 +511,15 @@ class GroupMember:
     # -- heartbeats (a background task) -----------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
+        """Heartbeats, each held by the coordinator up to the interval (``max_wait_ms``) and
+        answered at once when the group changes. After a held answer (or an early NONE, which
+        means the group moved on, e.g. to Stable) the next goes out at once, so a rebalance is
+        heard of the moment it starts; after REBALANCE_IN_PROGRESS the next waits out the interval
+        or a new generation. A coordinator that answers NONE early again and again (it does not
+        hold) gets one heartbeat per interval."""
         interval = self.config["heartbeat_interval_ms"] / 1000
         backoff = self.config["retry_backoff_ms"] / 1000
+        early_nones = 0
         while not self._closed:
             if not self.in_generation or not self.subscribed:
                 await asyncio.sleep(min(interval, 0.1))
@@ -524,6 +533,7 @@ class GroupMember:
                 continue
             sent = time.monotonic()
             generation, member_id = self.generation, self.member_id
+            self._heartbeat_now.clear()
             try:
                 answer = await self.coordinator.request("heartbeat", ApiKey.HEARTBEAT, {
                     "group_id": self.group_id, "generation_id": generation, "member_id": member_id,
@@ -532,24 +542,32 @@ class GroupMember:
                 code = answer.get("error_code", 0)
             except RaftkaError as error:
                 code = error.code
-            except asyncio.CancelledError:
-                raise
             if generation != self.generation or member_id != self.member_id:
                 continue  # a rebalance finished meanwhile: this answer is about the old generation
-            if code == errors.REBALANCE_IN_PROGRESS:
+            pace = 0.0
+            if code == errors.NONE:
+                early_nones = early_nones + 1 if time.monotonic() - sent < interval / 2 else 0
+                if early_nones > 3:
+                    pace = interval
+            elif code == errors.REBALANCE_IN_PROGRESS:
                 if self._join is None:
                     self.request_rejoin("the group is rebalancing")
+                pace = interval
             elif code in MEMBERSHIP_LOST:
                 if code == errors.FENCED_INSTANCE_ID:
                     self.fatal = errors.error_for(code, "another consumer took this group_instance_id")
                 self._reset_member(f"heartbeat answered {errors.name_of(code)}")
                 self.request_rejoin(errors.name_of(code))
-            elif code != errors.NONE:
+                continue
+            else:
                 await asyncio.sleep(backoff)
                 continue
-            # A held heartbeat comes back after the interval: send the next one at once; an
-            # early answer waits out the rest of the interval.
-            await asyncio.sleep(max(0.0, sent + interval - time.monotonic()))
+            wait = sent + pace - time.monotonic()
+            if wait > 0:
+                try:  # a new generation (our join completed) cuts the wait short
+                    await asyncio.wait_for(self._heartbeat_now.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
 
     async def leave(self, reason: str) -> None:
         """LeaveGroup (dynamic members only) and forget the generation."""

@@ -1,8 +1,8 @@
 """A test process: one group member that processes records and commits after each batch.
 
-Usage: group_consumer.py BOOTSTRAP GROUP TOPIC CLIENT_ID [SESSION_MS HEARTBEAT_MS PROCESS_MS]
+Usage: group_consumer.py BOOTSTRAP GROUP TOPIC CLIENT_ID [SESSION_MS HEARTBEAT_MS PROCESS_MS [MAX_POLL_RECORDS]]
 
-Prints one JSON line per event, which the parent reads:
+Prints one JSON line per event (each with "t", the wall clock), which the parent reads:
   {"assigned": [[topic, p], ...]}            after each rebalance (the whole assignment)
   {"records": [[p, offset, value], ...]}     a batch handed to the application (processed next)
   {"committed": {"p": offset, ...}}          once the commit after that batch was acknowledged
@@ -25,17 +25,18 @@ from client.errors import RaftkaError  # noqa: E402
 RUN_S_MAX = 600  # the parent stops us long before this
 
 
-def say(obj: object) -> None:
-    print(json.dumps(obj), flush=True)
+def say(obj: dict) -> None:
+    print(json.dumps({**obj, "t": time.time()}), flush=True)
 
 
 def main() -> int:
     bootstrap, group, topic, client_id = sys.argv[1:5]
-    session_ms, heartbeat_ms, process_ms = (int(x) for x in (sys.argv[5:8] + ["3000", "300", "0"][len(sys.argv[5:8]):]))
+    args = sys.argv[5:9] + ["3000", "300", "0", "50"][len(sys.argv[5:9]):]
+    session_ms, heartbeat_ms, process_ms, max_poll_records = (int(x) for x in args)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     consumer = Consumer(bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
-                        auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=50,
+                        auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=max_poll_records,
                         session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms, request_timeout_ms=10_000)
 
     class Listener(ConsumerRebalanceListener):
