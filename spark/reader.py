@@ -137,6 +137,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[str, Any] | None = None
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's end
         self._last_high: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}  # what this run committed to group.id
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -174,6 +175,9 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         AvailableNow target), limited to ``limit`` records in all."""
         o = self.options
         begin = off.from_json(start)
+        # Spark plans the next batch only after the previous one completed, so ``start`` is
+        # processed: commit it now (commit(end) comes a batch later, and never for the last one).
+        self._commit_to_group(begin)
         current = self._view.partitions(o.subscription, missing_ok=True)
         if self._target is not None:  # AvailableNow: nothing that appeared after the target
             current = [tp for tp in current if tp in self._target or tp in begin]
@@ -229,14 +233,23 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: with group.id, commit it to the consumer
-        group, so the group's lag shows how far behind the query is. Best effort: the
-        checkpoint, not the group, is what the query restarts from."""
+        group, so the group's lag shows how far behind the query is."""
+        self._commit_to_group(off.from_json(end))
+
+    def _commit_to_group(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit the offsets that moved forward since our last commit. Best effort: the
+        checkpoint, not the group, is what the query restarts from, so a failure is logged."""
         if self.options.group_id is None:
             return
+        ahead = {tp: o for tp, o in offsets.items() if o > self._committed.get(tp, -1)}
+        if not ahead:
+            return
         try:
-            self._view.commit(off.from_json(end))
+            self._view.commit(ahead)
         except Exception as error:  # noqa: BLE001 - lag reporting must not fail the query
             log.warning("raftka: committing offsets to group %s failed: %s", self.options.group_id, error)
+            return
+        self._committed.update(ahead)
 
     def stop(self) -> None:
         """The query ended: close the cluster client."""

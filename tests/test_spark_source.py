@@ -287,6 +287,8 @@ def test_streaming_honours_max_offsets_per_trigger_and_picks_up_new_topics(spark
 
 
 def test_streaming_commits_each_batch_to_the_consumer_group(spark, cluster, admin, producer, tmp_path):
+    """With group.id the query commits what it processed, so the group's lag is the query's lag;
+    a later query with startingOffsets=committed starts there."""
     topic = new_topic(admin, partitions=2)
     produce(producer, topic, 300)
     group = f"spark-{uuid.uuid4().hex[:6]}"
@@ -300,15 +302,21 @@ def test_streaming_commits_each_batch_to_the_consumer_group(spark, cluster, admi
         query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
                  .trigger(processingTime="300 milliseconds").start())
         try:
-            produce(producer, topic, 100)  # a later batch commits the first one's end
-            ends = {p: o + 1 for p, o in
-                    ((r.partition, r.offset) for r in log_of(cluster, topic))}
+            produce(producer, topic, 100)
+            ends = {p: o + 1 for p, o in ((r.partition, r.offset) for r in log_of(cluster, topic))}
             wait_for(lambda: all(probe.committed(TopicPartition(topic, p)) == ends[p] for p in ends),
                      60, "the group's committed offsets to reach the log end")
         finally:
             query.stop()
     finally:
         probe.close()
+    lag = admin.describe_consumer_group_lag(group)
+    assert sum(row["lag"] for row in lag) == 0
+    produce(producer, topic, 50, prefix="after")
+    assert sum(row["lag"] for row in admin.describe_consumer_group_lag(group)) == 50
+    rows = reader(spark, cluster, subscribe=topic, startingOffsets="committed",
+                  **{"group.id": group}).load().collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(f"after-{i}".encode() for i in range(50))
 
 
 def test_exactly_once_to_parquet_across_restarts_while_producers_write(spark, cluster, admin, tmp_path):
