@@ -422,3 +422,36 @@ def test_rebalance_listeners_run_on_the_polling_thread_and_only_moved_partitions
         first.close()
         if second is not None:
             second.close()
+
+
+def test_an_eager_assignor_revokes_everything_before_a_rebalance_and_nothing_is_read_twice(cluster, admin):
+    topic = new_topic(admin, 4)
+    produce(cluster, topic, 400)
+    listeners = [Recorder(), Recorder()]
+    consumers = [Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id="eager", client_id=f"eager-{i}",
+                          partition_assignment_strategy="range", max_poll_records=20, **GROUP_CONSUMER)
+                 for i in range(2)]
+    seen: dict[str, list] = {}
+    try:
+        consumers[0].subscribe([topic], listener=listeners[0])
+        poll_until(consumers[:1], lambda: sum(len(v) for v in seen.values()) >= 100, 30, seen)
+        consumers[1].subscribe([topic], listener=listeners[1])
+        poll_until(consumers, lambda: all(len(c.assignment()) == 2 for c in consumers)
+                   and sum(len(v) for v in seen.values()) >= 400, 30, seen)
+        everything = {TopicPartition(topic, p) for p in range(4)}
+        assert listeners[0].calls[:2] == [("assigned", everything), ("revoked", everything)]  # all of it
+        assert listeners[0].calls[2] == ("assigned", consumers[0].assignment())
+        assert consumers[0].assignment() == {TopicPartition(topic, 0), TopicPartition(topic, 1)}  # range
+        values = sorted(r.value for records in seen.values() for r in records)
+        assert values == sorted(b"%d" % i for i in range(400))  # committed on revoke: no duplicates
+        assert admin.describe_consumer_groups(["eager"])[0].protocol == "range"
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_the_cli_answers_a_missing_group_with_one_line_and_exit_1(cluster):
+    out = subprocess.run([sys.executable, "-m", "raftka", "groups", "describe", "no-such-group", "--bootstrap-server",
+                          cluster.bootstrap_servers], capture_output=True, text=True, env=project_env(), timeout=60)
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == ["error: consumer group 'no-such-group' does "
+                                                                       "not exist"]

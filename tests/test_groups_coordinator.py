@@ -343,3 +343,32 @@ def test_an_empty_group_waits_the_initial_delay_for_more_members():
         await settle()
         assert a.done() and b.done() and a.result()["generation_id"] == b.result()["generation_id"] == 1
     run(main())
+
+
+def test_offsets_of_a_long_empty_group_expire_and_live_records_are_rewritten_before_retention():
+    async def main():
+        store = FakeStore()
+        wall = [1_000_000]
+        c = GroupCoordinator(1, CoordinatorConfig(num_partitions=4, min_session_timeout_ms=100,
+                                                  initial_rebalance_delay_ms=0, retention_ms=10_000),
+                             store, clock=Clock(), wall=lambda: wall[0])
+        c.set_partition_count(4)
+        await loaded(c)
+        for group in ("idle", "busy"):
+            await c.offset_commit({"group_id": group, "generation_id": -1, "member_id": "",
+                                   "topics": [{"name": "t", "partitions": [{"partition_index": 0,
+                                                                            "committed_offset": 3}]}]})
+        joined = await (await join_new(c, group="busy"))
+        await c.sync_group({"group_id": "busy", "generation_id": 1, "member_id": joined["member_id"],
+                            "assignments": []})
+        written = {p: len(log) for p, log in store.logs.items()}
+        wall[0] += 6_000  # past half the retention: live records are written again
+        await c.maintain()
+        assert c.groups["idle"].offsets[("t", 0)].offset == 3 and c.groups["busy"].offsets[("t", 0)].offset == 3
+        assert sum(len(log) for log in store.logs.values()) > sum(written.values())
+        wall[0] += 6_000  # "idle" has been empty for over the retention: its offsets expire
+        await c.maintain()
+        assert "idle" not in c.groups and c.groups["busy"].offsets[("t", 0)].offset == 3
+        reloaded = await loaded(coordinator(store))  # and the log says the same
+        assert "idle" not in reloaded.groups and reloaded.groups["busy"].offsets[("t", 0)].offset == 3
+    run(main())

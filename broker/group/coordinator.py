@@ -961,10 +961,8 @@ class GroupCoordinator:
             elif group is not None and not group.is_(GroupState.EMPTY):
                 code = errors.NON_EMPTY_GROUP
             if not code and group is not None:
-                entries: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, *tp), None) for tp in group.offsets]
-                entries.append((group_key(group_id), None))
                 try:
-                    await self._append(group, entries)
+                    await self._append(group, _tombstones(group))
                     if self.groups.get(group_id) is group:
                         self._drop(group, errors.GROUP_ID_NOT_FOUND)
                 except RaftkaError as error:
@@ -986,10 +984,8 @@ class GroupCoordinator:
             last_commit = max((o.commit_timestamp for o in group.offsets.values()), default=0)
             entries: list[tuple[bytes, bytes | None]]
             if group.is_(GroupState.EMPTY) and wall - max(group.state_timestamp_ms, last_commit) > retention:
-                entries = [(offset_key(group.group_id, *tp), None) for tp in group.offsets]
-                entries.append((group_key(group.group_id), None))
                 try:
-                    await self._append(group, entries)
+                    await self._append(group, _tombstones(group))
                 except RaftkaError as error:
                     log.info("group %s: expiring offsets failed: %s", group.group_id, error)
                     continue
@@ -1020,6 +1016,11 @@ class GroupCoordinator:
         """Groups of loaded partitions."""
         return [g for g in self.groups.values() if not g.is_(GroupState.DEAD)
                 and (load := self.partitions.get(g.partition)) is not None and load.loaded]
+
+
+def _tombstones(group: Group) -> list[tuple[bytes, bytes | None]]:
+    """Records deleting a group: its offsets and its metadata."""
+    return [(offset_key(group.group_id, *tp), None) for tp in group.offsets] + [(group_key(group.group_id), None)]
 
 
 def _metadata_or_empty(member: Member, protocol: str) -> bytes:

@@ -1,4 +1,4 @@
-"""The asyncio consumer (no consumer groups yet): assign or subscribe, seek, poll, iterate.
+"""The asyncio consumer: assign or subscribe (alone or in a consumer group), seek, poll, commit, iterate.
 
 Positions: each assigned partition has a *position* (the offset of the next record ``poll``
 returns) and a *fetch position* (the next offset to fetch; ahead of the position by what is
@@ -233,7 +233,8 @@ async def _list_offsets_at(cluster: Cluster, node: int, tps: list[TopicPartition
 
 class Consumer:
     """asyncio consumer; the blocking ``client.Consumer`` wraps it. ``topics`` subscribe (every
-    partition, no group); arguments as kafka-python's KafkaConsumer (see ``DEFAULTS``)."""
+    partition, or the group's share of them with a ``group_id``); arguments as kafka-python's
+    KafkaConsumer (see ``DEFAULTS``)."""
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         self.config = consumer_config(configs)
@@ -294,7 +295,8 @@ class Consumer:
 
     # -- assignment --
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions (replaces any assignment; no group)."""
+        """Consume exactly these partitions (replaces any assignment). With a ``group_id`` their
+        positions start from the group's committed offsets, but the group is not joined."""
         self._check_open()
         if self._subscription is not None or self._pattern is not None:
             raise IllegalStateError("assign() after subscribe(); call unsubscribe() first")
