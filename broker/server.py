@@ -170,13 +170,15 @@ class BrokerServer:
 
     def _on_metadata(self, view: MetadataView) -> None:
         self.replicas.on_metadata(view)
-        self.groups.on_metadata(view)  # load/unload groups of the __consumer_offsets partitions we lead
         me = view.brokers.get(self.broker_id)
         self.fenced = me is None or me.fenced or me.broker_epoch != self.broker_epoch
         if not self.caught_up and view.offset >= self.broker_epoch >= 0:
             self.caught_up = True
             self.replicas.delete_stray_logs()
             self._metadata_event.set()  # heartbeat now: we can be unfenced
+        # Load/unload the groups of the __consumer_offsets partitions we lead; not from a view
+        # older than our registration (replaying history must not make us a coordinator).
+        self.groups.on_metadata(view, caught_up=self.caught_up)
         if self.caught_up and not self.fenced:
             self._caught_up_event.set()
 
