@@ -6,7 +6,7 @@
    member had read but not committed.
 2. The coordinator broker is killed: the committed offsets are read back from the new leader of
    the group's __consumer_offsets partition, the member carries on in the same generation, and
-   its next commits succeed.
+   its next commits succeed; when the broker returns and leads again, it serves them too.
 """
 from __future__ import annotations
 
@@ -155,5 +155,18 @@ def test_committed_offsets_survive_a_coordinator_kill_9_and_commits_continue(tmp
                 assert consumer.group_metadata()["generation_id"] == generation
                 assert consumer.committed(TopicPartition("ledger", 0)) == final[TopicPartition("ledger", 0)].offset
                 print(f"coordinator {coordinator} killed; offsets readable again after {moved_s:.2f} s")
+                # It comes back, catches up, and leadership returns to it (preferred leader): it
+                # loads the group again, from a log that now holds the commits made meanwhile.
+                cluster.restart(coordinator)
+                wait_until(lambda: coordinator_of(boot, "books") == coordinator, 60,
+                           what="the preferred leader coordinates again")
+                assert wait_until(lambda: admin.list_consumer_group_offsets("books"), 30) == final
+                produce(boot, "ledger", 600, 30)
+                back: list[bytes] = []
+                deadline = time.monotonic() + 60
+                while len(back) < 30 and time.monotonic() < deadline:
+                    back += [r.value for rs in consumer.poll(timeout_ms=200).values() for r in rs]
+                consumer.commit()
+                assert sum(o.offset for o in admin.list_consumer_group_offsets("books").values()) == 630
             finally:
                 consumer.close()

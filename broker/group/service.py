@@ -43,7 +43,7 @@ class GroupService:
         self._creating: asyncio.Task | None = None
         self._created_at = 0.0
         self._lag_task: asyncio.Task | None = None
-        self._topic: Any = None
+        self._topic: Any = None  # the TopicInfo last evaluated (views keep unchanged topics' objects)
         c = self.coordinator
         self.handlers = {
             ApiKey.FIND_COORDINATOR: self.find_coordinator,
@@ -73,9 +73,16 @@ class GroupService:
 
     # -- leadership of __consumer_offsets partitions (from committed metadata) -------------------
 
-    def on_metadata(self, view: Any) -> None:
+    def on_metadata(self, view: Any, caught_up: bool = True) -> None:
         """After the replica manager applied ``view``: load the groups of the offsets
-        partitions we now lead, drop those of the ones we stopped leading."""
+        partitions we now lead, drop those of the ones we stopped leading. While the broker
+        replays metadata older than its own registration (``caught_up`` False) it coordinates
+        nothing: a past leadership must not be served."""
+        if not caught_up:
+            self._topic = None  # evaluate again once caught up, even if the topic is unchanged
+            for index in list(self.coordinator.partitions):
+                self.coordinator.resign(index)
+            return
         topic = view.topics.get(OFFSETS_TOPIC)
         if topic is self._topic:
             return  # unchanged (the metadata view keeps unchanged topics' objects)
