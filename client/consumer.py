@@ -231,6 +231,7 @@ class Consumer:
             return self._iter_buffer.popleft()
         timeout_ms = self.config["consumer_timeout_ms"]
         deadline = time.monotonic() + min(timeout_ms, 10**9) / 1000
+        join_deadline = time.monotonic() + self.config["max_poll_interval_ms"] / 1000
         while True:
             left_ms = (deadline - time.monotonic()) * 1000
             batch = self._run(self._aio.poll(max(0.0, min(left_ms, ITERATOR_POLL_MS))))
@@ -239,6 +240,11 @@ class Consumer:
             if self._iter_buffer:
                 return self._iter_buffer.popleft()
             if left_ms <= 0:
+                # consumer_timeout_ms counts from the first assignment: joining the group first
+                # (the coordinator may wait group.initial.rebalance.delay.ms) is not idleness.
+                if self._call(self._aio.awaiting_first_assignment) and time.monotonic() < join_deadline:
+                    deadline = time.monotonic() + min(timeout_ms, 10**9) / 1000
+                    continue
                 raise StopIteration
 
     def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:

@@ -792,13 +792,25 @@ class Consumer:
         nothing arrived in time."""
         timeout = self.config["consumer_timeout_ms"] if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + min(timeout, 10**9) / 1000
+        join_deadline = time.monotonic() + self.config["max_poll_interval_ms"] / 1000
         while True:
             left_ms = (deadline - time.monotonic()) * 1000
             got = await self.poll(timeout_ms=max(0.0, min(left_ms, 60_000)), max_records=1)
             for records in got.values():
                 return records[0]
             if left_ms <= 0:
+                if self.awaiting_first_assignment() and time.monotonic() < join_deadline:
+                    deadline = time.monotonic() + min(timeout, 10**9) / 1000
+                    continue
                 return None
+
+    def awaiting_first_assignment(self) -> bool:
+        """True while a group member has not been given any partition yet and its join is under
+        way: the iterator's ``consumer_timeout_ms`` starts counting only after that, as with
+        kafka-python, whose poll waits for the join."""
+        group = self._group
+        return (group is not None and group.subscribed and not self._states and group.rebalances == 0
+                and group.fatal is None)
 
     def __aiter__(self) -> "Consumer":
         return self
