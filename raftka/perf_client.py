@@ -635,7 +635,9 @@ def _e2e_consumer(bootstrap: str, topic: str, partitions: list[int], expected: i
                 now = now_ns()
                 for records in batch.values():
                     for r in records:
-                        latencies.append((now - unpack(r.value)[0]) / 1e6)
+                        sent_ns = unpack(r.value)[0]
+                        if sent_ns:  # 0: the producer's warm-up record
+                            latencies.append((now - sent_ns) / 1e6)
         results.put({"latencies_ms": latencies})
     except BaseException as error:  # noqa: BLE001 - reported by the parent
         results.put({"error": f"{type(error).__name__}: {error}"})
@@ -674,16 +676,16 @@ def e2e(bootstrap: str, topic: str, rate: float, duration_s: float, record_size:
     proc = ctx.Process(target=_e2e_consumer, name="perf-e2e-consumer", daemon=True,
                        args=(bootstrap, topic, list(range(partitions)), total, consumer_cfg, ready, results,
                              duration_s + E2E_DRAIN_TIMEOUT_S + WORKER_START_TIMEOUT_S))
-    proc.start()
     try:
         padding = payload(record_size - STAMP.size)
         acks: list[float] = []
         with Producer(bootstrap_servers=bootstrap, **producer_cfg) as producer:
-            producer.send(topic, STAMP.pack(time.monotonic_ns()) + padding).get(timeout=60)  # warm-up
+            # Warm-up (metadata, producer id, connections). Its stamp is 0: the consumer, which
+            # starts from the end of the partition, skips it should it still see it.
+            producer.send(topic, STAMP.pack(0) + padding).get(timeout=60)
+            proc.start()
             if not ready.acquire(timeout=WORKER_START_TIMEOUT_S):
                 raise TimeoutError(f"the e2e consumer was not ready within {WORKER_START_TIMEOUT_S} s")
-            # The warm-up record may or may not be seen by the consumer (it started from the end):
-            # it is sent before the consumer's position was taken, so it is not.
             bar = Progress("e2e", total, progress)
             throttle = Throttle(rate)
             started = time.perf_counter()
@@ -702,7 +704,7 @@ def e2e(bootstrap: str, topic: str, rate: float, duration_s: float, record_size:
             raise RuntimeError(f"e2e consumer failed: {out['error']}")
         proc.join(10)
     finally:
-        if proc.is_alive():
+        if proc.pid is not None and proc.is_alive():
             proc.kill()
             proc.join(10)
     return {"sent": total, "received": len(out["latencies_ms"]), "seconds": seconds, "rate": rate,
