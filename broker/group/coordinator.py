@@ -54,6 +54,7 @@ GROUP_ID_CHARS_MAX = 255
 MEMBERS_PER_LEAVE_MAX = 1000
 PARTITIONS_PER_COMMIT_MAX = 10_000
 TICK_MS_MAX = 1000  # the timer loop wakes at least this often
+TICK_MS_MIN = 20  # and at most this often for deadlines (joins and leaves wake it at once)
 LOAD_RETRY_MS = 500
 STATE_BY_NAME = {s.value: s for s in GroupState}
 
@@ -232,7 +233,7 @@ class GroupCoordinator:
             soonest = min([soonest, *group.pending_members.values()])
             if group.is_(GroupState.PREPARING_REBALANCE):
                 soonest = min(soonest, group.rebalance_deadline_ms, max(group.initial_delay_until_ms, now))
-        return max(1.0, soonest - now + 1)
+        return max(TICK_MS_MIN, soonest - now + 1)
 
     # -- which partitions we lead ---------------------------------------------------------------
 
