@@ -51,6 +51,8 @@ SYNC_SEND_TIMEOUT_S = 60.0  # produce --sync: one acknowledgement  # after the l
 FAILOVER_RECOVERY_TIMEOUT_S = 120.0  # per kill: acks resume, broker restarts, ISR whole again
 STAMP = struct.Struct(">q")  # e2e: send time (monotonic ns) at the head of the value
 SEQ = struct.Struct(">q")  # failover: the record's sequence number at the head of the value
+RESUME_QUIET_S = 0.3  # failover: acks arriving this long after a kill are not the in-flight tail
+RESUME_RECENT_S = 0.1  # failover: the latest ack at most this old means acks are flowing
 
 
 # -- registration ---------------------------------------------------------------------------
@@ -808,11 +810,10 @@ def failover(cluster: Any, bootstrap: str, topic: str, kills: int, throughput: f
             if producer_error:
                 raise RuntimeError(f"the load stopped: {producer_error[0]}")
             leader, _replicas, _isr = _leader_of(bootstrap, topic)
-            acked_before = len(log.acks)
             killed_at = time.monotonic()
             cluster.kill(leader)
-            wait_until(lambda: len(log.acks) > acked_before and log.acks[-1][0] > killed_at,
-                       FAILOVER_RECOVERY_TIMEOUT_S, interval_s=0.01, what="an acknowledgement after the kill")
+            wait_until(lambda: acks_flowing(log.acks, killed_at), FAILOVER_RECOVERY_TIMEOUT_S,
+                       interval_s=0.01, what="acknowledgements flowing again after the kill")
             time.sleep(1.0)  # let the stall end fully before the restart can add noise
             resumed_at = time.monotonic()
             cluster.restart(leader, timeout_s=FAILOVER_RECOVERY_TIMEOUT_S)
@@ -841,6 +842,15 @@ def failover(cluster: Any, bootstrap: str, topic: str, kills: int, throughput: f
             "leaders_killed": [r["leader"] for r in rounds], "sent": sent[0], "acknowledged": len(acks),
             "failed_sends": len(log.failed), "first_failure": log.failed[0][1] if log.failed else None,
             **verify}
+
+
+def acks_flowing(acks: list[tuple[float, ...]], killed_at: float, now: float | None = None) -> bool:
+    """True once acknowledgements are arriving again after a kill: the latest is recent and the
+    kill is RESUME_QUIET_S old. Requests already answered when the leader died can still be
+    acknowledged a few ms after the kill; that tail must not count as recovery."""
+    now = time.monotonic() if now is None else now
+    return (now - killed_at >= RESUME_QUIET_S and bool(acks) and acks[-1][0] > killed_at
+            and now - acks[-1][0] <= RESUME_RECENT_S)
 
 
 def _stall(times: list[float], killed_at: float, until: float) -> float:

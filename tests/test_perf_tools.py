@@ -74,6 +74,21 @@ def test_stall_is_the_longest_gap_between_acknowledgements_around_the_kill():
     assert perf_client._stall([1.0], 2.0, 5.0) == pytest.approx(3.0)  # no ack after the kill
 
 
+def test_acks_right_after_a_kill_are_not_recovery_until_they_keep_coming():
+    killed = 100.0
+    tail = [(99.99, 0, 0), (100.002, 1, 1)]  # answered just after the kill: in flight already
+    assert not perf_client.acks_flowing(tail, killed, now=100.01)
+    assert not perf_client.acks_flowing(tail, killed, now=101.0)  # and then nothing: still stalled
+    flowing = tail + [(102.95, 2, 2), (102.99, 3, 3)]
+    assert perf_client.acks_flowing(flowing, killed, now=103.0)
+    assert not perf_client.acks_flowing(flowing, killed, now=103.5)  # silent again
+
+
+def test_the_report_never_shows_output_paths():
+    assert report.public_command("scripts/bench.sh --runs 1 --json-out /x/y.json --out=/a/b.md") == \
+        "scripts/bench.sh --runs 1"
+
+
 def test_throttle_keeps_the_rate():
     throttle = perf_client.Throttle(2000)
     for i in range(200):
@@ -121,12 +136,14 @@ def test_the_generated_section_is_replaced_and_the_rest_of_the_file_kept(tmp_pat
     first = path.read_text(encoding="utf-8")
     assert "hand-written figures" in first and "**missed**" in first and "one thing failed" in first
     raw["results"] = _fake_results(300_000, 40_000)
+    raw["results"]["nats.r3.failover"] = [{"kills": 3, "stall_s": {"median": 5.1, "min": 4.9, "max": 7.0},
+                                           "checked": 900, "acknowledged": 9000, "wrong": 0, "unreadable": 1}]
     raw["problems"] = []
     report.write_section(path, report.render(raw))
     second = path.read_text(encoding="utf-8")
     assert second.count(report.BEGIN) == 1 and "one thing failed" not in second
     assert second.startswith("# Benchmarks\n\n## Partition log\n\nhand-written figures\n")
-    assert "300,000" in second
+    assert "300,000" in second and "0 wrong and 1 unreadable" in second
 
 
 # -- the tools against real processes ------------------------------------------------------

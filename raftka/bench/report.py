@@ -109,7 +109,7 @@ def render(raw: dict[str, Any]) -> str:
     res: Results = raw["results"]
     n = env["records"]
     lines = [BEGIN, "## Peer benchmark (`scripts/bench.sh`)", ""]
-    lines.append(f"Command: `{env['command']}` ({env['runs']} runs of each figure; medians, range in "
+    lines.append(f"Command: `{public_command(env['command'])}` ({env['runs']} runs of each figure; medians, range in "
                  f"brackets; {n:,} records of {env['record_size']} bytes per throughput run; took "
                  f"{env['duration_s']} s). {env['date']}.")
     lines.append("")
@@ -174,8 +174,9 @@ def render(raw: dict[str, Any]) -> str:
     if nf:
         lines.append(f"- JetStream R3 (one `await js.publish` at a time at up to 5,000/s, fresh stream per kill, "
                      f"{nf['kills']} kills): median {nf['stall_s']['median']:.2f} s (range "
-                     f"{nf['stall_s']['min']:.2f}-{nf['stall_s']['max']:.2f} s); {nf['lost_in_sample']} of a "
-                     f"sample of the acknowledged messages missing after the restart.")
+                     f"{nf['stall_s']['min']:.2f}-{nf['stall_s']['max']:.2f} s); of {nf['checked']:,} acknowledged "
+                     f"messages read back by stream sequence (a sample of {nf['acknowledged']:,}), "
+                     f"{nf['wrong']} wrong and {nf['unreadable']} unreadable after the restart.")
     lines.append("")
     lines += ["### How each figure is taken", "",
               "- All three systems run side by side; run i of every figure of every system is taken "
@@ -199,6 +200,24 @@ def render(raw: dict[str, Any]) -> str:
         lines += ["Problems in this run:", ""] + [f"- {p}" for p in raw["problems"]] + [""]
     lines.append(END)
     return "\n".join(lines)
+
+
+def public_command(command: str) -> str:
+    """The command as shown in the report: output paths (--out, --json-out, --pidfile) left out,
+    so no machine path lands in the repository."""
+    words = command.split()
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in ("--out", "--json-out", "--pidfile"):
+            skip = True
+            continue
+        if word.startswith(("--out=", "--json-out=", "--pidfile=")):
+            continue
+        out.append(word)
+    return " ".join(out)
 
 
 def write_section(path: Path, section: str) -> None:
