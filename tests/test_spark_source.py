@@ -229,6 +229,10 @@ def test_unknown_topic_and_bad_offsets_fail_with_clear_messages(spark, cluster, 
     missing = f"missing-{uuid.uuid4().hex[:6]}"
     with pytest.raises(Exception, match=f"topic '{missing}' does not exist"):
         reader(spark, cluster, subscribe=missing).load().count()
+    query = stream_reader(spark, cluster, subscribe=missing).writeStream.format("noop").start()
+    with pytest.raises(Exception, match=f"topic '{missing}' does not exist"):
+        query.awaitTermination(60)
+    query.stop()
     topic = new_topic(admin, partitions=2)
     with pytest.raises(Exception, match="startingOffsets.*valid JSON"):
         reader(spark, cluster, subscribe=topic, startingOffsets='{"x": {"0": ').load().count()
