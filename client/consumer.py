@@ -17,7 +17,7 @@ from typing import Any, Callable, Coroutine, Iterable, Iterator
 from client._sync import LoopThread
 from client.aio.consumer import Consumer as AioConsumer
 from client.aio.group import CommitFailedError, ConsumerRebalanceListener
-from client.errors import KafkaTimeoutError
+from client.errors import IllegalStateError, KafkaTimeoutError
 from client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 ITERATOR_POLL_MS = 1000  # one poll of the iterator waits at most this long before re-checking
@@ -73,10 +73,12 @@ class Consumer:
         self._running = threading.local()
 
     def _run(self, coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
-        """Run ``coro`` on the I/O thread; meanwhile run the rebalance listener calls it hands
-        over (on this thread). A nested call (from a listener) runs plainly."""
+        """Run ``coro`` (poll, close, unsubscribe: calls that may run rebalance listeners) on the
+        I/O thread; meanwhile run the listener calls it hands over, on this thread. From inside a
+        listener such a call would wait for itself: IllegalStateError, as in Kafka's client."""
         if getattr(self._running, "depth", 0):
-            return self._io.run(coro, timeout_s)
+            coro.close()
+            raise IllegalStateError("poll(), close() and unsubscribe() cannot be called from a rebalance listener")
         future = self._io.submit(coro)
         future.add_done_callback(lambda f: self._callbacks.put(f))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -297,6 +299,8 @@ class Consumer:
         group, stop fetching, close connections and the I/O thread. Safe to call twice."""
         if not self._io.alive:
             return
+        if getattr(self._running, "depth", 0):
+            raise IllegalStateError("close() cannot be called from a rebalance listener")
         try:
             if self._iter_buffer:  # records fetched but never handed out are not consumed
                 for tp, offset in {TopicPartition(r.topic, r.partition): r.offset

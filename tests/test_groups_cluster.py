@@ -455,3 +455,27 @@ def test_the_cli_answers_a_missing_group_with_one_line_and_exit_1(cluster):
                           cluster.bootstrap_servers], capture_output=True, text=True, env=project_env(), timeout=60)
     assert out.returncode == 1 and out.stderr.strip().splitlines() == ["error: consumer group 'no-such-group' does "
                                                                        "not exist"]
+
+
+def test_a_listener_may_commit_but_not_poll_or_close(cluster, admin):
+    topic = new_topic(admin, 2)
+    produce(cluster, topic, 10)
+    problems: list[str] = []
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_assigned(self, assigned):
+            for call in (lambda: consumer.poll(timeout_ms=10), consumer.close):
+                try:
+                    call()
+                except Exception as error:  # IllegalStateError expected
+                    problems.append(type(error).__name__)
+            consumer.commit()  # allowed: a plain blocking call from the listener
+
+    consumer = Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id="careful", **GROUP_CONSUMER)
+    consumer.subscribe([topic], listener=Listener())
+    seen: dict[str, list] = {}
+    try:
+        poll_until([consumer], lambda: sum(len(v) for v in seen.values()) == 10, 30, seen)  # still usable
+        assert problems == ["IllegalStateError", "IllegalStateError"]
+    finally:
+        consumer.close()
