@@ -102,7 +102,9 @@ class BrokerServer:
             **{key: self._forwarder(key) for key in FORWARDED},
         }
         # Consumer groups (broker/group/): FindCoordinator, JoinGroup, ..., OffsetCommit/Fetch.
-        self.groups = GroupService(self.broker_id, config, self.replicas, self.controllers.request)
+        self.last_heartbeat_ok_sent = 0.0  # monotonic send time of the last heartbeat the controller took
+        self.groups = GroupService(self.broker_id, config, self.replicas, self.controllers.request,
+                                   heartbeat_ok_at=lambda: self.last_heartbeat_ok_sent)
         self.handlers.update(self.groups.handlers)
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -201,6 +203,7 @@ class BrokerServer:
         body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
                 "current_metadata_offset": self.metadata.offset, "want_fence": self.storage_error is not None,
                 "want_shut_down": want_shut_down}
+        sent = time.monotonic()
         code, out = await self.controllers.request(ApiKey.BROKER_HEARTBEAT, body,
                                                    timeout_ms=self.config["broker.heartbeat.interval.ms"] * 2)
         if code in (errors.STALE_BROKER_EPOCH, errors.BROKER_ID_NOT_REGISTERED) and not self.stopping:
@@ -211,6 +214,7 @@ class BrokerServer:
             return {}
         if code != errors.NONE:
             raise errors.error_for(code, (out or {}).get("error_message"))
+        self.last_heartbeat_ok_sent = sent
         return out
 
     async def controlled_shutdown(self) -> None:
