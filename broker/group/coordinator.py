@@ -182,6 +182,9 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task] = set()
         self._runner: asyncio.Task | None = None
         self._last_maintenance_ms = 0.0
+        # None, or a callable: False while this broker may have been fenced without knowing it
+        # (then nothing is served: NOT_COORDINATOR). The broker sets it (service.py).
+        self.lease: Callable[[], bool] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -325,6 +328,8 @@ class GroupCoordinator:
         """NONE when this broker coordinates ``group_id`` and has loaded it; else the error."""
         if self.num_partitions is None:
             return errors.COORDINATOR_NOT_AVAILABLE
+        if self.lease is not None and not self.lease():
+            return errors.NOT_COORDINATOR
         load = self.partitions.get(partition_for(group_id, self.num_partitions))
         if load is None:
             return errors.NOT_COORDINATOR

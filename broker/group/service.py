@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Awaitable, Callable
 
 from broker.group.coordinator import CoordinatorConfig, GroupCoordinator
@@ -25,18 +26,29 @@ log = logging.getLogger(__name__)
 LAG_REFRESH_S = 2.0  # how old the high watermarks behind group lag figures may be
 LAG_SERIES_MAX = 5000  # per-partition lag lines in /metrics; past it only the per-group sums
 TOPIC_CREATE_RETRY_S = 1.0
+LEASE_FRACTION = 0.8  # of broker.session.timeout.ms: the margin covers clock rates and scheduling
 
 
 class GroupService:
     """Group coordinator plumbing for one broker (see the module docstring)."""
 
     def __init__(self, broker_id: int, config: Any, replicas: Any,
-                 controller_request: Callable[..., Awaitable[tuple[int, Any]]]) -> None:
+                 controller_request: Callable[..., Awaitable[tuple[int, Any]]], *,
+                 heartbeat_ok_at: Callable[[], float] | None = None) -> None:
         self.broker_id = broker_id
         self.replicas = replicas
         self.config = CoordinatorConfig.from_server_config(config)
         self.coordinator = GroupCoordinator(broker_id, self.config,
                                             ReplicaOffsetsStore(replicas, self.config.load_buffer_bytes))
+        # The controller fences a broker it has not heard from for broker.session.timeout.ms and
+        # moves its leaderships; a broker cut off from it learns that only later. So groups are
+        # served only while a heartbeat the controller accepted was sent less than that long ago
+        # (with a margin): a deposed coordinator stops answering (NOT_COORDINATOR) before its
+        # successor can take a commit, and never serves offsets older than one already read.
+        self._heartbeat_ok_at = heartbeat_ok_at
+        self._lease_s = config["broker.session.timeout.ms"] * LEASE_FRACTION / 1000
+        if heartbeat_ok_at is not None:
+            self.coordinator.lease = self.controller_lease
         self.end_offsets = EndOffsets(replicas, broker_id, config["socket.request.max.bytes"])
         self.high_watermarks: dict[tuple[str, int], int] = {}
         self._controller_request = controller_request
@@ -70,6 +82,12 @@ class GroupService:
                     pass
         await self.coordinator.close()
         await self.end_offsets.close()
+
+    def controller_lease(self) -> bool:
+        """True while the controller cannot have fenced this broker yet (see __init__)."""
+        assert self._heartbeat_ok_at is not None
+        sent = self._heartbeat_ok_at()
+        return sent > 0 and time.monotonic() - sent < self._lease_s
 
     # -- leadership of __consumer_offsets partitions (from committed metadata) -------------------
 
