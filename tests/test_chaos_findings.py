@@ -18,7 +18,6 @@ OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions default
 
 
 @pytest.mark.soak
-@pytest.mark.xfail(strict=True, reason="a deposed group coordinator still answers OffsetFetch from memory")
 def test_committed_offsets_read_back_never_go_back_when_the_coordinator_is_isolated(tmp_path):
     """Found by `raftka chaos run --scenario isolate-leader --seed 3` and `majority-minority
     --seed 1` (45 s): a consumer read committed offsets back lower than another consumer had read
