@@ -47,7 +47,7 @@ cleanup() {
     # if that PID still runs one of the programs we start.
     while read -r pid; do
         [ -n "$pid" ] || continue
-        if cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) &&
+        if cmd=$( { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null) &&
            [[ "$cmd" == *raftka* || "$cmd" == *nats-server* || "$cmd" == *redis-server* ]]; then
             kill -KILL "$pid" 2>/dev/null || true
         fi
