@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
-from client.errors import KafkaTimeoutError
+from client.errors import KafkaClosedError, KafkaTimeoutError
 from client.protocol import errors
 from client.protocol.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
 from client.structs import BrokerMetadata, PartitionMetadata, TopicPartition
@@ -229,6 +229,14 @@ class Cluster:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
+        # Connections still being opened would outlive the client (their read loops pending
+        # when the loop stops): wait for them (bounded by their connect timeout) and close them.
+        opening = list(self._opening.values())
+        for pending in opening:
+            pending.cancel()
+        for result in await asyncio.gather(*opening, return_exceptions=True):
+            if not isinstance(result, BaseException):
+                await _close_quietly(result)
         for address in list(self._connections):
             await self._drop(address)
 
@@ -248,7 +256,7 @@ class Cluster:
         if pending is None:
             if len(self._connections) >= CONNECTIONS_MAX:
                 await self._drop(next(iter(self._connections)))
-            pending = asyncio.ensure_future(self._factory(address[0], address[1], self.client_id))
+            pending = asyncio.ensure_future(self._open(address))
             self._opening[address] = pending
             pending.add_done_callback(lambda _f, a=address: self._opening.pop(a, None))
         try:
@@ -264,19 +272,25 @@ class Cluster:
         except OSError as error:
             self._failed_at[address] = time.monotonic()
             raise NetworkExceptionError(f"could not connect to {address[0]}:{address[1]}: {error}") from None
-        self._connections.setdefault(address, conn)
-        return self._connections[address]
+        return conn
+
+    async def _open(self, address: tuple[str, int]) -> ConnectionLike:
+        """Open a connection and adopt it here, even when whoever asked for it was cancelled
+        meanwhile (it would otherwise be left open with its read loop pending)."""
+        conn = await self._factory(address[0], address[1], self.client_id)
+        if self._closed:
+            await _close_quietly(conn)
+            raise KafkaClosedError("the client is closed")
+        kept = self._connections.setdefault(address, conn)
+        if kept is not conn:
+            await _close_quietly(conn)
+        return kept
 
     async def _drop(self, address: tuple[str, int]) -> None:
         self._failed_at[address] = time.monotonic()
         conn = self._connections.pop(address, None)
         if conn is not None:
-            try:
-                result = conn.close()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:  # closing a broken connection may fail; it is gone either way
-                pass
+            await _close_quietly(conn)
 
     async def request_address(self, address: tuple[str, int], api_key: int, body: Any, *,
                               timeout_ms: int | None = None,
@@ -496,3 +510,13 @@ class Cluster:
                 log.debug("metadata refresh failed: %s", error)
                 self._update_wanted.set()
             await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+
+async def _close_quietly(conn: Any) -> None:
+    """Close a connection; closing a broken one may fail, and it is gone either way."""
+    try:
+        result = conn.close()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        pass

@@ -375,6 +375,10 @@ class Connection:
             await asyncio.wait_for(self._writer.wait_closed(), CLOSE_TIMEOUT_MS / 1000)
         except (asyncio.TimeoutError, ConnectionError, OSError):
             pass
+        if self._read_task is not asyncio.current_task():
+            # Let the cancelled read loop finish, so no task is left pending if the caller
+            # stops its event loop next.
+            await asyncio.gather(self._read_task, return_exceptions=True)
 
 
 # --------------------------------------------------------------------------------------------
