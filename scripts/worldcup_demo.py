@@ -33,11 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from client import AdminClient, Consumer, Producer, TopicPartition  # noqa: E402
 
-# One-line switch: True joins the consumers into one consumer group (subscribe + group_id), so
-# the group coordinator shares the partitions among them; False gives each consumer a disjoint
-# set of partitions with assign(). Set by the group check below when groups are not available.
-USE_CONSUMER_GROUP = True
-
 TEAMS = ("Argentina", "Brazil", "France", "Germany", "Spain", "England", "Italy", "Netherlands",
          "Uruguay", "Portugal", "Belgium", "Croatia", "Morocco", "Japan", "Mexico", "USA", "Senegal",
          "Korea Republic", "Australia", "Denmark", "Switzerland", "Poland", "Ghana", "Cameroon",
@@ -97,25 +92,13 @@ def produce(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> tuple[f
     return time.monotonic() - began, sum(1 for _ in failed)
 
 
-def groups_available(bootstrap: str) -> bool:
-    """Whether the client and brokers run consumer groups (before #consumer-groups landed, a
-    group_id only gave a warning)."""
-    import warnings
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        probe = Consumer(bootstrap_servers=bootstrap, group_id=f"probe-{uuid.uuid4().hex[:6]}")
-        probe.topics()  # a consumer closed right after it was made leaves a pending task behind (client)
-        probe.close()
-    return not any("not implemented" in str(w.message) for w in caught)
-
-
 class Reader(threading.Thread):
     """One consumer of the group, in its own thread, until ``done`` says all events are in."""
 
-    def __init__(self, index: int, bootstrap: str, topic: str, partitions: list[int] | None, group: str | None,
+    def __init__(self, index: int, bootstrap: str, topic: str, group: str,
                  start: dict[int, int], done: threading.Event) -> None:
         super().__init__(name=f"consumer-{index}", daemon=True)
-        self.index, self.bootstrap, self.topic, self.partitions = index, bootstrap, topic, partitions
+        self.index, self.bootstrap, self.topic = index, bootstrap, topic
         self.group, self.start_offsets, self.done = group, start, done
         self.records: list[tuple[int, int, str, int]] = []  # (partition, offset, match_id, seq)
         self.next_offsets: dict[int, int] = {}  # partition -> offset after the last one read
@@ -123,18 +106,9 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            configs: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "client_id": self.name,
-                                       "auto_offset_reset": "earliest", "max_poll_records": 2000}
-            if self.group:
-                configs["group_id"] = self.group
-            with Consumer(**configs) as consumer:
-                if self.partitions is None:
-                    consumer.subscribe([self.topic])
-                else:
-                    tps = [TopicPartition(self.topic, p) for p in self.partitions]
-                    consumer.assign(tps)
-                    for tp in tps:
-                        consumer.seek(tp, self.start_offsets[tp.partition])
+            with Consumer(bootstrap_servers=self.bootstrap, client_id=self.name, group_id=self.group,
+                          auto_offset_reset="earliest", max_poll_records=2000) as consumer:
+                consumer.subscribe([self.topic])
                 while not self.done.is_set():
                     for tp, batch in consumer.poll(timeout_ms=200).items():
                         for r in batch:
@@ -148,13 +122,11 @@ class Reader(threading.Thread):
 
 
 def consume(bootstrap: str, topic: str, consumers: int, partitions: int, start: dict[int, int],
-            end: dict[int, int], expected: int, use_group: bool) -> tuple[float, list[Reader]]:
+            end: dict[int, int], expected: int) -> tuple[float, list[Reader]]:
     began = time.monotonic()
     done = threading.Event()
-    group = f"worldcup-{uuid.uuid4().hex[:8]}" if use_group else None
-    readers = [Reader(i + 1, bootstrap, topic,
-                      None if use_group else [p for p in range(partitions) if p % consumers == i],
-                      group, start, done) for i in range(consumers)]
+    group = f"worldcup-{uuid.uuid4().hex[:8]}"  # a fresh group: starts at auto_offset_reset
+    readers = [Reader(i + 1, bootstrap, topic, group, start, done) for i in range(consumers)]
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + CONSUME_TIMEOUT_S
@@ -251,12 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     with Consumer(bootstrap_servers=bootstrap) as probe:
         end = {tp.partition: o for tp, o in probe.end_offsets(tps).items()}
 
-    use_group = USE_CONSUMER_GROUP and groups_available(bootstrap)
-    how = ("one consumer group (subscribe, group_id)" if use_group
-           else "assign() over disjoint partitions (consumer groups not available yet)")
-    print(f"==> consuming with {args.consumers} consumers: {how}", flush=True)
-    consume_s, readers = consume(bootstrap, args.topic, args.consumers, partitions, start, end, len(events),
-                                 use_group)
+    print(f"==> consuming with {args.consumers} consumers in one consumer group (subscribe, group_id)",
+          flush=True)
+    consume_s, readers = consume(bootstrap, args.topic, args.consumers, partitions, start, end, len(events))
     problems, redelivered = check_order(readers, events)
     consumed = sum(len(r.records) for r in readers) - redelivered
     print(f"    consumed {consumed:,} in {consume_s:.1f} s ({consumed / consume_s:,.0f} events/s)"

@@ -90,6 +90,7 @@ def test_quickstart_runs_the_world_cup_demo_and_stops_the_cluster(tmp_path):
     assert "$ raftka cluster up" in out and "$ raftka topics create worldcup-events" in out
     assert "PartitionCount: 6\tReplicationFactor: 3\tConfigs: min.insync.replicas=2" in out
     assert "acknowledged 3,000" in out and "failed 0" in out
+    assert "3 consumers in one consumer group" in out
     assert "per-match order: preserved for all 120 matches" in out
     assert "events produced 3,000, consumed 3,000, matches 120" in out
     offsets = re.findall(r"^\s+(\d)\s+(\d+)\s+(\d+)\s+([\d,]+)$", out, re.M)
@@ -101,7 +102,7 @@ def test_quickstart_runs_the_world_cup_demo_and_stops_the_cluster(tmp_path):
 
 def test_quickstart_keep_leaves_the_cluster_running_for_the_console_tools(tmp_path):
     run = script("quickstart.sh", "--keep", "--dir", str(tmp_path / "qs"), "--events", "600", "--matches", "20",
-                 cwd=tmp_path)
+                 "--no-spark", cwd=tmp_path)
     out = ok(run)
     assert "The cluster keeps running (--keep)" in out and "$ raftka cluster down" not in out
     try:
