@@ -9,9 +9,12 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from client.errors import KafkaTimeoutError
+
+if TYPE_CHECKING:
+    from client.structs import RecordMetadata
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,7 +129,161 @@ def _safely(call: Callable[[Any], Any], arg: Any) -> None:
         log.exception("user callback raised")
 
 
-class FutureRecordMetadata(Future["RecordMetadata"]):  # noqa: F821
-    """What ``Producer.send`` returns; ``get()`` gives ``RecordMetadata``."""
+class ProduceRequestResult:
+    """The outcome of one producer batch, shared by the futures of its records: completed once
+    (from the I/O thread) for the whole batch, so per record there is no lock, event or callback
+    list unless someone asks for one (Kafka's ProduceRequestResult)."""
 
-    __slots__ = ()
+    __slots__ = ("topic", "partition", "base_offset", "log_append_time_ms", "log_start_offset",
+                 "error", "done", "_lock", "_event", "_waiting")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.base_offset = -1
+        self.log_append_time_ms = -1
+        self.log_start_offset = -1
+        self.error: BaseException | None = None
+        self.done = False
+        self._lock = threading.Lock()
+        self._event: threading.Event | None = None
+        self._waiting: list["FutureRecordMetadata"] | None = None  # futures with callbacks
+
+    def complete(self, base_offset: int, log_append_time_ms: int, log_start_offset: int,
+                 error: BaseException | None) -> None:
+        """Resolve every record of the batch; callbacks run after, on this thread."""
+        with self._lock:
+            if self.done:
+                return
+            self.base_offset, self.log_append_time_ms = base_offset, log_append_time_ms
+            self.log_start_offset, self.error = log_start_offset, error
+            self.done = True
+            waiting, self._waiting = self._waiting, None
+            event = self._event
+        if event is not None:
+            event.set()
+        for future in waiting or ():
+            future._run_callbacks()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until done (up to ``timeout`` seconds); True when done."""
+        if self.done:
+            return True
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return self.done or event.wait(timeout)
+
+
+
+class FutureRecordMetadata(Future["RecordMetadata"]):  # noqa: F821
+    """What ``Producer.send`` returns; ``get()`` gives ``RecordMetadata``.
+
+    Resolved by its batch (a shared :class:`ProduceRequestResult`) rather than one by one: the
+    record's RecordMetadata is built on first access. ``failure``/``success`` still complete a
+    single record (a send refused before it reached a batch)."""
+
+    __slots__ = ("_result", "_index", "_timestamp_ms", "_key_size", "_value_size", "_header_size")
+
+    def __init__(self, result: ProduceRequestResult | None = None, index: int = 0,
+                 timestamp_ms: int = -1, key_size: int = -1, value_size: int = -1,
+                 header_size: int = 0) -> None:
+        if result is None:  # a standalone future, completed with success()/failure()
+            Future.__init__(self)
+            self._result = None
+            return
+        self._result = result
+        self._index = index
+        self._timestamp_ms = timestamp_ms
+        self._key_size = key_size
+        self._value_size = value_size
+        self._header_size = header_size
+        self._value = _PENDING
+        self._error = None
+        self._callbacks = None
+        self._lock = None
+        self._event = None
+
+    def _resolve(self) -> bool:
+        """Copy the batch's outcome into this future once it is done; True when done."""
+        if self._value is not _PENDING or self._error is not None:
+            return True
+        result = self._result
+        if result is None or not result.done:
+            return False
+        if result.error is not None:
+            self._error = result.error
+        else:
+            from client.structs import RecordMetadata
+            ts = result.log_append_time_ms
+            self._value = RecordMetadata(
+                result.topic, result.partition,
+                result.base_offset + self._index if result.base_offset >= 0 else -1,
+                ts if ts is not None and ts != -1 else self._timestamp_ms, result.log_start_offset,
+                self._key_size, self._value_size, self._header_size)
+        return True
+
+    def _run_callbacks(self) -> None:
+        self._resolve()
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            callback(self)
+
+    def _complete(self, value: Any, error: BaseException | None) -> "Future[RecordMetadata]":  # noqa: F821
+        if self._result is None:
+            return Future._complete(self, value, error)
+        if not self._resolve():  # not yet resolved by its batch: this record alone completes
+            self._value, self._error = value, error
+            self._run_callbacks()
+        return self
+
+    @property
+    def is_done(self) -> bool:
+        """True once completed either way."""
+        return self._resolve() if self._result is not None else Future.is_done.fget(self)  # type: ignore[attr-defined]
+
+    def succeeded(self) -> bool:
+        """True once completed with a value."""
+        return self.is_done and self._error is None
+
+    def failed(self) -> bool:
+        """True once completed with an error."""
+        return self.is_done and self._error is not None
+
+    @property
+    def value(self) -> "RecordMetadata | None":  # noqa: F821
+        """The value once succeeded, else None."""
+        return self._value if self.succeeded() else None
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The error once failed, else None."""
+        self.is_done
+        return self._error
+
+    def get(self, timeout: float | None = None) -> "RecordMetadata":  # noqa: F821
+        """The value, or raise the error; ``KafkaTimeoutError`` after ``timeout`` seconds."""
+        if self._result is None:
+            return Future.get(self, timeout)
+        if not self.is_done and not (self._result.wait(timeout) and self._resolve()):
+            raise KafkaTimeoutError(f"no result within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def _add(self, callback: Callable[["Future[RecordMetadata]"], None]) -> None:  # noqa: F821
+        result = self._result
+        if result is None:
+            return Future._add(self, callback)
+        with result._lock:  # the batch's completion takes the callbacks under the same lock
+            if not result.done and self._value is _PENDING and self._error is None:
+                if self._callbacks is None:
+                    self._callbacks = []
+                    if result._waiting is None:
+                        result._waiting = []
+                    result._waiting.append(self)
+                self._callbacks.append(callback)
+                return
+        self._resolve()
+        callback(self)

@@ -1,40 +1,45 @@
 """The blocking producer, shaped like kafka-python's KafkaProducer; wraps client.aio.Producer.
 
-``send`` serializes on the caller's thread, then hands the record to the I/O thread through a
-bounded queue. When the topic's metadata is known and the buffer has room (the usual case) it
-returns at once; otherwise it waits for the append, so a missing topic or a full buffer raises
-from ``send`` after ``max_block_ms``, as in kafka-python. Records keep their send order either way.
+``send`` serializes, partitions and appends the record to its partition's open batch on the
+caller's thread (as Kafka's Java producer does); the I/O thread only drains full or lingered
+batches. When something must be waited for (the topic's metadata, a producer id, room in
+``buffer_memory``) the record goes to the I/O thread instead and ``send`` waits for that append,
+so a missing topic or a full buffer raises from ``send`` after ``max_block_ms``, as in
+kafka-python. Either way the record is in its batch when ``send`` returns, so a thread's records
+keep their send order.
 """
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from client._sync import LoopThread
 from client.aio.producer import Producer as AioProducer
 from client.errors import KafkaClosedError, KafkaTimeoutError
 from client.futures import FutureRecordMetadata
-from client.structs import RecordMetadata, TopicPartition
+from client.structs import TopicPartition
 
 CLOSE_TIMEOUT_S_DEFAULT = 60.0
 SEND_QUEUE_MAX = 10_000  # records handed to the I/O thread but not yet appended (backpressure)
 SEND_WAIT_MARGIN_S = 5.0  # beyond max_block_ms, for the I/O thread to get to a waiting send
 
 
-@dataclass
 class _Queued:
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    partition: int | None
-    timestamp_ms: int | None
-    result: FutureRecordMetadata
-    appended: threading.Event | None  # set when a waiting send may return
-    error: BaseException | None = None
+    """A record ``send`` hands to the I/O thread because it must wait; ``send`` blocks on it."""
+
+    __slots__ = ("topic", "key", "value", "headers", "partition", "timestamp_ms", "result",
+                 "appended", "error")
+
+    def __init__(self, topic: str, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes | None]], partition: int | None,
+                 timestamp_ms: int | None) -> None:
+        self.topic, self.key, self.value, self.headers = topic, key, value, headers
+        self.partition, self.timestamp_ms = partition, timestamp_ms
+        self.result: FutureRecordMetadata | None = None
+        self.appended = threading.Event()  # set when send may return
+        self.error: BaseException | None = None
 
 
 class Producer:
@@ -58,6 +63,8 @@ class Producer:
         self._queue: deque[_Queued] = deque()
         self._lock = threading.Lock()
         self._pumping = False
+        # No serializers: bytes values without key or headers need no serialize() call.
+        self._plain = self.config["key_serializer"] is None and self.config["value_serializer"] is None
 
     def send(self, topic: str, value: Any = None, key: Any = None,
              headers: Sequence[tuple[str, bytes]] | None = None, partition: int | None = None,
@@ -65,25 +72,33 @@ class Producer:
         """Queue a record; returns a future whose ``get(timeout)`` gives RecordMetadata(topic,
         partition, offset, timestamp). Blocks up to ``max_block_ms`` for metadata or buffer room,
         then raises KafkaTimeoutError; a bad record raises at once."""
-        if not self._io.alive or self._aio._closing:
+        aio = self._aio
+        if aio._closing or not self._io.alive:
             raise KafkaClosedError("the producer is closed")
         if value is None and key is None:
             raise ValueError("send needs a value or a key (a None value with a key is a tombstone)")
-        key_bytes, value_bytes, header_list = self._aio.serialize(topic, key, value, headers)
-        fast = len(self._queue) < SEND_QUEUE_MAX and self._aio.can_append_without_waiting(topic, partition)
-        item = _Queued(topic, key_bytes, value_bytes, header_list, partition, timestamp_ms,
-                       FutureRecordMetadata(), None if fast else threading.Event())
+        if (self._plain and type(value) is bytes and key is None and not headers):
+            key_bytes, value_bytes, header_list = None, value, None  # nothing to serialize or check
+        else:
+            key_bytes, value_bytes, header_list = aio.serialize(topic, key, value, headers)
+        if not self._queue:  # nothing waits before this record: append here, no hand-off
+            record = aio.try_append(topic, key_bytes, value_bytes, header_list, partition, timestamp_ms)
+            if record is not None:
+                return record
+        item = _Queued(topic, key_bytes, value_bytes, header_list or [], partition, timestamp_ms)
         with self._lock:
+            if len(self._queue) >= SEND_QUEUE_MAX:
+                raise KafkaTimeoutError(f"{SEND_QUEUE_MAX} sends already wait for the I/O thread")
             self._queue.append(item)
             start = not self._pumping
             self._pumping = True
         if start:
             self._io.call_soon(self._start_pump)
-        if item.appended is not None:
-            if not item.appended.wait(self.config["max_block_ms"] / 1000 + SEND_WAIT_MARGIN_S):
-                raise KafkaTimeoutError(f"send not accepted within max_block_ms={self.config['max_block_ms']}")
-            if item.error is not None:
-                raise item.error
+        if not item.appended.wait(self.config["max_block_ms"] / 1000 + SEND_WAIT_MARGIN_S):
+            raise KafkaTimeoutError(f"send not accepted within max_block_ms={self.config['max_block_ms']}")
+        if item.error is not None:
+            raise item.error
+        assert item.result is not None
         return item.result
 
     # -- on the I/O thread --
@@ -98,18 +113,15 @@ class Producer:
                     return
                 item = self._queue.popleft()
             try:
-                inner = await self._aio.append_serialized(item.topic, item.key, item.value, item.headers,
-                                                          item.partition, item.timestamp_ms)
+                item.result = await self._aio.append_waiting(item.topic, item.key, item.value,
+                                                             item.headers, item.partition,
+                                                             item.timestamp_ms)
             except BaseException as error:  # noqa: BLE001 - handed to the caller, never lost
                 item.error = error
-                item.result.failure(error)
                 if isinstance(error, asyncio.CancelledError):
                     raise
-            else:
-                inner.add_done_callback(lambda f, r=item.result: _relay(f, r))
             finally:
-                if item.appended is not None:
-                    item.appended.set()
+                item.appended.set()
 
     def flush(self, timeout: float | None = None) -> list[tuple[TopicPartition, BaseException]]:
         """Send everything now and wait until each record is acknowledged or failed (up to
@@ -141,15 +153,10 @@ class Producer:
         failures = await self._aio.close(timeout_ms)
         with self._lock:  # records still on their way to the accumulator fail, never hang
             left, self._queue = list(self._queue), deque()
-        for item in left:
-            error = KafkaClosedError("the producer was closed before this record was queued",
-                                     topic=item.topic, partition=item.partition)
-            item.error = error
-            item.result.failure(error)
-            if item.appended is not None:
-                item.appended.set()
-            failures.append((TopicPartition(item.topic, item.partition if item.partition is not None else -1),
-                             error))
+        for item in left:  # their send() raises this
+            item.error = KafkaClosedError("the producer was closed before this record was queued",
+                                          topic=item.topic, partition=item.partition)
+            item.appended.set()
         return failures
 
     def partitions_for(self, topic: str) -> set[int]:
@@ -170,15 +177,6 @@ class Producer:
         io = getattr(self, "_io", None)
         if io is not None and io.alive:
             io.stop(0)
-
-
-def _relay(inner: "asyncio.Future[RecordMetadata]", result: FutureRecordMetadata) -> None:
-    if inner.cancelled():
-        result.failure(KafkaClosedError("the send was cancelled"))
-    elif inner.exception() is not None:
-        result.failure(inner.exception())  # type: ignore[arg-type]
-    else:
-        result.success(inner.result())
 
 
 async def _make(configs: dict[str, Any]) -> AioProducer:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from client import KafkaTimeoutError, TopicPartition
-from client.aio.accumulator import PendingRecord, RecordAccumulator, record_size_estimate
+from client.aio.accumulator import RecordAccumulator, record_size_estimate
 from client.aio.cluster import ClusterMetadata, parse_bootstrap, parse_metadata
 from client.aio.consumer import consumer_config
 from client.aio.producer import producer_config
@@ -135,10 +135,6 @@ def test_producer_config_rejects_what_kafka_rejects():
         consumer_config({"auto_offset_reset": "beginning"})
 
 
-def _pending(loop: asyncio.AbstractEventLoop) -> PendingRecord:
-    return PendingRecord(loop.create_future(), 1000, 1, 1, 0)
-
-
 def test_accumulator_starts_a_new_batch_when_batch_size_is_reached():
     async def main():
         acc = RecordAccumulator(batch_size=200, linger_ms=1000)
@@ -146,7 +142,7 @@ def test_accumulator_starts_a_new_batch_when_batch_size_is_reached():
         tp = TopicPartition("t", 0)
         closed = []
         for i in range(20):
-            batch, done = acc.append(tp, 1000 + i, b"k", b"v" * 20, None, _pending(loop), 40)
+            batch, _index, done = acc.append(tp, 1000 + i, b"k", b"v" * 20, None, 40)
             if done:
                 closed.append(done)
         assert len(acc.queues[tp]) >= 3
@@ -163,7 +159,7 @@ def test_accumulator_holds_a_lone_batch_for_linger_ms_unless_urgent():
         now = [100.0]
         acc = RecordAccumulator(batch_size=16384, linger_ms=50, clock=lambda: now[0])
         tp = TopicPartition("t", 0)
-        acc.append(tp, 1000, None, b"v", None, _pending(asyncio.get_running_loop()), 30)
+        acc.append(tp, 1000, None, b"v", None, 30)
         batch, due = acc.first_ready(tp, now[0], urgent=False)
         assert batch is None and due == pytest.approx(100.05)
         assert acc.first_ready(tp, now[0], urgent=True)[0] is not None
@@ -176,8 +172,8 @@ def test_a_record_larger_than_batch_size_gets_a_batch_of_its_own():
         acc = RecordAccumulator(batch_size=100, linger_ms=0)
         tp = TopicPartition("t", 0)
         big = b"x" * 1000
-        acc.append(tp, 1, None, b"a", None, _pending(asyncio.get_running_loop()), 30)
-        batch, closed = acc.append(tp, 1, None, big, None, _pending(asyncio.get_running_loop()), 1030)
+        acc.append(tp, 1, None, b"a", None, 30)
+        batch, _index, closed = acc.append(tp, 1, None, big, None, 1030)
         assert closed is not None and batch.record_count == 1
         batch.close()
         header, records = rec.decode_batch(batch.buffer)
@@ -211,7 +207,7 @@ def test_requeued_batch_goes_back_before_later_batches_of_its_partition():
         tp = TopicPartition("t", 0)
         loop = asyncio.get_running_loop()
         for i in range(12):
-            acc.append(tp, 1, None, b"v" * 30, None, _pending(loop), 54)
+            acc.append(tp, 1, None, b"v" * 30, None, 54)
         first = acc.pop(tp)
         second = acc.pop(tp)
         acc.requeue(second, 0.0)
@@ -226,8 +222,7 @@ def test_stamped_producer_fields_keep_the_batch_crc_valid():
         acc = RecordAccumulator(compression_type="lz4")
         tp = TopicPartition("t", 0)
         for i in range(5):
-            acc.append(tp, 1000 + i, b"k%d" % i, b"value %d" % i, [("h", b"1")],
-                       _pending(asyncio.get_running_loop()), 40)
+            acc.append(tp, 1000 + i, b"k%d" % i, b"value %d" % i, [("h", b"1")], 40)
         batch = acc.pop(tp)
         batch.stamp_producer(4242, 3, 17)
         header = rec.validate_batch(batch.buffer)

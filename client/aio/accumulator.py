@@ -13,18 +13,24 @@ A batch's life (each step happens once, in this order; see :class:`ProducerBatch
 Memory: every appended record reserves its estimated size from ``buffer_memory``; a send that
 would exceed it waits up to ``max_block_ms`` for acknowledgements to release bytes, then fails
 with KafkaTimeoutError. While anyone waits for memory, every batch counts as ready (no linger).
+
+Threads: appends may come from the application's threads (the blocking Producer appends on the
+caller's thread, as Kafka's Java producer does) while the I/O thread drains. ``lock`` guards the
+queues, the open batches' builders and ``buffer_used``; the sender holds it while it picks and
+closes batches. A record's outcome is its batch's :class:`ProduceRequestResult`, completed once.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
 import struct
+import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from client.errors import KafkaTimeoutError
+from client.futures import ProduceRequestResult
 import crc32c
 
 from client.protocol import records as rec
@@ -46,45 +52,39 @@ def record_size_estimate(key: bytes | None, value: bytes | None,
     return size
 
 
-@dataclass
-class PendingRecord:
-    """One appended record, waiting for its batch's outcome."""
-
-    future: "asyncio.Future[Any]"
-    timestamp_ms: int
-    key_size: int
-    value_size: int
-    header_size: int
-
-
 _order = itertools.count()
 
 
-@dataclass(eq=False)  # identity: batches live in sets
 class ProducerBatch:
     """A batch of one partition; see the module doc for its life."""
 
-    tp: TopicPartition
-    builder: Any
-    created: float
-    order: int = field(default_factory=lambda: next(_order))
-    records: list[PendingRecord] = field(default_factory=list)
-    reserved_bytes: int = 0
-    closed: bool = False
-    buffer: bytes | None = None
-    base_sequence: int | None = None  # stamped on first send; kept across retries
-    producer_id: int = -1
-    producer_epoch: int = -1
-    attempts: int = 0
-    retry_at: float = 0.0
-    in_flight: bool = False
-    done: bool = False
-    last_error: BaseException | None = None
+    __slots__ = ("tp", "builder", "created", "order", "count", "result", "reserved_bytes",
+                 "closed", "buffer", "base_sequence", "producer_id", "producer_epoch", "attempts",
+                 "retry_at", "in_flight", "done", "last_error")
+
+    def __init__(self, tp: TopicPartition, builder: Any, created: float) -> None:
+        self.tp = tp
+        self.builder = builder
+        self.created = created
+        self.order = next(_order)
+        self.count = 0  # records appended
+        self.result = ProduceRequestResult(tp.topic, tp.partition)
+        self.reserved_bytes = 0
+        self.closed = False
+        self.buffer: bytes | None = None
+        self.base_sequence: int | None = None  # stamped on first send; kept across retries
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.in_flight = False
+        self.done = False
+        self.last_error: BaseException | None = None
 
     @property
     def record_count(self) -> int:
         """Records appended so far."""
-        return len(self.records)
+        return self.count
 
     def close(self) -> None:
         """No more appends: build the batch's bytes."""
@@ -104,25 +104,15 @@ class ProducerBatch:
         self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
 
     def complete(self, base_offset: int, log_append_time_ms: int, log_start_offset: int) -> None:
-        """Every record's future gets its RecordMetadata (offset -1 when unknown, acks=0)."""
-        from client.structs import RecordMetadata
+        """Every record gets its RecordMetadata (offset -1 when unknown, acks=0), in one step."""
         self.done = True
-        for i, r in enumerate(self.records):
-            if r.future.done():
-                continue
-            offset = base_offset + i if base_offset >= 0 else -1
-            ts = log_append_time_ms if log_append_time_ms not in (None, -1) else r.timestamp_ms
-            r.future.set_result(RecordMetadata(self.tp.topic, self.tp.partition, offset, ts,
-                                               log_start_offset, r.key_size, r.value_size,
-                                               r.header_size))
+        self.result.complete(base_offset, log_append_time_ms, log_start_offset, None)
 
     def fail(self, error: BaseException) -> None:
-        """Every record's future gets ``error``."""
+        """Every record gets ``error``."""
         self.done = True
         self.last_error = error
-        for r in self.records:
-            if not r.future.done():
-                r.future.set_exception(error)
+        self.result.complete(-1, -1, -1, error)
 
 
 class RecordAccumulator:
@@ -145,6 +135,9 @@ class RecordAccumulator:
         self.clock = clock
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.buffer_used = 0
+        self.closed = False  # set by the producer's close: no appends after it
+        # Re-entrant: the sender fails expired batches (which releases memory) while holding it.
+        self.lock = threading.RLock()
         self._memory_freed: asyncio.Condition | None = None
         self.memory_waiters = 0
         self.incomplete: set[ProducerBatch] = set()
@@ -158,9 +151,10 @@ class RecordAccumulator:
         if nbytes > self.buffer_memory:
             raise MessageTooLargeError(f"the record is about {nbytes} bytes, over buffer_memory="
                                        f"{self.buffer_memory}")
-        if self.buffer_used + nbytes <= self.buffer_memory and not self.memory_waiters:
-            self.buffer_used += nbytes
-            return
+        with self.lock:
+            if self.buffer_used + nbytes <= self.buffer_memory and not self.memory_waiters:
+                self.buffer_used += nbytes
+                return
         if self._memory_freed is None:
             self._memory_freed = asyncio.Condition()
         self.memory_waiters += 1
@@ -168,7 +162,8 @@ class RecordAccumulator:
             async with self._memory_freed:
                 await asyncio.wait_for(self._memory_freed.wait_for(
                     lambda: self.buffer_used + nbytes <= self.buffer_memory), max_block_ms / 1000)
-                self.buffer_used += nbytes
+                with self.lock:
+                    self.buffer_used += nbytes
         except asyncio.TimeoutError:
             raise KafkaTimeoutError(
                 f"buffer_memory={self.buffer_memory} bytes full for max_block_ms={max_block_ms}: "
@@ -177,8 +172,9 @@ class RecordAccumulator:
             self.memory_waiters -= 1
 
     def release(self, nbytes: int) -> None:
-        """Give ``nbytes`` back to ``buffer_memory`` and wake waiting sends."""
-        self.buffer_used -= nbytes
+        """Give ``nbytes`` back to ``buffer_memory`` and wake waiting sends (on the I/O thread)."""
+        with self.lock:
+            self.buffer_used -= nbytes
         if self._memory_freed is not None and self.memory_waiters:
             cond = self._memory_freed
 
@@ -187,8 +183,8 @@ class RecordAccumulator:
                     cond.notify_all()
             asyncio.get_running_loop().create_task(notify())
 
-    # -- appending --
-    def _new_batch(self, tp: TopicPartition, min_size: int) -> ProducerBatch:
+    # -- appending (any thread) --
+    def _new_batch(self, tp: TopicPartition) -> ProducerBatch:
         builder = self._builder_factory(compression_type=self.compression,
                                         batch_size=self.batch_size,
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1)
@@ -198,58 +194,88 @@ class RecordAccumulator:
         return batch
 
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
-               headers: list[tuple[str, bytes]] | None, pending: PendingRecord,
-               reserved: int) -> tuple[ProducerBatch, ProducerBatch | None]:
-        """Append to the open batch of ``tp`` or a new one. Returns (batch appended to, batch
+               headers: list[tuple[str, bytes | None]] | None, reserved: int
+               ) -> tuple[ProducerBatch, int, ProducerBatch | None]:
+        """Append to the open batch of ``tp`` or a new one, ``reserved`` bytes already taken
+        from ``buffer_memory``. Returns (batch appended to, the record's index in it, batch
         closed because it was full or None)."""
+        with self.lock:
+            if self.closed:
+                from client.errors import KafkaClosedError
+                raise KafkaClosedError("the producer is closed")
+            return self._append(tp, timestamp_ms, key, value, headers, reserved)
+
+    def try_append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None,
+                   value: bytes | None, headers: list[tuple[str, bytes | None]] | None,
+                   size: int) -> tuple[ProducerBatch, int, ProducerBatch | None] | None:
+        """``append`` with the memory reservation, when it needs no wait: None when the buffer
+        is full or others wait for memory (the caller then takes the waiting path)."""
+        with self.lock:
+            if self.closed or self.memory_waiters or self.buffer_used + size > self.buffer_memory:
+                return None
+            self.buffer_used += size
+            try:
+                return self._append(tp, timestamp_ms, key, value, headers, size)
+            except BaseException:
+                self.buffer_used -= size
+                raise
+
+    def _append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes | None]] | None, reserved: int
+                ) -> tuple[ProducerBatch, int, ProducerBatch | None]:
         dq = self.queues.get(tp)
         closed: ProducerBatch | None = None
-        batch = dq[-1] if dq else None
-        if batch is not None and not batch.closed:
-            if batch.builder.append(timestamp_ms, key, value, headers or []):
-                self._add(batch, pending, reserved)
-                return batch, None
-            batch.close()
-            closed = batch
-        batch = self._new_batch(tp, reserved)
-        if not batch.builder.append(timestamp_ms, key, value, headers or []):
+        if dq:
+            batch = dq[-1]
+            if not batch.closed:
+                if batch.builder.append(timestamp_ms, key, value, headers or ()):
+                    index = batch.count
+                    batch.count = index + 1
+                    batch.reserved_bytes += reserved
+                    return batch, index, None
+                batch.close()
+                closed = batch
+        batch = self._new_batch(tp)
+        if not batch.builder.append(timestamp_ms, key, value, headers or ()):
             raise MessageTooLargeError(f"a record of about {reserved} bytes does not fit an empty batch",
                                        topic=tp.topic, partition=tp.partition)
-        self._add(batch, pending, reserved)
-        return batch, closed
-
-    @staticmethod
-    def _add(batch: ProducerBatch, pending: PendingRecord, reserved: int) -> None:
-        batch.records.append(pending)
+        batch.count = 1
         batch.reserved_bytes += reserved
+        return batch, 0, closed
 
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
         """Put a batch that failed retriably back, before every later batch of its partition."""
-        batch.in_flight = False
-        batch.retry_at = retry_at
-        dq = self.queues.setdefault(batch.tp, deque())
-        index = 0
-        while index < len(dq) and dq[index].order < batch.order:
-            index += 1
-        dq.insert(index, batch)
+        with self.lock:
+            batch.in_flight = False
+            batch.retry_at = retry_at
+            dq = self.queues.setdefault(batch.tp, deque())
+            index = 0
+            while index < len(dq) and dq[index].order < batch.order:
+                index += 1
+            dq.insert(index, batch)
 
     def finished(self, batch: ProducerBatch) -> None:
         """The batch is done (acknowledged or failed): release its bytes."""
-        if batch in self.incomplete:
+        with self.lock:
+            if batch not in self.incomplete:
+                return
             self.incomplete.discard(batch)
-            self.release(batch.reserved_bytes)
+        self.release(batch.reserved_bytes)
 
     def batches(self) -> Iterator[ProducerBatch]:
-        """Every queued batch, partition by partition."""
-        for dq in self.queues.values():
-            yield from dq
+        """Every queued batch, partition by partition (a snapshot)."""
+        with self.lock:
+            snapshot = [b for dq in self.queues.values() for b in dq]
+        yield from snapshot
 
     def has_queued(self) -> bool:
         """True when any partition has a queued batch."""
-        return any(self.queues.values())
+        with self.lock:
+            return any(self.queues.values())
 
     def first_ready(self, tp: TopicPartition, now: float, *, urgent: bool) -> tuple[ProducerBatch | None, float | None]:
-        """The head batch of ``tp`` if it may be sent now, else (None, when to look again)."""
+        """The head batch of ``tp`` if it may be sent now, else (None, when to look again).
+        The caller holds ``lock`` (as for ``pop``)."""
         dq = self.queues.get(tp)
         if not dq:
             return None, None

@@ -27,9 +27,10 @@ import logging
 import time
 from typing import Any, Callable, Sequence
 
-from client.aio.accumulator import PendingRecord, ProducerBatch, RecordAccumulator, record_size_estimate
+from client.aio.accumulator import ProducerBatch, RecordAccumulator, record_size_estimate
 from client.aio.cluster import API_INIT_PRODUCER_ID, API_PRODUCE, Cluster
 from client.errors import ConfigError, KafkaClosedError, KafkaTimeoutError, SerializationError
+from client.futures import FutureRecordMetadata
 from client.partitioner import DefaultPartitioner
 from client.protocol import errors
 from client.protocol.errors import RaftkaError
@@ -150,6 +151,9 @@ class Producer:
         self._reset_pid = False
         self._maybe_written: set[int] = set()  # ProducerBatch.order of batches with an unknown outcome
         self._wakeup = asyncio.Event()
+        self._batch_done = asyncio.Event()  # set when a batch is acknowledged or failed (flush)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the I/O loop, for other threads' wakeups
+        self._tps: dict[tuple[str, int], TopicPartition] = {}
         self._flushing = 0
         self._closing = False
         self._closed = False
@@ -162,6 +166,7 @@ class Producer:
     async def start(self) -> None:
         """Start the metadata and sender tasks (called by ``send`` when needed)."""
         if self._sender is None:
+            self._loop = asyncio.get_running_loop()
             self.cluster.start()
             self._sender = asyncio.get_running_loop().create_task(self._run_sender())
 
@@ -195,59 +200,138 @@ class Producer:
     async def append_serialized(self, topic: str, key_bytes: bytes | None, value_bytes: bytes | None,
                                 header_list: list[tuple[str, bytes | None]], partition: int | None,
                                 timestamp_ms: int | None) -> "asyncio.Future[RecordMetadata]":
-        """``send`` after serialization (the blocking Producer serializes on the caller's thread)."""
+        """``send`` after serialization: an asyncio future of the record's RecordMetadata."""
+        record = await self.append_waiting(topic, key_bytes, value_bytes, header_list, partition,
+                                           timestamp_ms)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        record._add(lambda r: _to_asyncio(r, future))  # runs on this loop: batches complete here
+        return future
+
+    async def append_waiting(self, topic: str, key_bytes: bytes | None, value_bytes: bytes | None,
+                             header_list: list[tuple[str, bytes | None]], partition: int | None,
+                             timestamp_ms: int | None) -> FutureRecordMetadata:
+        """Append a serialized record, waiting up to ``max_block_ms`` for metadata, a producer id
+        and room in ``buffer_memory``; the record's future (completed with its batch)."""
         if self._closing or self._closed:
             raise KafkaClosedError("the producer is closed")
         await self.start()
         c = self.config
         deadline = time.monotonic() + c["max_block_ms"] / 1000
-        all_partitions = await self.cluster.partitions_for(topic, c["max_block_ms"])
+        await self.cluster.partitions_for(topic, c["max_block_ms"])
         if c["enable_idempotence"]:
             await self._ensure_producer_id(max(0.0, deadline - time.monotonic()) * 1000)
+        record = self.try_append(topic, key_bytes, value_bytes, header_list, partition, timestamp_ms)
+        if record is not None:
+            return record
+        # Waiting for memory: reserve (queued behind other waiters), then append.
+        tp = self._partition(topic, key_bytes, partition)
+        size = record_size_estimate(key_bytes, value_bytes, header_list)
+        await self.accumulator.reserve(size, max(0.0, deadline - time.monotonic()) * 1000)
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        try:
+            batch, index, closed = self.accumulator.append(tp, ts, key_bytes, value_bytes, header_list, size)
+        except BaseException:
+            self.accumulator.release(size)
+            raise
+        return self._appended(batch, index, closed, ts, key_bytes, value_bytes, header_list)
+
+    def try_append(self, topic: str, key_bytes: bytes | None, value_bytes: bytes | None,
+                   header_list: list[tuple[str, bytes | None]] | None, partition: int | None,
+                   timestamp_ms: int | None) -> FutureRecordMetadata | None:
+        """Append without waiting, from any thread: the record's future, or None when something
+        must be waited for (metadata, a producer id, buffer room; then use ``append_waiting``).
+        Raises at once for a bad partition or a record too large."""
+        if self._closing or self._loop is None:
+            return None
+        if self.producer_id < 0 and self.config["enable_idempotence"]:
+            return None
+        tp = self._tps.get((topic, partition)) if partition is not None else None
+        if tp is None:
+            if self.cluster.metadata.partitions_for(topic) is None:
+                return None
+            tp = self._partition(topic, key_bytes, partition)
+        size = (24 + (len(key_bytes) if key_bytes is not None else 0)  # record_size_estimate, inline
+                + (len(value_bytes) if value_bytes is not None else 0))
+        if header_list:
+            size = record_size_estimate(key_bytes, value_bytes, header_list)
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        appended = self.accumulator.try_append(tp, ts, key_bytes, value_bytes, header_list, size)
+        if appended is None:
+            return None
+        batch, index, closed = appended
+        return self._appended(batch, index, closed, ts, key_bytes, value_bytes, header_list)
+
+    def _partition(self, topic: str, key_bytes: bytes | None, partition: int | None) -> TopicPartition:
+        """The TopicPartition of a record (the partitioner's choice when ``partition`` is None);
+        the topic's metadata must be known."""
+        all_partitions = self.cluster.metadata.partitions_for(topic) or []
         if partition is None:
             available = self.cluster.metadata.available_partitions(topic)
             if isinstance(self.partitioner, DefaultPartitioner):
                 partition = self.partitioner(topic, key_bytes, all_partitions, available)
             else:  # kafka-python's partitioner signature: (key_bytes, all_partitions, available)
                 partition = self.partitioner(key_bytes, all_partitions, available)
+        elif (topic, partition) in self._tps:
+            return self._tps[(topic, partition)]
         if partition not in all_partitions:
             raise errors.UnknownTopicOrPartitionError(
                 f"partition {partition} does not exist (the topic has {len(all_partitions)})",
                 topic=topic, partition=partition)
-        tp = TopicPartition(topic, partition)
-        size = record_size_estimate(key_bytes, value_bytes, header_list)
-        await self.accumulator.reserve(size, max(0.0, deadline - time.monotonic()) * 1000)
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        header_size = sum(len(k) + (len(v) if v else 0) for k, v in header_list)
-        pending = PendingRecord(future, ts, len(key_bytes) if key_bytes is not None else -1,
-                                len(value_bytes) if value_bytes is not None else -1, header_size)
-        try:
-            batch, closed = self.accumulator.append(tp, ts, key_bytes, value_bytes, header_list,
-                                                    pending, size)
-        except BaseException:
-            self.accumulator.release(size)
-            raise
-        if closed is not None or batch.record_count == 1:
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        return tp
+
+    def _appended(self, batch: ProducerBatch, index: int, closed: ProducerBatch | None, ts: int,
+                  key_bytes: bytes | None, value_bytes: bytes | None,
+                  header_list: list[tuple[str, bytes | None]] | None) -> FutureRecordMetadata:
+        if closed is not None or index == 0:
             if closed is not None:
                 self._batch_closed(closed)
-            self._wakeup.set()  # a full batch or a new linger timer
-        return future
+            self._wake()  # a full batch or a new linger timer
+        return FutureRecordMetadata(
+            batch.result, index, ts, len(key_bytes) if key_bytes is not None else -1,
+            len(value_bytes) if value_bytes is not None else -1,
+            sum(len(k) + (len(v) if v else 0) for k, v in header_list) if header_list else 0)
+
+    def _wake(self) -> None:
+        """Wake the sender, from any thread."""
+        loop = self._loop
+        try:
+            if loop is None or loop is asyncio.get_running_loop():
+                self._wakeup.set()
+                return
+        except RuntimeError:  # no running loop: another thread
+            pass
+        try:
+            loop.call_soon_threadsafe(self._wakeup.set)
+        except RuntimeError:  # the loop is closed: the producer is gone
+            pass
 
     async def flush(self, timeout_ms: float | None = None) -> list[tuple[TopicPartition, BaseException]]:
         """Send everything queued now (no linger) and wait until each record is acknowledged or
         failed. Returns the (partition, error) of each failed batch since the previous flush
         (empty: all acknowledged); KafkaTimeoutError after ``timeout_ms``."""
-        waiting = [r.future for b in list(self.accumulator.incomplete) for r in b.records]
+        with self.accumulator.lock:
+            waiting = list(self.accumulator.incomplete)
         self._flushing += 1
         self._wakeup.set()
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         try:
-            if waiting:
-                # asyncio.wait, not wait_for(gather): a timeout must not cancel the records' futures.
-                _done, left = await asyncio.wait(waiting, timeout=None if timeout_ms is None else timeout_ms / 1000)
-                if left:
-                    raise KafkaTimeoutError(f"flush: {len(left)} records not acknowledged within "
-                                            f"{timeout_ms} ms")
+            # Batches complete on this loop; _batch_done is set each time one does.
+            while True:
+                waiting = [b for b in waiting if not b.done]
+                if not waiting:
+                    break
+                self._batch_done.clear()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                try:
+                    if remaining is not None and remaining <= 0:
+                        raise asyncio.TimeoutError
+                    await asyncio.wait_for(self._batch_done.wait(), remaining)
+                except asyncio.TimeoutError:
+                    raise KafkaTimeoutError(f"flush: {sum(b.count for b in waiting)} records not "
+                                            f"acknowledged within {timeout_ms} ms") from None
         finally:
             self._flushing -= 1
         failures, self.failures = self.failures, []
@@ -264,7 +348,10 @@ class Producer:
         except KafkaTimeoutError:
             failures = []
         self._closed = True
-        for batch in list(self.accumulator.incomplete):
+        with self.accumulator.lock:
+            self.accumulator.closed = True  # an append racing with close fails rather than hangs
+            left = list(self.accumulator.incomplete)
+        for batch in left:
             error = KafkaClosedError("the producer was closed before this record was acknowledged",
                                      topic=batch.tp.topic, partition=batch.tp.partition)
             self._fail(batch, error)
@@ -280,15 +367,6 @@ class Producer:
                              return_exceptions=True)
         await self.cluster.close()
         return failures
-
-    def can_append_without_waiting(self, topic: str, partition: int | None) -> bool:
-        """True when ``append_serialized`` will very likely not wait: metadata and a producer id
-        known, buffer under half full. Read from the blocking Producer's thread as a hint."""
-        parts = self.cluster.metadata.partitions_for(topic)
-        return (parts is not None and (partition is None or partition in parts) and not self._closing
-                and (self.producer_id >= 0 or not self.config["enable_idempotence"])
-                and self.accumulator.buffer_used < self.accumulator.buffer_memory // 2
-                and not self.accumulator.memory_waiters)
 
     async def partitions_for(self, topic: str) -> set[int]:
         """The partitions of ``topic`` (waits up to max_block_ms for metadata)."""
@@ -372,36 +450,37 @@ class Producer:
         urgent = bool(self._flushing or self._closing)
         by_node: dict[int, list[ProducerBatch]] = {}
         size_by_node: dict[int, int] = {}
-        for tp in list(self.accumulator.queues):
-            if tp in self._muted:
-                if self._in_flight.get(tp):
+        with self.accumulator.lock:  # appends from other threads wait while batches are picked
+            for tp in list(self.accumulator.queues):
+                if tp in self._muted:
+                    if self._in_flight.get(tp):
+                        continue
+                    self._muted.discard(tp)
+                batch, due = self.accumulator.first_ready(tp, now, urgent=urgent)
+                if batch is None:
+                    later(due)
                     continue
-                self._muted.discard(tp)
-            batch, due = self.accumulator.first_ready(tp, now, urgent=urgent)
-            if batch is None:
-                later(due)
-                continue
-            leader = self.cluster.metadata.leader_for(tp)
-            if leader is None:
-                self.cluster.request_update()
-                later(now + c["retry_backoff_ms"] / 1000)
-                continue
-            in_flight = self._node_in_flight.get(leader, 0)
-            if in_flight >= c["max_in_flight_requests_per_connection"]:
-                continue
-            if c["max_in_flight_requests_per_connection"] == 1 and self._in_flight.get(tp):
-                continue
-            size = len(batch.buffer) if batch.buffer is not None else self.accumulator.batch_size
-            if by_node.get(leader) and size_by_node[leader] + size > c["max_request_size"]:
-                continue
-            batch = self.accumulator.pop(tp)
-            self._prepare(batch)
-            by_node.setdefault(leader, []).append(batch)
-            size_by_node[leader] = size_by_node.get(leader, 0) + len(batch.buffer or b"")
-            if not self.accumulator.queues[tp]:
-                self._batch_closed(batch)
-            else:
-                later(now)  # more of this partition may go in the next request
+                leader = self.cluster.metadata.leader_for(tp)
+                if leader is None:
+                    self.cluster.request_update()
+                    later(now + c["retry_backoff_ms"] / 1000)
+                    continue
+                in_flight = self._node_in_flight.get(leader, 0)
+                if in_flight >= c["max_in_flight_requests_per_connection"]:
+                    continue
+                if c["max_in_flight_requests_per_connection"] == 1 and self._in_flight.get(tp):
+                    continue
+                size = len(batch.buffer) if batch.buffer is not None else self.accumulator.batch_size
+                if by_node.get(leader) and size_by_node[leader] + size > c["max_request_size"]:
+                    continue
+                batch = self.accumulator.pop(tp)
+                self._prepare(batch)
+                by_node.setdefault(leader, []).append(batch)
+                size_by_node[leader] = size_by_node.get(leader, 0) + len(batch.buffer or b"")
+                if not self.accumulator.queues[tp]:
+                    self._batch_closed(batch)
+                else:
+                    later(now)  # more of this partition may go in the next request
         for node, batches in by_node.items():
             self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
             self.metrics["produce_requests"] += 1
@@ -413,9 +492,10 @@ class Producer:
             task = asyncio.get_running_loop().create_task(self._produce(node, batches))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        for dq in self.accumulator.queues.values():  # heads are the oldest: see _expire
-            if dq:
-                later(dq[0].created + c["delivery_timeout_ms"] / 1000)
+        with self.accumulator.lock:
+            for dq in self.accumulator.queues.values():  # heads are the oldest: see _expire
+                if dq:
+                    later(dq[0].created + c["delivery_timeout_ms"] / 1000)
         return wake_at
 
     def _prepare(self, batch: ProducerBatch) -> None:
@@ -430,13 +510,17 @@ class Producer:
         limit = self.config["delivery_timeout_ms"] / 1000
         # A partition's queue is in creation order (a requeued batch goes back to its place), so
         # only heads need looking at.
-        for tp, dq in self.accumulator.queues.items():
-            while dq and now - dq[0].created >= limit:
-                batch = dq.popleft()
-                cause = f" (last error: {batch.last_error})" if batch.last_error else ""
-                self._fail(batch, KafkaTimeoutError(
-                    f"{batch.record_count} records not acknowledged within delivery_timeout_ms="
-                    f"{self.config['delivery_timeout_ms']}{cause}", topic=tp.topic, partition=tp.partition))
+        expired: list[ProducerBatch] = []
+        with self.accumulator.lock:
+            for dq in self.accumulator.queues.values():
+                while dq and now - dq[0].created >= limit:
+                    expired.append(dq.popleft())
+        for batch in expired:
+            tp = batch.tp
+            cause = f" (last error: {batch.last_error})" if batch.last_error else ""
+            self._fail(batch, KafkaTimeoutError(
+                f"{batch.record_count} records not acknowledged within delivery_timeout_ms="
+                f"{self.config['delivery_timeout_ms']}{cause}", topic=tp.topic, partition=tp.partition))
 
     async def _reset_producer_id(self) -> None:
         """After a sequenced batch failed for good, the partition's sequence has a gap the leader
@@ -448,7 +532,8 @@ class Producer:
         self._next_sequence.clear()
         for batch in list(self.accumulator.batches()):
             if batch.base_sequence is not None and batch.order in self._maybe_written:
-                self.accumulator.queues[batch.tp].remove(batch)
+                with self.accumulator.lock:
+                    self.accumulator.queues[batch.tp].remove(batch)
                 cause = batch.last_error
                 code = getattr(cause, "code", errors.REQUEST_TIMED_OUT)
                 self._fail(batch, errors.error_for(
@@ -470,6 +555,7 @@ class Producer:
         batch.fail(error)
         self._maybe_written.discard(batch.order)
         self.accumulator.finished(batch)
+        self._batch_done.set()
         self.failures.append((batch.tp, error))
         if self.config["enable_idempotence"] and batch.base_sequence is not None:
             self._reset_pid = True
@@ -480,6 +566,7 @@ class Producer:
         batch.complete(base_offset, log_append_time_ms, log_start_offset)
         self._maybe_written.discard(batch.order)
         self.accumulator.finished(batch)
+        self._batch_done.set()
 
     def _retry_or_fail(self, batch: ProducerBatch, error: RaftkaError) -> None:
         c = self.config
@@ -551,7 +638,8 @@ class Producer:
 
     def _earlier_pending(self, batch: ProducerBatch) -> bool:
         earlier = [b for b in self._in_flight.get(batch.tp, []) if b.order < batch.order]
-        queued = self.accumulator.queues.get(batch.tp) or ()
+        with self.accumulator.lock:
+            queued = list(self.accumulator.queues.get(batch.tp) or ())
         return bool(earlier) or any(b.order < batch.order for b in queued)
 
     def _on_error(self, batch: ProducerBatch, error: RaftkaError) -> None:
@@ -568,3 +656,12 @@ class Producer:
                 error = errors.error_for(error.code, error.message, topic=batch.tp.topic,
                                          partition=batch.tp.partition)
             self._fail(batch, error)
+
+
+def _to_asyncio(record: FutureRecordMetadata, future: "asyncio.Future[RecordMetadata]") -> None:
+    if future.done():
+        return
+    if record.failed():
+        future.set_exception(record.exception)  # type: ignore[arg-type]
+    else:
+        future.set_result(record.value)  # type: ignore[arg-type]
