@@ -105,13 +105,13 @@ class Future(Generic[T]):
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[T]":
         """Call ``fn(*args, value, **kwargs)`` on success."""
         call = functools.partial(fn, *args, **kwargs)
-        self._add(lambda f: _safely(call, f._value) if f._error is None else None)
+        self._add(lambda f: _safely(call, f.value) if f.exception is None else None)
         return self
 
     def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[T]":
         """Call ``fn(*args, exception, **kwargs)`` on failure."""
         call = functools.partial(fn, *args, **kwargs)
-        self._add(lambda f: _safely(call, f._error) if f._error is not None else None)
+        self._add(lambda f: _safely(call, f.exception) if f.exception is not None else None)
         return self
 
     def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[T]":
@@ -147,7 +147,8 @@ class ProduceRequestResult:
         self.done = False
         self._lock = threading.Lock()
         self._event: threading.Event | None = None
-        self._waiting: list["FutureRecordMetadata"] | None = None  # futures with callbacks
+        # (future, callback) of the records that have callbacks
+        self._waiting: list[tuple["FutureRecordMetadata", Callable[..., None]]] | None = None
 
     def complete(self, base_offset: int, log_append_time_ms: int, log_start_offset: int,
                  error: BaseException | None) -> None:
@@ -162,8 +163,8 @@ class ProduceRequestResult:
             event = self._event
         if event is not None:
             event.set()
-        for future in waiting or ():
-            future._run_callbacks()
+        for future, callback in waiting or ():
+            callback(future)
 
     def wait(self, timeout: float | None) -> bool:
         """Block until done (up to ``timeout`` seconds); True when done."""
@@ -180,110 +181,95 @@ class ProduceRequestResult:
 class FutureRecordMetadata(Future["RecordMetadata"]):  # noqa: F821
     """What ``Producer.send`` returns; ``get()`` gives ``RecordMetadata``.
 
-    Resolved by its batch (a shared :class:`ProduceRequestResult`) rather than one by one: the
-    record's RecordMetadata is built on first access. ``failure``/``success`` still complete a
-    single record (a send refused before it reached a batch)."""
+    Resolved by its batch (a shared :class:`ProduceRequestResult`) rather than one by one, so a
+    record costs one small object: its RecordMetadata is built when asked for, its callbacks
+    are kept by the batch. Without a batch (``FutureRecordMetadata()``) it is a plain Future."""
 
     __slots__ = ("_result", "_index", "_timestamp_ms", "_key_size", "_value_size", "_header_size")
 
     def __init__(self, result: ProduceRequestResult | None = None, index: int = 0,
                  timestamp_ms: int = -1, key_size: int = -1, value_size: int = -1,
                  header_size: int = 0) -> None:
-        if result is None:  # a standalone future, completed with success()/failure()
-            Future.__init__(self)
-            self._result = None
-            return
+        # The inherited slots (_value, _error, _lock, ...) stay unset for a batch's record.
         self._result = result
+        if result is None:
+            Future.__init__(self)
+            return
         self._index = index
         self._timestamp_ms = timestamp_ms
         self._key_size = key_size
         self._value_size = value_size
         self._header_size = header_size
-        self._value = _PENDING
-        self._error = None
-        self._callbacks = None
-        self._lock = None
-        self._event = None
 
-    def _resolve(self) -> bool:
-        """Copy the batch's outcome into this future once it is done; True when done."""
-        if self._value is not _PENDING or self._error is not None:
-            return True
+    def _metadata(self) -> "RecordMetadata":
+        from client.structs import RecordMetadata
         result = self._result
-        if result is None or not result.done:
-            return False
-        if result.error is not None:
-            self._error = result.error
-        else:
-            from client.structs import RecordMetadata
-            ts = result.log_append_time_ms
-            self._value = RecordMetadata(
-                result.topic, result.partition,
-                result.base_offset + self._index if result.base_offset >= 0 else -1,
-                ts if ts is not None and ts != -1 else self._timestamp_ms, result.log_start_offset,
-                self._key_size, self._value_size, self._header_size)
-        return True
+        ts = result.log_append_time_ms
+        return RecordMetadata(
+            result.topic, result.partition,
+            result.base_offset + self._index if result.base_offset >= 0 else -1,
+            ts if ts is not None and ts != -1 else self._timestamp_ms, result.log_start_offset,
+            self._key_size, self._value_size, self._header_size)
 
-    def _run_callbacks(self) -> None:
-        self._resolve()
-        callbacks, self._callbacks = self._callbacks, None
-        for callback in callbacks or ():
-            callback(self)
-
-    def _complete(self, value: Any, error: BaseException | None) -> "Future[RecordMetadata]":  # noqa: F821
-        if self._result is None:
-            return Future._complete(self, value, error)
-        if not self._resolve():  # not yet resolved by its batch: this record alone completes
-            self._value, self._error = value, error
-            self._run_callbacks()
-        return self
+    def _complete(self, value: Any, error: BaseException | None) -> "Future[RecordMetadata]":
+        if self._result is not None:
+            raise RuntimeError("this record's future is completed by its batch")
+        return Future._complete(self, value, error)
 
     @property
     def is_done(self) -> bool:
         """True once completed either way."""
-        return self._resolve() if self._result is not None else Future.is_done.fget(self)  # type: ignore[attr-defined]
+        result = self._result
+        return result.done if result is not None else Future.is_done.fget(self)  # type: ignore[attr-defined]
 
     def succeeded(self) -> bool:
         """True once completed with a value."""
-        return self.is_done and self._error is None
+        result = self._result
+        if result is None:
+            return Future.succeeded(self)
+        return result.done and result.error is None
 
     def failed(self) -> bool:
         """True once completed with an error."""
-        return self.is_done and self._error is not None
+        result = self._result
+        if result is None:
+            return Future.failed(self)
+        return result.done and result.error is not None
 
     @property
-    def value(self) -> "RecordMetadata | None":  # noqa: F821
+    def value(self) -> "RecordMetadata | None":
         """The value once succeeded, else None."""
-        return self._value if self.succeeded() else None
+        if self._result is None:
+            return Future.value.fget(self)  # type: ignore[attr-defined]
+        return self._metadata() if self.succeeded() else None
 
     @property
     def exception(self) -> BaseException | None:
         """The error once failed, else None."""
-        self.is_done
-        return self._error
+        result = self._result
+        if result is None:
+            return self._error
+        return result.error if result.done else None
 
-    def get(self, timeout: float | None = None) -> "RecordMetadata":  # noqa: F821
+    def get(self, timeout: float | None = None) -> "RecordMetadata":
         """The value, or raise the error; ``KafkaTimeoutError`` after ``timeout`` seconds."""
-        if self._result is None:
+        result = self._result
+        if result is None:
             return Future.get(self, timeout)
-        if not self.is_done and not (self._result.wait(timeout) and self._resolve()):
+        if not result.wait(timeout):
             raise KafkaTimeoutError(f"no result within {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self._value
+        if result.error is not None:
+            raise result.error
+        return self._metadata()
 
-    def _add(self, callback: Callable[["Future[RecordMetadata]"], None]) -> None:  # noqa: F821
+    def _add(self, callback: Callable[["Future[RecordMetadata]"], None]) -> None:
         result = self._result
         if result is None:
             return Future._add(self, callback)
         with result._lock:  # the batch's completion takes the callbacks under the same lock
-            if not result.done and self._value is _PENDING and self._error is None:
-                if self._callbacks is None:
-                    self._callbacks = []
-                    if result._waiting is None:
-                        result._waiting = []
-                    result._waiting.append(self)
-                self._callbacks.append(callback)
+            if not result.done:
+                if result._waiting is None:
+                    result._waiting = []
+                result._waiting.append((self, callback))
                 return
-        self._resolve()
         callback(self)

@@ -63,6 +63,7 @@ class Producer:
         self._queue: deque[_Queued] = deque()
         self._lock = threading.Lock()
         self._pumping = False
+        self._stopped = False  # set when the I/O thread is stopped (cheaper than is_alive per send)
         # No serializers: bytes values without key or headers need no serialize() call.
         self._plain = self.config["key_serializer"] is None and self.config["value_serializer"] is None
 
@@ -73,7 +74,7 @@ class Producer:
         partition, offset, timestamp). Blocks up to ``max_block_ms`` for metadata or buffer room,
         then raises KafkaTimeoutError; a bad record raises at once."""
         aio = self._aio
-        if aio._closing or not self._io.alive:
+        if aio._closing or self._stopped:
             raise KafkaClosedError("the producer is closed")
         if value is None and key is None:
             raise ValueError("send needs a value or a key (a None value with a key is a tombstone)")
@@ -85,6 +86,8 @@ class Producer:
             record = aio.try_append(topic, key_bytes, value_bytes, header_list, partition, timestamp_ms)
             if record is not None:
                 return record
+        if not self._io.alive:
+            raise KafkaClosedError("the producer is closed")
         item = _Queued(topic, key_bytes, value_bytes, header_list or [], partition, timestamp_ms)
         with self._lock:
             if len(self._queue) >= SEND_QUEUE_MAX:
@@ -98,7 +101,8 @@ class Producer:
             raise KafkaTimeoutError(f"send not accepted within max_block_ms={self.config['max_block_ms']}")
         if item.error is not None:
             raise item.error
-        assert item.result is not None
+        if item.result is None:  # the I/O thread stopped under this send
+            raise KafkaClosedError("the producer is closed")
         return item.result
 
     # -- on the I/O thread --
@@ -138,11 +142,13 @@ class Producer:
         """Flush for up to ``timeout`` seconds, fail what is left (KafkaClosedError), stop the I/O
         thread. Returns the failures as ``flush`` does. Safe to call twice."""
         if not self._io.alive:
+            self._stopped = True
             return []
         timeout_s = CLOSE_TIMEOUT_S_DEFAULT if timeout is None else timeout
         try:
             return self._io.run(self._close(timeout_s * 1000), timeout_s + 10)
         finally:
+            self._stopped = True
             self._io.stop()
 
     async def _close(self, timeout_ms: float) -> list[tuple[TopicPartition, BaseException]]:

@@ -213,6 +213,15 @@ class RecordAccumulator:
         with self.lock:
             if self.closed or self.memory_waiters or self.buffer_used + size > self.buffer_memory:
                 return None
+            dq = self.queues.get(tp)
+            if dq:  # the common case, inline: the open batch takes the record
+                batch = dq[-1]
+                if not batch.closed and batch.builder.append(timestamp_ms, key, value, headers or ()):
+                    self.buffer_used += size
+                    index = batch.count
+                    batch.count = index + 1
+                    batch.reserved_bytes += size
+                    return batch, index, None
             self.buffer_used += size
             try:
                 return self._append(tp, timestamp_ms, key, value, headers, size)

@@ -27,7 +27,8 @@ import logging
 import time
 from typing import Any, Callable, Sequence
 
-from client.aio.accumulator import ProducerBatch, RecordAccumulator, record_size_estimate
+from client.aio.accumulator import (RECORD_OVERHEAD_BYTES, ProducerBatch, RecordAccumulator,
+                                    record_size_estimate)
 from client.aio.cluster import API_INIT_PRODUCER_ID, API_PRODUCE, Cluster
 from client.errors import ConfigError, KafkaClosedError, KafkaTimeoutError, SerializationError
 from client.futures import FutureRecordMetadata
@@ -37,6 +38,7 @@ from client.protocol.errors import RaftkaError
 from client.structs import RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
+_time = time.time
 
 ACKS = {"all": -1, -1: -1, 0: 0, 1: 1, "0": 0, "1": 1, "-1": -1}
 IN_FLIGHT_MAX_IDEMPOTENT = 5
@@ -154,6 +156,11 @@ class Producer:
         self._batch_done = asyncio.Event()  # set when a batch is acknowledged or failed (flush)
         self._loop: asyncio.AbstractEventLoop | None = None  # the I/O loop, for other threads' wakeups
         self._tps: dict[tuple[str, int], TopicPartition] = {}
+        self._idempotent = c["enable_idempotence"]
+        # Keyless records under the DefaultPartitioner: the sticky partition per topic, dropped
+        # whenever a batch of the topic closes (the partitioner may then move on).
+        self._sticky_ok = isinstance(self.partitioner, DefaultPartitioner)
+        self._sticky_tps: dict[str, TopicPartition] = {}
         self._flushing = 0
         self._closing = False
         self._closed = False
@@ -240,26 +247,43 @@ class Producer:
                    timestamp_ms: int | None) -> FutureRecordMetadata | None:
         """Append without waiting, from any thread: the record's future, or None when something
         must be waited for (metadata, a producer id, buffer room; then use ``append_waiting``).
-        Raises at once for a bad partition or a record too large."""
+        Raises at once for a bad partition or a record too large. The hot path of every send:
+        kept to a few calls per record."""
         if self._closing or self._loop is None:
             return None
-        if self.producer_id < 0 and self.config["enable_idempotence"]:
+        if self.producer_id < 0 and self._idempotent:
             return None
-        tp = self._tps.get((topic, partition)) if partition is not None else None
-        if tp is None:
-            if self.cluster.metadata.partitions_for(topic) is None:
-                return None
-            tp = self._partition(topic, key_bytes, partition)
-        size = (24 + (len(key_bytes) if key_bytes is not None else 0)  # record_size_estimate, inline
-                + (len(value_bytes) if value_bytes is not None else 0))
+        if partition is None and key_bytes is None and self._sticky_ok:
+            tp = self._sticky_tps.get(topic)  # the sticky partition, until its batch closes
+            if tp is None:
+                if self.cluster.metadata.partitions_for(topic) is None:
+                    return None
+                tp = self._sticky_tps[topic] = self._partition(topic, None, None)
+        else:
+            tp = self._tps.get((topic, partition)) if partition is not None else None
+            if tp is None:
+                if self.cluster.metadata.partitions_for(topic) is None:
+                    return None
+                tp = self._partition(topic, key_bytes, partition)
+        key_size = len(key_bytes) if key_bytes is not None else -1
+        value_size = len(value_bytes) if value_bytes is not None else -1
         if header_list:
             size = record_size_estimate(key_bytes, value_bytes, header_list)
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+            header_size = sum(len(k) + (len(v) if v else 0) for k, v in header_list)
+        else:  # record_size_estimate, inline
+            size = (RECORD_OVERHEAD_BYTES + (key_size if key_size > 0 else 0)
+                    + (value_size if value_size > 0 else 0))
+            header_size = 0
+        ts = timestamp_ms if timestamp_ms is not None else int(_time() * 1000)
         appended = self.accumulator.try_append(tp, ts, key_bytes, value_bytes, header_list, size)
         if appended is None:
             return None
         batch, index, closed = appended
-        return self._appended(batch, index, closed, ts, key_bytes, value_bytes, header_list)
+        if closed is not None or index == 0:
+            if closed is not None:
+                self._batch_closed(closed)
+            self._wake()  # a full batch or a new linger timer
+        return FutureRecordMetadata(batch.result, index, ts, key_size, value_size, header_size)
 
     def _partition(self, topic: str, key_bytes: bytes | None, partition: int | None) -> TopicPartition:
         """The TopicPartition of a record (the partitioner's choice when ``partition`` is None);
@@ -409,6 +433,7 @@ class Producer:
         if notify is not None:
             notify(batch.tp.topic, batch.tp.partition, parts,
                    self.cluster.metadata.available_partitions(batch.tp.topic))
+        self._sticky_tps.pop(batch.tp.topic, None)  # after the partitioner moved on
 
     async def _run_sender(self) -> None:
         while True:
