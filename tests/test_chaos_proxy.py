@@ -264,8 +264,8 @@ def test_bandwidth_paces_the_stream(toxiproxy, echo):
 
 def test_slicer_cuts_data_into_small_pieces(toxiproxy, echo):
     proxy = toxiproxy.create(upstream=f"127.0.0.1:{echo.port}", name="slicer")
-    proxy.add_toxic(type="slicer", attributes={"average_size": 10, "size_variation": 5, "delay": 2000})
-    payload = bytes(range(256)) * 4
+    proxy.add_toxic(type="slicer", attributes={"average_size": 10, "size_variation": 5, "delay": 20_000})
+    payload = bytes(range(200))
     with connect(proxy) as sock:
         sock.sendall(payload)
         reads = []
@@ -276,7 +276,8 @@ def test_slicer_cuts_data_into_small_pieces(toxiproxy, echo):
             reads.append(len(chunk))
             got += chunk
     assert got == payload
-    assert len(reads) >= 20 and max(reads) <= 15 * 3  # pieces of 5..15 bytes (a recv may join a few)
+    # pieces of 5..15 bytes, 20 ms apart: most arrive alone (a loaded box may join a few)
+    assert len(reads) >= 8 and sorted(reads)[len(reads) // 2] <= 15, reads
 
 
 def test_limit_data_closes_the_connection_after_that_many_bytes(toxiproxy, echo):
