@@ -525,6 +525,10 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
         self._closed = False
+        # Called with a connection's id when the peer closed it (EOF or reset), not when this
+        # server did (idle, bad frame, close): a controller fences a broker whose heartbeat
+        # connection a kill -9 closed. Must not raise or block.
+        self.on_peer_closed: Callable[[int], None] | None = None
 
     # -- lifecycle --
     async def start(self, host: str, port: int) -> "Server":
@@ -598,17 +602,25 @@ class Server:
         self._connections[conn.id] = conn
         self.metrics.connections_accepted += 1
         conn.write_task = asyncio.get_running_loop().create_task(self._write_loop(conn))
+        peer_closed = False
         try:
             await self._read_loop(conn)
+            peer_closed = not conn.closing  # EOF from the peer, not our own abort
         except FrameError as error:
             self.metrics.connections_closed_bad_frame += 1
             log.warning("%s: closing connection from %s: %s", self.name, peer, error.message)
             conn.abort()
         except (ConnectionError, OSError):
+            peer_closed = not conn.closing
             conn.abort()
         finally:
             conn.reader_done = True
             conn.wake_writer.set()
+            if peer_closed and not self._closed and self.on_peer_closed is not None:
+                try:
+                    self.on_peer_closed(conn.id)
+                except Exception:  # a listener's bug must not break the server
+                    log.exception("%s: on_peer_closed failed", self.name)
 
     async def _read_loop(self, conn: _ServerConnection) -> None:
         loop = asyncio.get_running_loop()
