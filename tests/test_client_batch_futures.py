@@ -88,3 +88,50 @@ def test_appends_from_threads_keep_each_threads_order_and_lose_nothing():
     for tag in (b"a", b"b", b"c"):
         assert [v for v in values if v[:1] == tag] == [tag + b"%06d" % i for i in range(per_thread)]
     assert acc.buffer_used == 3 * per_thread * 40
+
+
+def _batch_bytes(values: list[bytes], base_offset: int = 0) -> bytes:
+    builder = rec.BatchBuilder(base_offset=base_offset)
+    for v in values:
+        builder.append(1000, None, v)
+    return builder.build()
+
+
+def test_fetched_records_come_out_in_order_within_fetch_offset_and_high_watermark():
+    from client.aio.consumer import decode_records
+    raw = _batch_bytes([b"a", b"b", b"c"], 0) + _batch_bytes([b"d", b"e"], 3)
+    found, next_offset = decode_records(raw, 1, 4, True, "t", 2)
+    assert [(r.offset, r.value, r.topic, r.partition) for r in found] == [(1, b"b", "t", 2), (2, b"c", "t", 2),
+                                                                          (3, b"d", "t", 2)]
+    assert next_offset == 4 and found[0].serialized_value_size == 1 and found[0].serialized_key_size == -1
+
+
+def test_a_failing_deserializer_stops_the_poll_at_its_record():
+    import asyncio
+
+    from client.aio.consumer import Consumer, PartitionState, decode_records
+    from client.errors import SerializationError
+
+    def value_deserializer(v: bytes) -> str:
+        if v == b"bad":
+            raise ValueError("not text")
+        return v.decode()
+
+    async def main() -> None:
+        consumer = Consumer(bootstrap_servers="127.0.0.1:1", value_deserializer=value_deserializer)
+        tp = TopicPartition("t", 0)
+        raw = _batch_bytes([b"a", b"b", b"bad", b"c"])
+        found, _ = decode_records(raw, 0, -1, True, "t", 0)
+        state = PartitionState(position=0, fetch_position=4)
+        state.buffer.append([0, found, 0, len(raw), len(raw)])
+        state.buffered_bytes = len(raw)
+        consumer._states[tp] = state
+        first = consumer._drain(10)
+        assert [r.value for r in first[tp]] == ["a", "b"] and state.position == 2
+        with pytest.raises(SerializationError, match="offset 2"):
+            consumer._drain(10)
+        assert state.position == 2  # still at the record that fails
+        state.position = 3  # the application seeks past it
+        assert [r.value for r in consumer._drain(10)[tp]] == ["c"]
+        assert state.buffered_bytes == 0 and not state.buffer
+    asyncio.run(main())

@@ -135,29 +135,47 @@ class PartitionState:
     retry_at: float = 0.0
     failed: BaseException | None = None  # raised by poll until the application seeks
     awaiting_committed: bool = False  # group mode: the position comes from the committed offset
-    buffer: deque[tuple[int, Any, int, int]] = field(default_factory=deque)  # (gen, record, ts_type, epoch)
+    # Fetched records not yet polled, one chunk per fetch answer:
+    # [generation, ConsumerRecords, next index, bytes, bytes not yet released]
+    buffer: deque[list[Any]] = field(default_factory=deque)
     buffered_bytes: int = 0
 
 
-def decode_records(buf: bytes, fetch_offset: int, high_watermark: int, check_crcs: bool
-                   ) -> tuple[list[tuple[Any, int, int]], int]:
+_new_tuple = tuple.__new__
+_OFFSET_MAX = 1 << 63
+
+
+def decode_records(buf: bytes, fetch_offset: int, high_watermark: int, check_crcs: bool,
+                   topic: str = "", partition: int = -1) -> tuple[list[ConsumerRecord], int]:
     """Records of ``buf`` (whole batches) with fetch_offset <= offset < high_watermark, as
-    (record, timestamp_type, partition_leader_epoch); and the offset to fetch next."""
-    out: list[tuple[Any, int, int]] = []
+    ConsumerRecords (not deserialized); and the offset to fetch next.
+
+    Hot path of consuming: one comprehension per batch builds the records with
+    ``tuple.__new__`` (no per-record method calls)."""
+    out: list[ConsumerRecord] = []
+    extend = out.extend
+    new = _new_tuple
+    record_cls = ConsumerRecord
     next_offset = fetch_offset
+    hi = high_watermark if high_watermark >= 0 else _OFFSET_MAX
     for pos, header in rec.iter_batches(buf):
         if header.next_offset <= fetch_offset:
             continue
-        if high_watermark >= 0 and header.base_offset >= high_watermark:
+        if header.base_offset >= hi:
             break
-        next_offset = max(next_offset, min(header.next_offset, high_watermark)
-                          if high_watermark >= 0 else header.next_offset)
+        next_offset = max(next_offset, min(header.next_offset, hi))
         if header.is_control:
             continue
-        for record in rec.decode_batch(buf, pos, verify_crc=check_crcs)[1]:
-            if record.offset < fetch_offset or (0 <= high_watermark <= record.offset):
-                continue
-            out.append((record, header.timestamp_type, header.partition_leader_epoch))
+        records = rec.decode_batch(buf, pos, verify_crc=check_crcs)[1]
+        if records and (records[0][0] < fetch_offset or records[-1][0] >= hi):
+            records = [r for r in records if fetch_offset <= r[0] < hi]
+        ts_type = header.timestamp_type
+        epoch = header.partition_leader_epoch
+        extend([new(record_cls, (topic, partition, offset, ts, ts_type, key, value, headers, None,
+                                 -1 if key is None else len(key), -1 if value is None else len(value),
+                                 sum(len(k) + len(v or b"") for k, v in headers) if headers else 0,
+                                 epoch))
+                for offset, ts, key, value, headers in records])
     return out, next_offset
 
 
@@ -671,17 +689,18 @@ class Consumer:
             if not raw:
                 return
             try:
-                found, next_offset = decode_records(raw, fetch_offset, hw, self.config["check_crcs"])
+                found, next_offset = decode_records(raw, fetch_offset, hw, self.config["check_crcs"],
+                                                    tp.topic, tp.partition)
             except RaftkaError as error:
                 state.failed = error if error.topic else errors.error_for(
                     error.code, error.message, topic=tp.topic, partition=tp.partition)
                 self._data.set()
                 return
-            for record, ts_type, epoch in found:
-                state.buffer.append((generation, record, ts_type, epoch))
-                state.buffered_bytes += len(record.value or b"") + len(record.key or b"") + 24
             state.fetch_position = next_offset
             if found:
+                nbytes = len(raw)  # counts against max_partition_fetch_bytes until polled
+                state.buffer.append([generation, found, 0, nbytes, nbytes])
+                state.buffered_bytes += nbytes
                 self._data.set()
             return
         error = errors.error_for(code, p.get("error_message"), topic=tp.topic, partition=tp.partition)
@@ -706,25 +725,36 @@ class Consumer:
         self._data.set()
 
     # -- polling --
-    def _deserialize(self, tp: TopicPartition, record: Any, ts_type: int, epoch: int) -> ConsumerRecord:
+    def _deserialize(self, tp: TopicPartition, records: list[ConsumerRecord]
+                     ) -> tuple[list[ConsumerRecord], SerializationError | None]:
+        """``records`` through the deserializers; stops at the first that raises: (the records
+        before it, the error)."""
         c = self.config
-        try:
-            key = c["key_deserializer"](record.key) if c["key_deserializer"] and record.key is not None else record.key
-            value = (c["value_deserializer"](record.value)
-                     if c["value_deserializer"] and record.value is not None else record.value)
-        except Exception as error:
-            raise SerializationError(f"deserializing offset {record.offset} failed: "
-                                     f"{type(error).__name__}: {error}", topic=tp.topic,
-                                     partition=tp.partition) from error
-        headers = list(record.headers or [])
-        return ConsumerRecord(tp.topic, tp.partition, record.offset, record.timestamp, ts_type, key, value,
-                              headers, None, len(record.key) if record.key is not None else -1,
-                              len(record.value) if record.value is not None else -1,
-                              sum(len(k) + len(v or b"") for k, v in headers), epoch)
+        key_deserializer, value_deserializer = c["key_deserializer"], c["value_deserializer"]
+        new = _new_tuple
+        out: list[ConsumerRecord] = []
+        append = out.append
+        for r in records:
+            key, value = r[5], r[6]
+            try:
+                if key_deserializer is not None and key is not None:
+                    key = key_deserializer(key)
+                if value_deserializer is not None and value is not None:
+                    value = value_deserializer(value)
+            except Exception as error:
+                failure = SerializationError(f"deserializing offset {r[2]} failed: "
+                                             f"{type(error).__name__}: {error}", topic=tp.topic,
+                                             partition=tp.partition)
+                failure.__cause__ = error
+                return out, failure
+            append(new(ConsumerRecord, (*r[:5], key, value, *r[7:])))
+        return out, None
 
     def _drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         taken = 0
+        c = self.config
+        deserialize = c["key_deserializer"] is not None or c["value_deserializer"] is not None
         for tp, state in list(self._states.items()):
             if state.failed is not None and not state.buffer:
                 if out:
@@ -735,18 +765,50 @@ class Consumer:
                 raise error
             if state.paused:
                 continue
-            while state.buffer and taken < max_records:
-                generation, record, ts_type, epoch = state.buffer[0]
-                if generation != state.generation or (state.position is not None and record.offset < state.position):
-                    state.buffer.popleft()
+            buffer = state.buffer
+            while buffer and taken < max_records:
+                chunk = buffer[0]
+                generation, records, index, nbytes, unreleased = chunk
+                n = len(records)
+                if generation != state.generation:
+                    buffer.popleft()
+                    state.buffered_bytes -= unreleased
                     continue
-                consumer_record = self._deserialize(tp, record, ts_type, epoch)
-                state.buffer.popleft()
-                state.buffered_bytes -= len(record.value or b"") + len(record.key or b"") + 24
-                state.position = record.offset + 1
-                out.setdefault(tp, []).append(consumer_record)
-                taken += 1
-            if not state.buffer and state.fetch_position is not None and state.position is not None:
+                position = state.position
+                if position is not None:
+                    while index < n and records[index][2] < position:  # [2]: offset
+                        index += 1
+                take = min(n - index, max_records - taken)
+                if take > 0:
+                    part = records if index == 0 and take == n else records[index:index + take]
+                    failure = None
+                    if deserialize:
+                        part, failure = self._deserialize(tp, part)
+                    if part:
+                        listed = out.get(tp)
+                        if listed is None:
+                            out[tp] = part
+                        else:
+                            listed.extend(part)
+                        index += len(part)
+                        taken += len(part)
+                        state.position = part[-1][2] + 1
+                        released = min(unreleased, nbytes * len(part) // n)
+                        unreleased -= released
+                        state.buffered_bytes -= released
+                    if failure is not None:  # the failing record stays first in line
+                        chunk[2], chunk[4] = index, unreleased
+                        state.position = records[index][2]
+                        if out:
+                            self._wakeup.set()
+                            return out  # the error comes with the next poll
+                        raise failure
+                if index >= n:
+                    buffer.popleft()
+                    state.buffered_bytes -= unreleased
+                else:
+                    chunk[2], chunk[4] = index, unreleased
+            if not buffer and state.fetch_position is not None and state.position is not None:
                 state.position = max(state.position, state.fetch_position)
             if taken >= max_records:
                 break
