@@ -29,6 +29,7 @@ from chaos.api import ToxiproxyClient, ToxiproxyError
 from raftka.cluster import Cluster, Process, free_ports, project_env, python_argv, wait_until
 
 CLIENT = "client"
+PORT_ATTEMPTS_MAX = 5  # a probed-free port can be taken by another process before we bind it
 PROXY_READY_TIMEOUT_S = 60.0
 
 
@@ -92,12 +93,19 @@ class ProxiedCluster(Cluster):
                     wanted.append((c, other, f"127.0.0.1:{self.nodes[other].raft_port}"))
         for (source, target, upstream), port in zip(wanted, free_ports(len(wanted))):
             name = link_name(source, target)
-            listen = f"127.0.0.1:{port}"
             try:
                 proxies.api.delete(name)
             except ToxiproxyError:
                 pass
-            proxies.api.create(name, upstream, listen=listen)
+            for attempt in range(PORT_ATTEMPTS_MAX):
+                listen = f"127.0.0.1:{port}"
+                try:
+                    proxies.api.create(name, upstream, listen=listen)
+                    break
+                except ToxiproxyError as error:  # another process took the port since we probed it
+                    if error.status != 500 or attempt == PORT_ATTEMPTS_MAX - 1:
+                        raise
+                    port = free_ports(1)[0]
             self.links[source, target] = (name, listen)
 
     @classmethod
