@@ -37,26 +37,44 @@ class ProxyService:
     """The proxy server process. ``api`` is a ToxiproxyClient on it; ``close()`` stops it."""
 
     def __init__(self, root: Path, *, seed: int, toxiproxy_server: bool = False) -> None:
-        self.port = free_ports(1)[0]
-        self.address = f"127.0.0.1:{self.port}"
         root.mkdir(parents=True, exist_ok=True)
-        if toxiproxy_server:
-            binary = shutil.which("toxiproxy-server")
-            if binary is None:
-                raise FileNotFoundError("--toxiproxy-server: no toxiproxy-server on PATH")
-            argv = [binary, "-host", "127.0.0.1", "-port", str(self.port), "-seed", str(seed)]
-            self.kind = "toxiproxy-server"
-        else:
-            argv = python_argv("-m", "raftka", "chaos", "proxy", "--listen", self.address, "--seed", str(seed))
-            self.kind = "raftka chaos proxy"
-        self.process = Process("proxy", argv, env=project_env(), log_path=root / "proxy.log")
-        self.api = ToxiproxyClient(self.address, timeout_s=10.0)
-        try:
-            wait_until(lambda: self.api.version(), PROXY_READY_TIMEOUT_S, interval_s=0.1,
-                       what=f"the proxy server ({self.kind}) at {self.address}")
-        except BaseException:
-            self.close()
-            raise
+        binary = shutil.which("toxiproxy-server") if toxiproxy_server else None
+        if toxiproxy_server and binary is None:
+            raise FileNotFoundError("--toxiproxy-server: no toxiproxy-server on PATH")
+        self.kind = "toxiproxy-server" if toxiproxy_server else "raftka chaos proxy"
+        for attempt in range(PORT_ATTEMPTS_MAX):
+            self.port = free_ports(1)[0]
+            self.address = f"127.0.0.1:{self.port}"
+            if binary is not None:
+                argv = [binary, "-host", "127.0.0.1", "-port", str(self.port), "-seed", str(seed)]
+            else:
+                argv = python_argv("-m", "raftka", "chaos", "proxy", "--listen", self.address, "--seed", str(seed))
+            self.process = Process("proxy", argv, env=project_env(), log_path=root / "proxy.log")
+            self.api = ToxiproxyClient(self.address, timeout_s=10.0)
+            try:
+                if self._wait_ready():
+                    return
+            except BaseException:
+                self.close()
+                raise
+            self.close()  # it exited: most likely its port was taken meanwhile; another port
+        raise RuntimeError(f"{self.kind} did not start in {PORT_ATTEMPTS_MAX} attempts; last output:\n"
+                           f"{self.process.output(10)}")
+
+    def _wait_ready(self) -> bool:
+        """True once the API answers, False if the process exited; TimeoutError after
+        PROXY_READY_TIMEOUT_S."""
+        deadline = time.monotonic() + PROXY_READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not self.process.alive():
+                return False
+            try:
+                self.api.version()
+                return True
+            except ToxiproxyError:
+                time.sleep(0.1)
+        raise TimeoutError(f"the proxy server ({self.kind}) at {self.address} did not answer within "
+                           f"{PROXY_READY_TIMEOUT_S} s")
 
     def close(self) -> None:
         self.process.stop()
