@@ -811,8 +811,9 @@ def failover(cluster: Any, bootstrap: str, topic: str, kills: int, throughput: f
                 raise RuntimeError(f"the load stopped: {producer_error[0]}")
             leader, _replicas, _isr = _leader_of(bootstrap, topic)
             killed_at = time.monotonic()
+            first_after = sent[0]  # records from this sequence on are sent after the kill
             cluster.kill(leader)
-            wait_until(lambda: acks_flowing(log.acks, killed_at), FAILOVER_RECOVERY_TIMEOUT_S,
+            wait_until(lambda: acks_flowing(log.acks, killed_at, after_seq=first_after), FAILOVER_RECOVERY_TIMEOUT_S,
                        interval_s=0.01, what="acknowledgements flowing again after the kill")
             time.sleep(1.0)  # let the stall end fully before the restart can add noise
             resumed_at = time.monotonic()
@@ -844,13 +845,28 @@ def failover(cluster: Any, bootstrap: str, topic: str, kills: int, throughput: f
             **verify}
 
 
-def acks_flowing(acks: list[tuple[float, ...]], killed_at: float, now: float | None = None) -> bool:
+def acks_flowing(acks: list[tuple[float, ...]], killed_at: float, now: float | None = None,
+                 after_seq: int | None = None) -> bool:
     """True once acknowledgements are arriving again after a kill: the latest is recent and the
     kill is RESUME_QUIET_S old. Requests already answered when the leader died can still be
-    acknowledged a few ms after the kill; that tail must not count as recovery."""
+    acknowledged a few ms after the kill; that tail must not count as recovery.
+
+    ``after_seq``: also require an acknowledgement of a record with at least this sequence (the
+    first one sent after the kill), which only the new leader can have given. On a loaded box the
+    client processes the old leader's last answers hundreds of ms late, which alone passed for
+    recovery: the next kill then landed inside the same stall and counted it twice."""
     now = time.monotonic() if now is None else now
-    return (now - killed_at >= RESUME_QUIET_S and bool(acks) and acks[-1][0] > killed_at
-            and now - acks[-1][0] <= RESUME_RECENT_S)
+    if not (now - killed_at >= RESUME_QUIET_S and bool(acks) and acks[-1][0] > killed_at
+            and now - acks[-1][0] <= RESUME_RECENT_S):
+        return False
+    if after_seq is None:
+        return True
+    for ack in reversed(acks):  # newest first; only those after the kill matter
+        if ack[0] <= killed_at:
+            return False
+        if ack[1] >= after_seq:
+            return True
+    return False
 
 
 def _stall(times: list[float], killed_at: float, until: float) -> float:

@@ -84,6 +84,16 @@ def test_acks_right_after_a_kill_are_not_recovery_until_they_keep_coming():
     assert not perf_client.acks_flowing(flowing, killed, now=103.5)  # silent again
 
 
+def test_recovery_needs_an_ack_of_a_record_sent_after_the_kill():
+    killed = 100.0
+    # the old leader's answers, processed late by a starved client: recent, but not recovery
+    late_tail = [(99.9, 5, 5), (100.35, 6, 6), (100.39, 7, 7)]
+    assert perf_client.acks_flowing(late_tail, killed, now=100.4)  # fooled without after_seq
+    assert not perf_client.acks_flowing(late_tail, killed, now=100.4, after_seq=8)
+    recovered = late_tail + [(101.5, 8, 8), (101.55, 9, 9)]
+    assert perf_client.acks_flowing(recovered, killed, now=101.6, after_seq=8)
+
+
 def test_the_report_never_shows_output_paths():
     assert report.public_command("scripts/bench.sh --runs 1 --json-out /x/y.json --out=/a/b.md") == \
         "scripts/bench.sh --runs 1"
