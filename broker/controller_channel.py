@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from client.protocol import errors
 from client.protocol.errors import RaftkaError, RequestTimedOutError
@@ -41,6 +41,11 @@ class ControllerChannel:
         self._next = 0
         self.proxies = dict(proxies or {})  # controller.rpc.proxies: controller id -> address to dial
         self._connections: dict[str, PeerConnection] = {}  # one persistent connection per controller
+        # Called when a request on a persistent connection failed and dropped it: the broker then
+        # heartbeats at once on a new one, so the active controller (which fences a broker whose
+        # heartbeat connection closed and stays silent for broker.session.disconnect.grace.ms)
+        # hears from it again in time.
+        self.on_disconnect: Callable[[], None] | None = None
 
     async def _call(self, address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
         connection = self._connections.get(address)
@@ -96,16 +101,12 @@ class ControllerChannel:
                     code, out = await self._call_once(address, api_key, body, remaining_ms)
             except _InDoubt as doubt:
                 return doubt.code, {"error_message": f"{doubt.message}; the request may have taken effect"}
-            except RequestTimedOutError as error:
+            except RaftkaError as error:  # RequestTimedOutError, NetworkExceptionError, ...
                 last_error = error
                 self.active = None
                 self._next += 1
-                await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
-                continue
-            except RaftkaError as error:
-                last_error = error
-                self.active = None
-                self._next += 1
+                if retry_in_doubt and self.on_disconnect is not None:
+                    self.on_disconnect()
                 await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
                 continue
             if code == errors.NOT_CONTROLLER:

@@ -68,6 +68,7 @@ class BrokerServer:
                                              timeout_ms=config["controller.request.timeout.ms"],
                                              client_id=f"broker-{self.broker_id}",
                                              proxies=config.proxies("controller.rpc.proxies"))
+        self.controllers.on_disconnect = self._heartbeat_soon
         default_log_config = {"max.message.bytes": config["message.max.bytes"],
                               "segment.bytes": config["log.segment.bytes"],
                               "retention.ms": config["log.retention.ms"],
@@ -161,6 +162,10 @@ class BrokerServer:
                 raise errors.error_for(code, f"registration failed: {(out or {}).get('error_message')}")
             log.info("registration refused (%s); retrying", errors.name_of(code))
             await asyncio.sleep(0.5)
+
+    def _heartbeat_soon(self) -> None:
+        """Heartbeat without waiting for the interval (our controller connection was dropped)."""
+        self._metadata_event.set()
 
     def _on_storage_error(self, partition: Partition, error: RaftkaError) -> None:
         """A write failed (disk full, I/O error): like a Kafka broker whose log dir went offline,

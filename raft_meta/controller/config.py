@@ -50,6 +50,11 @@ SERVER_CONFIGS = (
     .define("broker.session.timeout.ms", "int", 9000, "A broker without a heartbeat this long is fenced.", at_least(1))
     .define("broker.heartbeat.interval.ms", "int", 2000, "How often brokers heartbeat to the active controller.",
             at_least(1))
+    .define("broker.session.disconnect.grace.ms", "int", 500,
+            "Raftka only: a broker whose heartbeat connection was closed by its end (a crashed process's "
+            "kernel closes its sockets) and that sends no heartbeat for this long is fenced at once, not "
+            "after broker.session.timeout.ms (a broker that closes the connection itself heartbeats again "
+            "at once). -1: only the session timeout fences.", at_least(-1))
     .define("controller.quorum.secret", "password", None,
             "Cluster secret for the Raft port (required unless every voter address is loopback).")
     .define("controller.quorum.secret.file", "string", None, "A file whose first line is controller.quorum.secret.")

@@ -12,8 +12,18 @@ the epochs and ids they expect) and retried from the new image, at most
 ``DECISION_ATTEMPTS_MAX`` times.
 
 Kept only in the active controller's memory, never committed (as Kafka): broker heartbeat times
-(monotonic clock), the grace period of a newly active controller, this controller's block of
-producer ids for InitProducerId. Their consequences (fence, unfence, leader moves) are records.
+(monotonic clock), the connection each broker's last heartbeat came on, the grace period of a
+newly active controller, this controller's block of producer ids for InitProducerId. Their
+consequences (fence, unfence, leader moves) are records.
+
+Fencing on disconnect (not in Kafka, which waits for the session timeout): when the peer closes
+the connection a broker's last heartbeats came on (at least ``DISCONNECT_HEARTBEATS_MIN`` in a
+row: a persistent connection) (EOF or reset: a kill -9'd process's kernel closes its sockets at
+once) and no heartbeat from that broker arrives within
+``broker.session.disconnect.grace.ms`` (on any connection), the broker is fenced then. A live
+broker that closed its connection itself (a request timed out) heartbeats again at once on a new
+one (broker/server.py), well inside the grace, so it is not fenced; a hung or cut-off broker
+(SIGSTOP, a network partition) closes nothing and is still fenced by the session timeout.
 
 Periodic duties (every ``ELECTION_CHECK_INTERVAL_MS`` while active):
 - fence a broker silent for ``broker.session.timeout.ms`` (a newly active controller first
@@ -53,6 +63,9 @@ TOPIC_NAME_CHARS_MAX = 249
 PARTITIONS_MAX = 10_000
 PRODUCER_ID_BLOCK_SIZE = 1000
 ELECTION_CHECK_INTERVAL_MS = 200
+# Fence on disconnect only for a connection that carried this many heartbeats in a row: a broker's
+# persistent controller channel, not a caller that opens one connection per request.
+DISCONNECT_HEARTBEATS_MIN = 2
 TOPICS_PER_REQUEST_MAX = 10_000
 DECISION_ATTEMPTS_MAX = 20  # optimistic retries when another commit changed what we decided on
 # Partition changes per committed entry (an entry stays well under the Raft layer's 1 MiB).
@@ -69,6 +82,11 @@ class QuorumController:
         self.session_timeout_ms: int = self.config["broker.session.timeout.ms"]
         self.unclean_default = bool(self.config["unclean.leader.election.enable"])
         self.last_heartbeat: dict[int, float] = {}  # broker id -> monotonic seconds
+        self.disconnect_grace_ms: int = self.config["broker.session.disconnect.grace.ms"]
+        # broker id -> (connection of its last heartbeat, heartbeats in a row on that connection)
+        self.heartbeat_connection: dict[int, tuple[int, int]] = {}
+        self.disconnected_at: dict[int, float] = {}  # broker id -> monotonic time that connection closed
+        self._disconnect_checks: set[asyncio.Task] = set()
         self.active_since: float | None = None
         self.id_block: list[int] | None = None  # [next, end) of this controller's producer ids
         self.id_block_term = -1
@@ -86,6 +104,7 @@ class QuorumController:
             svc.API_METADATA: self.metadata,
         })
         service.background_factories.append(self.periodic_duties)
+        service.connection_closed_listeners.append(self.connection_closed)
 
     @property
     def image(self) -> MetadataImage:
@@ -140,7 +159,7 @@ class QuorumController:
             return errors.DUPLICATE_BROKER_REGISTRATION, {
                 "error_message": f"broker {broker_id} is registered by a live incarnation"}
         results = await self.commit([RegisterBrokerRecord(broker_id, incarnation, listeners, rack)])
-        self.last_heartbeat[broker_id] = time.monotonic()
+        self._heard_from(broker_id)
         return errors.NONE, {"broker_epoch": results[0]["broker_epoch"]}
 
     async def broker_heartbeat(self, version: int, body: dict) -> tuple[int, dict]:
@@ -154,7 +173,7 @@ class QuorumController:
             return errors.BROKER_ID_NOT_REGISTERED, {"error_message": f"broker {broker_id} is not registered"}
         if broker.broker_epoch != epoch:
             return errors.STALE_BROKER_EPOCH, {"error_message": f"broker epoch {epoch} is stale"}
-        self.last_heartbeat[broker_id] = time.monotonic()
+        self._heard_from(broker_id)
         caught_up = offset >= broker.broker_epoch  # it has replayed its own registration
         if body.get("want_fence") or body.get("want_shut_down"):
             if not broker.fenced:
@@ -175,6 +194,47 @@ class QuorumController:
         await self.commit_elections([FenceBrokerRecord(broker_id, epoch)], live,
                                     involving=elections.involves(broker_id))
 
+    def _heard_from(self, broker_id: int) -> None:
+        """A registration or heartbeat of ``broker_id`` arrived (on this request's connection)."""
+        self.last_heartbeat[broker_id] = time.monotonic()
+        self.disconnected_at.pop(broker_id, None)
+        connection = svc.REQUEST_CONNECTION.get()
+        if connection is not None:
+            previous, count = self.heartbeat_connection.get(broker_id, (None, 0))
+            self.heartbeat_connection[broker_id] = (connection, count + 1 if previous == connection else 1)
+
+    def connection_closed(self, connection_id: int) -> None:
+        """The peer closed ``connection_id``: a broker whose last heartbeat came on it is fenced
+        unless it heartbeats within ``broker.session.disconnect.grace.ms`` (module docstring)."""
+        if self.disconnect_grace_ms < 0 or not self.service.is_active:
+            return
+        for broker_id in [b for b, (c, _) in self.heartbeat_connection.items() if c == connection_id]:
+            _, count = self.heartbeat_connection.pop(broker_id)
+            if count < DISCONNECT_HEARTBEATS_MIN:
+                continue  # a one-shot connection per heartbeat (tools, tests): closing it says nothing
+            since = self.disconnected_at[broker_id] = time.monotonic()
+            task = asyncio.get_running_loop().create_task(self._fence_if_still_gone(broker_id, since))
+            self._disconnect_checks.add(task)
+            task.add_done_callback(self._disconnect_checks.discard)
+
+    async def _fence_if_still_gone(self, broker_id: int, since: float) -> None:
+        await asyncio.sleep(self.disconnect_grace_ms / 1000)
+        # A heartbeat or registration since the close popped disconnected_at (last_heartbeat is
+        # no witness: a newly active controller stamps it for every broker as grace).
+        if self.disconnected_at.get(broker_id) != since or not self.service.is_active:
+            return  # it heartbeat again (or closed a later connection, or we are no longer active)
+        broker = self.image.brokers.get(broker_id)
+        if broker is None or broker.fenced:
+            return
+        try:
+            await self.fence(broker_id, broker.broker_epoch)
+            self.disconnected_at.pop(broker_id, None)
+            log.info("fenced broker %d: its heartbeat connection was closed and no heartbeat came for %d ms",
+                     broker_id, self.disconnect_grace_ms)
+        except RaftkaError as error:
+            log.warning("fencing disconnected broker %d failed (the session timeout still applies): %s",
+                        broker_id, error)
+
     def _alive(self, broker_id: int) -> bool:
         seen = self.last_heartbeat.get(broker_id)
         return seen is not None and (time.monotonic() - seen) * 1000 < self.session_timeout_ms
@@ -194,6 +254,8 @@ class QuorumController:
         if not self.service.is_active:
             self.active_since = None
             self._checked_image = None
+            self.heartbeat_connection.clear()  # connections to us while we were not active mean nothing
+            self.disconnected_at.clear()
             return
         now = time.monotonic()
         if self.active_since is None:

@@ -46,6 +46,15 @@ class RpcServer:
         return self.server.port
 
     @property
+    def on_peer_closed(self) -> Callable[[int], None] | None:
+        """Called with a connection id when the peer closed that connection (see transport.Server)."""
+        return self.server.on_peer_closed
+
+    @on_peer_closed.setter
+    def on_peer_closed(self, listener: Callable[[int], None] | None) -> None:
+        self.server.on_peer_closed = listener
+
+    @property
     def connection_count(self) -> int:
         return self.server.connection_count
 

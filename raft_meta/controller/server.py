@@ -88,6 +88,7 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
     server = RpcServer(service.handle, max_frame_bytes=config["socket.request.max.bytes"],
                        max_connections=config["max.connections"],
                        idle_timeout_ms=config["connections.max.idle.ms"])
+    server.on_peer_closed = service.connection_closed  # a kill -9'd broker's heartbeat connection
     await server.start(host, port)
     service.start_background()
     http_runner = None

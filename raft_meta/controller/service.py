@@ -18,6 +18,7 @@ the response; anything else is a bug, logged, and answered UNKNOWN_SERVER_ERROR.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -61,6 +62,10 @@ CONTROLLER_APIS = frozenset({
 
 Handler = Callable[[int, dict], Awaitable[tuple[int, dict]]]
 
+# The transport connection id of the request being handled (each handler runs in its own task,
+# so this is per request); None outside a request or when the caller passed no context.
+REQUEST_CONNECTION: contextvars.ContextVar[int | None] = contextvars.ContextVar("request_connection", default=None)
+
 
 class ControllerService:
     """Serves one controller's RPC; the metadata-specific handlers live in ``handlers``."""
@@ -84,6 +89,8 @@ class ControllerService:
         self.background_factories: list[Callable[[], Awaitable[None]]] = []
         self.started_monotonic = time.monotonic()
         self._tasks: list[asyncio.Task] = []
+        # Called with a connection id when a peer closed its connection to this listener.
+        self.connection_closed_listeners: list[Callable[[int], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -146,7 +153,17 @@ class ControllerService:
                               + (f"; controller {leader} is" if leader is not None else "; none elected yet")),
         }
 
+    def connection_closed(self, connection_id: int) -> None:
+        """The peer closed connection ``connection_id`` (EOF or reset): tell the listeners."""
+        for listener in self.connection_closed_listeners:
+            try:
+                listener(connection_id)
+            except Exception:
+                log.exception("connection-closed listener failed")
+
     async def handle(self, api_key: int, api_version: int, body: Any, ctx: Any = None) -> tuple[int, dict]:
+        if isinstance(ctx, dict) and ctx.get("connection_id") is not None:
+            REQUEST_CONNECTION.set(ctx["connection_id"])
         if api_key in CONTROLLER_APIS:  # bounded key set: unknown keys are not counted
             self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
         code, out = await self._handle(api_key, api_version, body)
