@@ -196,6 +196,9 @@ class BrokerServer:
                 await self.heartbeat()
             except RaftkaError as error:
                 log.debug("heartbeat failed: %s", error)
+                # It retried until its deadline; connections it dropped meanwhile must not make
+                # the next one start at once (no controller reachable: retry every interval).
+                self._metadata_event.clear()
             try:
                 await asyncio.wait_for(self._metadata_event.wait(), interval_s)
             except asyncio.TimeoutError:
