@@ -22,6 +22,7 @@ import logging
 import signal
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 from broker.controller_channel import ControllerChannel
@@ -35,14 +36,45 @@ from client.protocol.api import ApiKey, api_versions_body
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
 from client.protocol import errors
-from client.protocol.errors import InvalidRequestError, RaftkaError
+from client.protocol.errors import ConfigError, InvalidRequestError, RaftkaError
 from raft_meta.controller.config import ServerConfig
 
 log = logging.getLogger(__name__)
 
 
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS)
-CLUSTER_ID = "raftka"
+CLUSTER_ID = "raftka"  # answered when no log dir was formatted (no meta.properties)
+META_PROPERTIES = "meta.properties"  # per log dir, written by `raftka cluster up` (Kafka's format)
+
+
+def read_cluster_id(log_dirs: list[str] | str, node_id: int) -> str:
+    """The cluster id the log dirs were formatted with (Kafka's ``meta.properties``).
+
+    Every formatted dir must name the same cluster and this node; a dir of another cluster or
+    node is a ConfigError (serving it would mix two clusters' data). Unformatted dirs are
+    accepted: the id is then CLUSTER_ID.
+    """
+    if isinstance(log_dirs, str):
+        log_dirs = [d.strip() for d in log_dirs.split(",") if d.strip()]
+    found: dict[str, str] = {}
+    for log_dir in log_dirs:
+        path = Path(log_dir) / META_PROPERTIES
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        values = dict(line.split("=", 1) for line in text.splitlines()
+                      if "=" in line and not line.lstrip().startswith("#"))
+        stored_node = values.get("node.id", "").strip()
+        if stored_node and stored_node != str(node_id):
+            raise ConfigError("log.dirs", f"{log_dir} was formatted for node {stored_node}, "
+                                          f"not node.id {node_id}")
+        if values.get("cluster.id", "").strip():
+            found[log_dir] = values["cluster.id"].strip()
+    if len(set(found.values())) > 1:
+        raise ConfigError("log.dirs", "the log dirs belong to different clusters: "
+                          + ", ".join(f"{d} -> {c}" for d, c in found.items()))
+    return next(iter(found.values()), CLUSTER_ID)
 REGISTER_TIMEOUT_MS = 60_000
 ACKS_VALUES = (-1, 0, 1)
 PRODUCE_TIMEOUT_MS_MAX = 300_000
@@ -64,6 +96,7 @@ class BrokerServer:
         self.http_runner = None
         self.broker_id = config.node_id
         self.say = say or (lambda line: print(line, flush=True))
+        self.cluster_id = read_cluster_id(config["log.dirs"], self.broker_id)
         self.controllers = ControllerChannel(config["controller.quorum.bootstrap.servers"],
                                              timeout_ms=config["controller.request.timeout.ms"],
                                              client_id=f"broker-{self.broker_id}",
@@ -331,7 +364,7 @@ class BrokerServer:
                               "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
                               "offline_replicas": [r for r in p.replicas if r not in live]})
             topics.append({"error_code": errors.NONE, "name": name, "topic_id": topic.topic_id, "partitions": parts})
-        return errors.NONE, {"cluster_id": CLUSTER_ID, "controller_id": self._controller_id(), "brokers": brokers,
+        return errors.NONE, {"cluster_id": self.cluster_id, "controller_id": self._controller_id(), "brokers": brokers,
                              "topics": topics}
 
     async def describe_cluster(self, body: dict) -> tuple[int, dict]:
@@ -341,7 +374,7 @@ class BrokerServer:
             endpoint = broker.endpoint() or ("", -1)
             brokers.append({"broker_id": broker.broker_id, "host": endpoint[0], "port": endpoint[1],
                             "rack": broker.rack, "fenced": broker.fenced})
-        return errors.NONE, {"cluster_id": CLUSTER_ID, "controller_id": self._controller_id(), "brokers": brokers}
+        return errors.NONE, {"cluster_id": self.cluster_id, "controller_id": self._controller_id(), "brokers": brokers}
 
     # -- Produce ------------------------------------------------------------------------------------
 
