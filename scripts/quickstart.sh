@@ -78,7 +78,15 @@ echo "\$ python scripts/worldcup_demo.py --dir $dir --events $events --matches $
 "$VENV_PY" "$RAFTKA_ROOT/scripts/worldcup_demo.py" --dir "$dir" --topic "$topic" --events "$events" \
     --matches "$matches" --consumers 3
 if [ "$spark" = 1 ] && [ "$have_java" = 1 ]; then
-    step spark demo --dir "$dir" --seconds 10
+    # Spark's JVM logs (WARN lines, and its own shutdown noise) go to a file; on failure its tail
+    # is shown.
+    spark_log="$dir/spark-demo.log"
+    echo
+    echo "\$ raftka spark demo --dir $dir --seconds 10    (Spark's log: $spark_log)"
+    if ! "$raftka" spark demo --dir "$dir" --seconds 10 2> "$spark_log"; then
+        tail -n 30 "$spark_log" >&2
+        die "the Spark demo failed; its whole log is in $spark_log"
+    fi
 elif [ "$spark" = 1 ]; then
     echo
     echo "(Spark demo skipped: it needs Java 17+, see the warning above.)"

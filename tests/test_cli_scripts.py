@@ -96,6 +96,8 @@ def test_quickstart_runs_the_world_cup_demo_and_stops_the_cluster(tmp_path):
     offsets = re.findall(r"^\s+(\d)\s+(\d+)\s+(\d+)\s+([\d,]+)$", out, re.M)
     assert [int(p) for p, *_ in offsets] == list(range(6))
     assert sum(int(end) - int(start) for _, start, end, _ in offsets) == 3000
+    if os.environ.get("RAFTKA_HAVE_JAVA"):  # the Spark step runs on the committed events
+        assert "$ raftka spark demo" in out and re.search(r"Parquet \(.*\): \d+ closed windows", out), out
     assert re.search(r"quickstart done in \d+ s", out)
     assert "$ raftka cluster down" in out and not running_pids(tmp_path / "qs" / "cluster.json")
 
