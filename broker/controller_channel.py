@@ -47,6 +47,12 @@ class ControllerChannel:
         # hears from it again in time.
         self.on_disconnect: Callable[[], None] | None = None
 
+    def connected_since(self) -> float | None:
+        """When the persistent connection to the active controller was opened, or None while
+        there is no open one (closed by either end, or no active controller known)."""
+        connection = self._connections.get(self.active) if self.active else None
+        return connection.open_since() if connection is not None else None
+
     async def _call(self, address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
         connection = self._connections.get(address)
         if connection is None:

@@ -51,6 +51,15 @@ class PeerConnection:
         self._failures = 0  # consecutive failed connects or requests
         self._retry_at = 0.0  # monotonic time before which no new connection is opened
         self.disconnects = 0  # connections dropped after a failure or timeout (for tests, metrics)
+        self.opened_at = 0.0  # monotonic time the current connection was opened
+
+    def open_since(self) -> float | None:
+        """When the current connection was opened, or None when there is none or it is closed
+        (the connection's read loop notices a close by the peer at once)."""
+        connection = self._connection
+        if connection is None or connection.closed:
+            return None
+        return self.opened_at
 
     def backoff_ms(self) -> float:
         """The reconnect backoff after the current number of consecutive failures (0 when none)."""
@@ -95,6 +104,7 @@ class PeerConnection:
                     if self._connection is None or self._connection.closed:
                         self._connection = None
                         self._connection = await self._open(timeout_ms)
+                        self.opened_at = time.monotonic()
             except TimeoutError:
                 raise RequestTimedOutError(f"connecting to {self.address} took over {timeout_ms} ms") from None
             timeout_ms = max(1, timeout_ms - int((time.monotonic() - started) * 1000))

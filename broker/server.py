@@ -137,8 +137,9 @@ class BrokerServer:
         }
         # Consumer groups (broker/group/): FindCoordinator, JoinGroup, ..., OffsetCommit/Fetch.
         self.last_heartbeat_ok_sent = 0.0  # monotonic send time of the last heartbeat the controller took
+        self._heartbeat_ok_connection: float | None = None  # open time of the connection it went on
         self.groups = GroupService(self.broker_id, config, self.replicas, self.controllers.request,
-                                   heartbeat_ok_at=lambda: self.last_heartbeat_ok_sent)
+                                   heartbeat_ok_at=self._heartbeat_lease_start)
         self.handlers.update(self.groups.handlers)
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -256,7 +257,18 @@ class BrokerServer:
         if code != errors.NONE:
             raise errors.error_for(code, (out or {}).get("error_message"))
         self.last_heartbeat_ok_sent = sent
+        self._heartbeat_ok_connection = self.controllers.connected_since()
         return out
+
+    def _heartbeat_lease_start(self) -> float:
+        """Send time of the last heartbeat the controller took, or 0 once the connection that
+        carried it has closed: the controller fences a broker whose heartbeat connection closed
+        after only broker.session.disconnect.grace.ms, far sooner than the session timeout the
+        group coordinator's lease is sized by (a cut-off coordinator must stop answering first)."""
+        since = self.controllers.connected_since()
+        if since is None or since != self._heartbeat_ok_connection:
+            return 0.0
+        return self.last_heartbeat_ok_sent
 
     async def controlled_shutdown(self) -> None:
         """Ask to be fenced so the controller moves leadership away before we go."""

@@ -1,11 +1,9 @@
-"""Bugs the chaos harness found, each as a minimal reproduction. A test here is xfail(strict):
-it fails (XPASS) once the bug is fixed, so the fix is noticed and the mark removed.
-
-Run with: pytest -m soak tests/test_chaos_findings.py
+"""Bugs the chaos harness found, each as a minimal reproduction. An open one is xfail(strict)
+(it fails, XPASS, once fixed, so the fix is noticed); a fixed one stays here, in the default
+suite, as its regression test.
 """
 from __future__ import annotations
 
-import pytest
 
 from broker.group.records import partition_for
 from chaos.cluster import CLIENT, Network, ProxiedCluster, ProxyService
@@ -17,7 +15,6 @@ SEED = 3
 OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions default
 
 
-@pytest.mark.soak
 def test_committed_offsets_read_back_never_go_back_when_the_coordinator_is_isolated(tmp_path):
     """Found by `raftka chaos run --scenario isolate-leader --seed 3` and `majority-minority
     --seed 1` (45 s): a consumer read committed offsets back lower than another consumer had read
