@@ -43,6 +43,7 @@ API_DESCRIBE_CLUSTER = 60
 DEFAULT_PORT = 9092
 TRACKED = object()  # refresh_metadata's default: the topics this client tracks
 CONNECTIONS_MAX = 1024  # distinct broker addresses one client keeps connections to
+CLOSE_TIMEOUT_S = 2.0  # how long close() waits for connections still being opened
 
 
 class ConnectionLike(Protocol):
@@ -234,9 +235,11 @@ class Cluster:
         opening = list(self._opening.values())
         for pending in opening:
             pending.cancel()
-        for result in await asyncio.gather(*opening, return_exceptions=True):
-            if not isinstance(result, BaseException):
-                await _close_quietly(result)
+        if opening:  # bounded: close() must return even if a connect ignores its cancellation
+            await asyncio.wait(opening, timeout=CLOSE_TIMEOUT_S)
+        for pending in opening:
+            if pending.done() and not pending.cancelled() and pending.exception() is None:
+                await _close_quietly(pending.result())
         for address in list(self._connections):
             await self._drop(address)
 

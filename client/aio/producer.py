@@ -42,6 +42,7 @@ _time = time.time
 
 ACKS = {"all": -1, -1: -1, 0: 0, 1: 1, "0": 0, "1": 1, "-1": -1}
 IN_FLIGHT_MAX_IDEMPOTENT = 5
+CLOSE_TASKS_TIMEOUT_S = 2.0  # how long close() waits for its cancelled tasks to finish
 
 # Partition errors a leader answers before appending anything: a batch refused with one of these
 # was not written by that attempt. Any other failure (no answer, a timeout, REQUEST_TIMED_OUT or
@@ -387,8 +388,9 @@ class Producer:
             self._pid_task.cancel()
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*(t for t in [self._sender, self._pid_task, *self._tasks] if t),
-                             return_exceptions=True)
+        tasks = {t for t in [self._sender, self._pid_task, *self._tasks] if t}
+        if tasks:  # bounded: close(timeout) must return even if a task is slow to unwind
+            await asyncio.wait(tasks, timeout=CLOSE_TASKS_TIMEOUT_S)
         await self.cluster.close()
         return failures
 

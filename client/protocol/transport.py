@@ -378,7 +378,7 @@ class Connection:
         if self._read_task is not asyncio.current_task():
             # Let the cancelled read loop finish, so no task is left pending if the caller
             # stops its event loop next.
-            await asyncio.gather(self._read_task, return_exceptions=True)
+            await asyncio.wait({self._read_task}, timeout=CLOSE_TIMEOUT_MS / 1000)
 
 
 # --------------------------------------------------------------------------------------------
