@@ -438,7 +438,10 @@ class Producer:
         self._sticky_tps.pop(batch.tp.topic, None)  # after the partitioner moved on
 
     async def _run_sender(self) -> None:
-        while True:
+        # Not `while True`: on Python 3.11 asyncio.wait_for can swallow a cancellation that
+        # arrives as its inner wait completes (close() sets the wakeup, then cancels), and the
+        # loop would go on forever; close() sets _closed before it cancels.
+        while not self._closed:
             try:
                 wake_at = await self._send_ready()
             except asyncio.CancelledError:
