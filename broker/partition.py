@@ -30,6 +30,7 @@ Invariants kept here (docs/replication.md):
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import logging
 import time
@@ -91,6 +92,11 @@ class Partition:
     isr_expands: int = 0
     clock: Callable[[], float] = now_ms  # milliseconds, monotonic; the simulation passes its own
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # acks=all waiters in append order: [next_offset, leader_epoch, deadline, future]. One timer
+    # (for the earliest deadline it knows of) serves them all, instead of a wait_for per request.
+    _acks_waiters: collections.deque = field(default_factory=collections.deque)
+    _acks_timer: Any = None
+    _acks_timer_at: float = 0.0
 
     @property
     def name(self) -> str:
@@ -117,6 +123,8 @@ class Partition:
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
+        if self._acks_waiters:
+            self._settle_acks_waiters()
 
     def changed(self) -> asyncio.Event:
         """An event set at the next append, HW move or role change of this partition."""
@@ -249,23 +257,79 @@ class Partition:
         self._notify()
         return info
 
+    def _replication_code(self, next_offset: int, epoch: int) -> int | None:
+        """An acks=all answer for records ending before ``next_offset`` appended at ``epoch``,
+        or None while the HW has not reached them."""
+        if not self.is_leader or self.leader_epoch != epoch:
+            return errors.NOT_LEADER_OR_FOLLOWER
+        if self.log.high_watermark >= next_offset:
+            if len(self.isr) < self.min_insync_replicas:
+                return errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return errors.NONE
+        return None
+
+    def replication_waiter(self, next_offset: int, deadline: float) -> "int | asyncio.Future[int]":
+        """acks=all: the error code to answer now, or a future of it that completes once HW >=
+        ``next_offset`` (NONE or NOT_ENOUGH_REPLICAS_AFTER_APPEND), the leadership moves
+        (NOT_LEADER_OR_FOLLOWER) or ``deadline`` (time.monotonic()) passes (REQUEST_TIMED_OUT).
+        No task or timer per call: waiters sit in append order and wake on ``_notify``."""
+        code = self._replication_code(next_offset, self.leader_epoch)
+        if code is not None:
+            return code
+        now = time.monotonic()
+        if deadline <= now:
+            return errors.REQUEST_TIMED_OUT
+        future = asyncio.get_running_loop().create_future()
+        self._acks_waiters.append((next_offset, self.leader_epoch, deadline, future))
+        if self._acks_timer is None or deadline < self._acks_timer_at:
+            self._arm_acks_timer(deadline, now)
+        return future
+
     async def wait_for_replication(self, next_offset: int, deadline: float) -> int:
-        """acks=all: wait until HW >= ``next_offset``; returns the error code to answer."""
-        epoch = self.leader_epoch
-        while True:
-            if not self.is_leader or self.leader_epoch != epoch:
-                return errors.NOT_LEADER_OR_FOLLOWER
-            if self.log.high_watermark >= next_offset:
-                if len(self.isr) < self.min_insync_replicas:
-                    return errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                return errors.NONE
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return errors.REQUEST_TIMED_OUT
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+        """acks=all: wait until HW >= ``next_offset``; returns the error code to answer
+        (``replication_waiter``, awaited)."""
+        waiter = self.replication_waiter(next_offset, deadline)
+        return waiter if isinstance(waiter, int) else await waiter
+
+    def _settle_acks_waiters(self) -> None:
+        # Waiters of one epoch were appended in offset order, so the first that is not ready
+        # ends the scan; those of an older epoch (or after losing the lead) all come first.
+        waiters = self._acks_waiters
+        while waiters:
+            next_offset, epoch, _, future = waiters[0]
+            if not future.done():
+                code = self._replication_code(next_offset, epoch)
+                if code is None:
+                    return
+                future.set_result(code)
+            waiters.popleft()
+
+    def _arm_acks_timer(self, deadline: float, now: float) -> None:
+        if self._acks_timer is not None:
+            self._acks_timer.cancel()
+        self._acks_timer_at = deadline
+        self._acks_timer = asyncio.get_running_loop().call_later(max(0.0, deadline - now), self._expire_acks_waiters)
+
+    def _expire_acks_waiters(self) -> None:
+        """The timer: answer REQUEST_TIMED_OUT to waiters past their deadline, re-arm for the rest."""
+        self._acks_timer = None
+        now = time.monotonic()
+        kept: collections.deque = collections.deque()
+        earliest = None
+        for waiter in self._acks_waiters:
+            future, deadline = waiter[3], waiter[2]
+            if future.done():
+                continue
+            if deadline <= now:
+                code = self._replication_code(waiter[0], waiter[1])
+                future.set_result(errors.REQUEST_TIMED_OUT if code is None else code)
+                continue
+            kept.append(waiter)
+            if earliest is None or deadline < earliest:
+                earliest = deadline
+        self._acks_waiters = kept
+        if earliest is not None:
+            self._arm_acks_timer(earliest, now)
 
     def _maybe_advance_hw(self) -> bool:
         if not self.is_leader:

@@ -439,7 +439,12 @@ class BrokerServer:
         if acks == 0:
             return None
         if waits:
-            codes = await asyncio.gather(*(p.wait_for_replication(end, deadline) for _, p, end in waits))
+            # One future per partition, woken by the partition itself (no task or timer per
+            # request); most produce requests carry one partition, awaited without a gather.
+            codes = [p.replication_waiter(end, deadline) for _, p, end in waits]
+            for i, code in enumerate(codes):
+                if not isinstance(code, int):
+                    codes[i] = await code
             for (answer, partition, _), code in zip(waits, codes):
                 if code != errors.NONE:
                     answer.update(error_code=code, error_message=f"{partition.name}: {errors.name_of(code)} while "
