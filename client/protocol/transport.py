@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import struct
 import time
@@ -384,9 +385,10 @@ class Connection:
 # --------------------------------------------------------------------------------------------
 # Server side.
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
-    """One decoded request, as a server handler sees it."""
+    """One decoded request, as a server handler sees it (read-only by convention: not frozen,
+    whose ``__init__`` costs 4x as much, once per request)."""
 
     api_key: int
     api_version: int
@@ -427,7 +429,8 @@ class ServerMetrics:
 
 class _ServerConnection:
     __slots__ = ("id", "peer", "reader", "writer", "queue", "running", "buffered_bytes",
-                 "last_activity", "wake_writer", "wake_reader", "reader_done", "closing", "write_task")
+                 "last_activity", "wake_reader", "reader_done", "closing", "finished", "answered",
+                 "reaped_unsent")
 
     def __init__(self, connection_id: int, peer: Any, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
@@ -439,11 +442,12 @@ class _ServerConnection:
         self.running = 0  # handler tasks not finished
         self.buffered_bytes = 0  # encoded answers waiting for an earlier one
         self.last_activity = time.monotonic()
-        self.wake_writer = asyncio.Event()
         self.wake_reader = asyncio.Event()
         self.reader_done = False
         self.closing = False
-        self.write_task: asyncio.Task | None = None
+        self.finished = False
+        self.answered: Callable[[asyncio.Task], None] | None = None  # the handler tasks' done callback
+        self.reaped_unsent = 0  # unsent bytes at the idle reaper's last look
 
     def unsent_bytes(self) -> int:
         transport = self.writer.transport
@@ -455,7 +459,6 @@ class _ServerConnection:
         if transport is not None:
             transport.abort()
         self.wake_reader.set()
-        self.wake_writer.set()
 
 
 class Server:
@@ -521,7 +524,9 @@ class Server:
         self.host: str | None = None
         self._connections: dict[int, _ServerConnection] = {}
         self._next_connection_id = 0
-        self._handler_tasks: set[asyncio.Task] = set()
+        # handler task -> when it started (time.monotonic()); the reaper enforces handler_timeout_ms
+        self._handler_tasks: dict[asyncio.Task, float] = {}
+        self._timed_out: set[asyncio.Task] = set()  # cancelled by the reaper for handler_timeout_ms
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
         self._closed = False
@@ -550,8 +555,7 @@ class Server:
             conn.abort()
         for task in list(self._handler_tasks):
             task.cancel()
-        pending = [c.write_task for c in self._connections.values() if c.write_task is not None]
-        pending += list(self._handler_tasks)
+        pending = list(self._handler_tasks)
         if self._reaper is not None:
             pending.append(self._reaper)
         if pending:
@@ -596,12 +600,12 @@ class Server:
             writer.transport.abort()
             return
         self._next_connection_id += 1
-        # drain() then waits exactly while more than the limit is unsent (see _write_loop).
+        # Past this many unsent bytes the read loop holds the next request (backpressure).
         writer.transport.set_write_buffer_limits(high=self.max_buffered_bytes_per_connection)
         conn = _ServerConnection(self._next_connection_id, peer, reader, writer)
+        conn.answered = functools.partial(self._answered, conn)
         self._connections[conn.id] = conn
         self.metrics.connections_accepted += 1
-        conn.write_task = asyncio.get_running_loop().create_task(self._write_loop(conn))
         peer_closed = False
         try:
             await self._read_loop(conn)
@@ -615,7 +619,8 @@ class Server:
             conn.abort()
         finally:
             conn.reader_done = True
-            conn.wake_writer.set()
+            if not conn.queue:
+                self._finish(conn)
             if peer_closed and not self._closed and self.on_peer_closed is not None:
                 try:
                     self.on_peer_closed(conn.id)
@@ -663,10 +668,9 @@ class Server:
             self.metrics.requests[api_key if api_key in self.api_versions else UNKNOWN_API_KEY_LABEL] += 1
             conn.running += 1
             task = loop.create_task(self._run(conn, request, size))
-            self._handler_tasks.add(task)
-            task.add_done_callback(self._handler_tasks.discard)
+            self._handler_tasks[task] = conn.last_activity
+            task.add_done_callback(conn.answered)
             conn.queue.append(task)
-            conn.wake_writer.set()
 
     async def _run(self, conn: _ServerConnection, request: Request, size: int) -> bytes | None:
         """Handle one request; the encoded answer frame, or None to send nothing."""
@@ -698,10 +702,8 @@ class Server:
             return errors.UNSUPPORTED_VERSION, {
                 "error_message": f"{api_name(request.api_key)} version {request.api_version} is not "
                                  f"supported (versions {versions[0]}..{versions[1]})"}
-        deadline = asyncio.timeout(self.handler_timeout_ms / 1000)
         try:
-            async with deadline:
-                result = await self.handler(request)
+            result = await self.handler(request)
             if result is None:
                 raise _NoAnswer
             code, body = result
@@ -710,19 +712,21 @@ class Server:
             return code, body
         except _NoAnswer:
             raise
-        except TimeoutError:
-            if not deadline.expired():  # the handler's own timeout escaped it: a handler bug
-                return self._handler_failed(request)
+        except RaftkaError as error:
+            return error.code, {"error_message": error.message}
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task not in self._timed_out:
+                raise  # the server is closing
+            # handler_timeout_ms (enforced by the reaper: no timer per request)
+            self._timed_out.discard(task)
+            task.uncancel()
             log.error("%s: handler for %s from %s ran over %d ms; cancelled", self.name,
                       api_name(request.api_key), request.peer, self.handler_timeout_ms)
             return errors.REQUEST_TIMED_OUT, {
                 "error_message": f"{self.name} gave up on {api_name(request.api_key)} after "
                                  f"{self.handler_timeout_ms} ms"}
-        except RaftkaError as error:
-            return error.code, {"error_message": error.message}
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception:  # a TimeoutError of the handler's own making included: a handler bug
             return self._handler_failed(request)
 
     def _handler_failed(self, request: Request) -> tuple[int, Any]:
@@ -731,60 +735,68 @@ class Server:
         return errors.UNKNOWN_SERVER_ERROR, {
             "error_message": f"{self.name} failed to handle {api_name(request.api_key)}; see its log"}
 
-    async def _write_loop(self, conn: _ServerConnection) -> None:
-        """Write answers in arrival order; batch the consecutive ones that are ready."""
-        try:
-            while True:
-                if not conn.queue:
-                    if conn.reader_done or conn.closing:
-                        return
-                    conn.wake_writer.clear()
-                    await conn.wake_writer.wait()
-                    continue
-                head = conn.queue[0]
-                if not head.done():
-                    await asyncio.wait([head])  # the handler task bounds this wait
-                chunks: list[bytes] = []
-                while conn.queue and conn.queue[0].done():
-                    task = conn.queue.popleft()
-                    if task.cancelled() or task.exception() is not None:
-                        continue  # server closing (cancelled); _run never raises otherwise
-                    frame = task.result()
-                    if frame is not None:
-                        conn.buffered_bytes -= len(frame)
-                        chunks.append(frame)
-                if chunks and not conn.closing:
-                    data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
-                    conn.writer.write(data)
+    def _answered(self, conn: _ServerConnection, task: asyncio.Task) -> None:
+        """A handler task finished (done callback): write every answer now ready at the head
+        of the connection's queue, in arrival order, in one write. Answers finished in the same
+        loop iteration have their callbacks run back to back, so the first writes them all and
+        the others find nothing to do: one system call per burst, no writer task."""
+        self._handler_tasks.pop(task, None)
+        self._timed_out.discard(task)
+        queue = conn.queue
+        if queue and queue[0].done():
+            chunks: list[bytes] = []
+            while queue and queue[0].done():
+                head = queue.popleft()
+                if head.cancelled() or head.exception() is not None:
+                    continue  # server closing (cancelled); _run never raises otherwise
+                frame = head.result()
+                if frame is not None:
+                    conn.buffered_bytes -= len(frame)
+                    chunks.append(frame)
+            if chunks and not conn.closing:
+                data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
+                try:
+                    conn.writer.write(data)  # the transport buffers what the socket does not take
+                except (ConnectionError, OSError):
+                    conn.abort()
+                else:
                     self.metrics.bytes_out += len(data)
                     conn.last_activity = time.monotonic()
-                    if conn.writer.transport.get_write_buffer_size() > self.max_buffered_bytes_per_connection:
-                        try:
-                            await asyncio.wait_for(conn.writer.drain(), self.idle_timeout_ms / 1000)
-                        except asyncio.TimeoutError:
-                            self.metrics.connections_closed_idle += 1
-                            log.warning("%s: closing connection from %s: it read nothing for %d ms "
-                                        "(connections.max.idle.ms)", self.name, conn.peer, self.idle_timeout_ms)
-                            conn.abort()
-                        conn.last_activity = time.monotonic()
-                conn.wake_reader.set()
-        except (ConnectionError, OSError):
-            conn.abort()
-        finally:
-            self._connections.pop(conn.id, None)
-            conn.closing = True
             conn.wake_reader.set()
-            transport = conn.writer.transport
-            if transport is not None and not transport.is_closing():
-                transport.close()  # flushes what is written, then closes
+        if not queue and (conn.reader_done or conn.closing):
+            self._finish(conn)
+
+    def _finish(self, conn: _ServerConnection) -> None:
+        """Every answer written and no more requests: forget the connection and close it."""
+        if conn.finished:
+            return
+        conn.finished = True
+        self._connections.pop(conn.id, None)
+        conn.closing = True
+        conn.wake_reader.set()
+        transport = conn.writer.transport
+        if transport is not None and not transport.is_closing():
+            transport.close()  # flushes what is written, then closes
 
     async def _reap_idle(self) -> None:
-        """Close connections idle for idle_timeout_ms (connections.max.idle.ms)."""
-        period_s = min(self.idle_timeout_ms / 4, 1000) / 1000
+        """Close connections idle for idle_timeout_ms (connections.max.idle.ms), and cancel
+        handlers running over handler_timeout_ms (answered REQUEST_TIMED_OUT)."""
+        period_s = min(self.idle_timeout_ms / 4, self.handler_timeout_ms / 4, 1000) / 1000
         while True:
             await asyncio.sleep(period_s)
             now = time.monotonic()
+            started_before = now - self.handler_timeout_ms / 1000
+            for task, started in list(self._handler_tasks.items()):
+                if started <= started_before and not task.done() and task not in self._timed_out:
+                    self._timed_out.add(task)
+                    task.cancel()
             for conn in list(self._connections.values()):
+                # A client still taking answers off a full buffer is not idle.
+                transport = conn.writer.transport
+                unsent = transport.get_write_buffer_size() if transport is not None else 0
+                if unsent < conn.reaped_unsent:
+                    conn.last_activity = now
+                conn.reaped_unsent = unsent
                 if conn.running == 0 and (now - conn.last_activity) * 1000 >= self.idle_timeout_ms:
                     self.metrics.connections_closed_idle += 1
                     log.info("%s: closing connection from %s: idle for %d ms (connections.max.idle.ms)",
