@@ -91,6 +91,10 @@ class Partition:
     isr_shrinks: int = 0
     isr_expands: int = 0
     clock: Callable[[], float] = now_ms  # milliseconds, monotonic; the simulation passes its own
+    # Waiting fetches (ReplicaManager.fetch), woken only by what can answer them: a follower's
+    # by new records, a consumer's by the HW moving; both by a role change.
+    _record_waiters: set = field(default_factory=set)
+    _hw_waiters: set = field(default_factory=set)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     # acks=all waiters in append order: [next_offset, leader_epoch, deadline, future]. One timer
     # (for the earliest deadline it knows of) serves them all, instead of a wait_for per request.
@@ -129,6 +133,29 @@ class Partition:
     def changed(self) -> asyncio.Event:
         """An event set at the next append, HW move or role change of this partition."""
         return self._changed
+
+    def add_fetch_waiter(self, future: asyncio.Future, replica: bool) -> None:
+        """Complete ``future`` (result None) at the next append (``replica``: a follower's
+        fetch) or the next HW move (a consumer's fetch, which reads up to the HW), or at a role
+        change. One future, no task: the waiting fetch resumes in the next turn of the loop."""
+        (self._record_waiters if replica else self._hw_waiters).add(future)
+
+    def remove_fetch_waiter(self, future: asyncio.Future) -> None:
+        """Forget ``future`` (its fetch was answered for another reason)."""
+        self._record_waiters.discard(future)
+        self._hw_waiters.discard(future)
+
+    def _wake_fetches(self, records: bool = True, hw: bool = True) -> None:
+        if records and self._record_waiters:
+            waiters, self._record_waiters = self._record_waiters, set()
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)
+        if hw and self._hw_waiters:
+            waiters, self._hw_waiters = self._hw_waiters, set()
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)
 
     # -- transitions (only from committed metadata) -------------------------------------------
 
@@ -176,6 +203,7 @@ class Partition:
         log.info("%s: leader at epoch %d, ISR %s, log end %d, HW %d", self.name, self.leader_epoch,
                  list(self.isr), self.log.log_end_offset, self.log.high_watermark)
         self._notify()
+        self._wake_fetches()
 
     def _become_follower(self, info: PartitionInfo) -> None:
         if self.state is ReplicaState.FOLLOWER and info.leader_epoch <= self.leader_epoch:
@@ -191,12 +219,14 @@ class Partition:
         log.info("%s: follower of %d at epoch %d, log end %d", self.name, info.leader, info.leader_epoch,
                  self.log.log_end_offset)
         self._notify()  # acks=all waiters of a former leadership answer NOT_LEADER_OR_FOLLOWER
+        self._wake_fetches()
 
     def stop(self) -> None:
         """STOPPED (final): waiters wake and answer NOT_LEADER_OR_FOLLOWER."""
         self.state = ReplicaState.STOPPED
         self.followers = {}
         self._notify()
+        self._wake_fetches()
 
     def _take_isr(self, isr: tuple[int, ...], partition_epoch: int, replicas: tuple[int, ...] | None = None) -> None:
         if partition_epoch <= self.partition_epoch:
@@ -255,6 +285,7 @@ class Partition:
         info = self.log.append_as_leader(records, self.leader_epoch)
         self._maybe_advance_hw()
         self._notify()
+        self._wake_fetches(hw=False)  # followers' fetches; a consumer's waits for the HW
         return info
 
     def _replication_code(self, next_offset: int, epoch: int) -> int | None:
@@ -344,6 +375,7 @@ class Partition:
         if new_hw > self.log.high_watermark:
             self.log.update_high_watermark(new_hw)
             self._notify()
+            self._wake_fetches(records=False)
             return True
         return False
 

@@ -30,6 +30,11 @@ FETCH_WAIT_MS_MAX = 30_000
 METADATA_TOPIC = "__cluster_metadata"
 
 
+def _wake(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class ReplicaManager:
     """The partition replicas of one broker and the data APIs on them (module docstring)."""
     def __init__(self, broker_id: int, config: Any, logs: LogManager,
@@ -314,7 +319,7 @@ class ReplicaManager:
                     answers.append(answer)
                     partition = self.partitions.get((name, request.get("partition")))
                     if partition is not None:
-                        waits.append(partition.changed())
+                        waits.append(partition)
                 responses.append({"topic": name, "partitions": answers})
             first_pass = False
             remaining = deadline - time.monotonic()
@@ -322,12 +327,20 @@ class ReplicaManager:
                           for a in r["partitions"])
             if total >= min_bytes or remaining <= 0 or errored or not waits:
                 return {"responses": responses, "throttle_time_ms": 0}
-            waiters = [asyncio.ensure_future(event.wait()) for event in waits]
+            # One future that the partitions complete themselves (a follower's fetch at the next
+            # append, a consumer's at the next HW move) and one timer: no task per partition and
+            # no asyncio.wait, so the answer leaves one turn of the loop after the wake-up.
+            loop = asyncio.get_running_loop()
+            woken = loop.create_future()
+            for partition in waits:
+                partition.add_fetch_waiter(woken, replica_id >= 0)
+            timer = loop.call_later(remaining, _wake, woken)
             try:
-                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                await woken
             finally:
-                for waiter in waiters:
-                    waiter.cancel()
+                timer.cancel()
+                for partition in waits:
+                    partition.remove_fetch_waiter(woken)
 
     # -- ListOffsets, OffsetsForLeaderEpoch ---------------------------------------------------------
 
