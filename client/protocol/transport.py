@@ -220,9 +220,11 @@ class Connection:
                    request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT) -> "Connection":
         """Connect to ``host:port``. RequestTimedOutError after ``connect_timeout_ms``,
         NetworkExceptionError when the connection is refused or fails."""
+        # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for loses a cancel that lands
+        # as the connect completes (see client/aio/timeouts.py); a cancelled caller got a connection.
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=STREAM_LIMIT_BYTES), connect_timeout_ms / 1000)
+            async with asyncio.timeout(connect_timeout_ms / 1000):
+                reader, writer = await asyncio.open_connection(host, port, limit=STREAM_LIMIT_BYTES)
         except asyncio.TimeoutError:
             raise RequestTimedOutError(f"connecting to {host}:{port} took over {connect_timeout_ms} ms") from None
         except OSError as error:
@@ -372,8 +374,9 @@ class Connection:
     async def close(self) -> None:
         """Close the connection; requests in flight fail with NetworkExceptionError."""
         self._fail(NetworkExceptionError("connection closed by the client"))
-        try:
-            await asyncio.wait_for(self._writer.wait_closed(), CLOSE_TIMEOUT_MS / 1000)
+        try:  # asyncio.timeout: a cancel of the closing caller is never lost (see open())
+            async with asyncio.timeout(CLOSE_TIMEOUT_MS / 1000):
+                await self._writer.wait_closed()
         except (asyncio.TimeoutError, ConnectionError, OSError):
             pass
         if self._read_task is not asyncio.current_task():
