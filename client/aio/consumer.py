@@ -665,6 +665,13 @@ class Consumer:
                         self._handle_partition(tp, p, *asked[tp])
         finally:
             self._nodes_in_flight.discard(node)
+            if not self._closed:
+                # The next fetch to this node leaves now, not at the fetcher loop's next pass
+                # (turns of the loop later): the leader holds a waiting fetch again sooner.
+                try:
+                    self._send_fetches()
+                except Exception:  # the fetcher loop's pass below retries
+                    log.exception("consumer fetcher step failed")
             self._wakeup.set()
 
     def _backoff(self, tps: Iterable[TopicPartition], error: BaseException) -> None:
