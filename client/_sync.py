@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Coroutine, TypeVar
+from typing import Any, Coroutine, TypeVar
 
 from client.errors import KafkaClosedError, KafkaTimeoutError
 
@@ -66,13 +66,3 @@ class LoopThread:
     def alive(self) -> bool:
         """True while the loop thread runs."""
         return self._thread.is_alive()
-
-
-async def wait_for(aw: Awaitable[T], timeout_ms: float | None, what: str) -> T:
-    """``asyncio.wait_for`` raising our typed timeout naming what was waited for."""
-    if timeout_ms is None:
-        return await aw
-    try:
-        return await asyncio.wait_for(aw, timeout_ms / 1000)
-    except asyncio.TimeoutError:
-        raise KafkaTimeoutError(f"{what}: no answer within {timeout_ms} ms") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import queue
 import threading
 import time
@@ -21,7 +22,12 @@ from client.errors import IllegalStateError, KafkaTimeoutError
 from client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 ITERATOR_POLL_MS = 1000  # one poll of the iterator waits at most this long before re-checking
-CLOSE_TIMEOUT_S = 30.0
+CLOSE_TIMEOUT_S = 30.0  # close()'s default timeout
+# close(timeout) returns within timeout + this, even when the I/O thread is stuck: time for
+# cancelled tasks and connections to unwind after the group is left (each bounded at 2 s).
+CLOSE_MARGIN_S = 3.0
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Consumer", "ConsumerRebalanceListener", "CommitFailedError", "OffsetAndMetadata"]
 
@@ -294,22 +300,32 @@ class Consumer:
         """{group_id, generation_id, member_id, group_instance_id}, or None without a group."""
         return self._call(self._aio.group_metadata)
 
-    def close(self, autocommit: bool = True) -> None:
+    def close(self, autocommit: bool = True, timeout: float | None = None) -> None:
         """Commit what was consumed (``enable_auto_commit`` and ``autocommit``), leave the
-        group, stop fetching, close connections and the I/O thread. Safe to call twice."""
+        group, stop fetching, close connections and the I/O thread. Safe to call twice.
+        Leaving the group gets up to ``timeout`` seconds (default CLOSE_TIMEOUT_S); close returns
+        within ``timeout`` + CLOSE_MARGIN_S even when the I/O thread is stuck (then logged)."""
         if not self._io.alive:
             return
         if getattr(self._running, "depth", 0):
             raise IllegalStateError("close() cannot be called from a rebalance listener")
+        timeout_s = CLOSE_TIMEOUT_S if timeout is None else max(0.0, timeout)
+        deadline = time.monotonic() + timeout_s + CLOSE_MARGIN_S
         try:
             if self._iter_buffer:  # records fetched but never handed out are not consumed
-                for tp, offset in {TopicPartition(r.topic, r.partition): r.offset
-                                   for r in reversed(self._iter_buffer)}.items():
-                    self._call(self._aio.seek, tp, offset)
+                rewind = {TopicPartition(r.topic, r.partition): r.offset for r in reversed(self._iter_buffer)}
                 self._iter_buffer.clear()
-            self._run(self._aio.close(autocommit), CLOSE_TIMEOUT_S)
+
+                async def seek_back() -> None:
+                    for tp, offset in rewind.items():
+                        self._aio.seek(tp, offset)
+                self._io.run(seek_back(), max(0.0, deadline - time.monotonic()))
+            self._run(self._aio.close(autocommit, timeout_s * 1000), max(0.0, deadline - time.monotonic()))
+        except KafkaTimeoutError:  # only the runs' own limits: the asyncio close raises none
+            log.warning("consumer close: the I/O thread did not finish within %.1f s; "
+                        "not waiting for it any longer", timeout_s + CLOSE_MARGIN_S)
         finally:
-            self._io.stop()
+            self._io.stop(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> "Consumer":
         return self

@@ -11,17 +11,25 @@ keep their send order.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections import deque
 from typing import Any, Sequence
 
 from client._sync import LoopThread
 from client.aio.producer import Producer as AioProducer
+from client.aio.timeouts import wait_for
 from client.errors import KafkaClosedError, KafkaTimeoutError
 from client.futures import FutureRecordMetadata
 from client.structs import TopicPartition
 
+log = logging.getLogger(__name__)
+
 CLOSE_TIMEOUT_S_DEFAULT = 60.0
+# close(timeout) returns within timeout + this, even when the I/O thread is stuck (a callback that
+# blocks): time for cancelled tasks and connections to unwind (each bounded at 2 s, usually ms).
+CLOSE_MARGIN_S = 3.0
 SEND_QUEUE_MAX = 10_000  # records handed to the I/O thread but not yet appended (backpressure)
 SEND_WAIT_MARGIN_S = 5.0  # beyond max_block_ms, for the I/O thread to get to a waiting send
 
@@ -140,23 +148,31 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> list[tuple[TopicPartition, BaseException]]:
         """Flush for up to ``timeout`` seconds, fail what is left (KafkaClosedError), stop the I/O
-        thread. Returns the failures as ``flush`` does. Safe to call twice."""
+        thread. Returns the failures as ``flush`` does. Safe to call twice. Returns within
+        ``timeout`` + CLOSE_MARGIN_S seconds even when the I/O thread is stuck (as Kafka's
+        producer does, it then gives up on that thread: logged, and [] returned)."""
         if not self._io.alive:
             self._stopped = True
             return []
-        timeout_s = CLOSE_TIMEOUT_S_DEFAULT if timeout is None else timeout
+        timeout_s = CLOSE_TIMEOUT_S_DEFAULT if timeout is None else max(0.0, timeout)
+        deadline = time.monotonic() + timeout_s + CLOSE_MARGIN_S
         try:
-            return self._io.run(self._close(timeout_s * 1000), timeout_s + 10)
+            return self._io.run(self._close(timeout_s * 1000), timeout_s + CLOSE_MARGIN_S)
+        except KafkaTimeoutError:  # only run()'s own limit: _close() raises no timeout
+            log.warning("producer close: the I/O thread did not finish within %.1f s; "
+                        "not waiting for it any longer", timeout_s + CLOSE_MARGIN_S)
+            return []
         finally:
             self._stopped = True
-            self._io.stop()
+            self._io.stop(max(0.0, deadline - time.monotonic()))
 
     async def _close(self, timeout_ms: float) -> list[tuple[TopicPartition, BaseException]]:
-        try:
-            await asyncio.wait_for(self._flush(None), timeout_ms / 1000)
+        deadline = time.monotonic() + timeout_ms / 1000
+        try:  # records still on their way from send() to the accumulator, then the flush
+            await wait_for(self._flush(None), timeout_ms / 1000)
         except asyncio.TimeoutError:
             pass
-        failures = await self._aio.close(timeout_ms)
+        failures = await self._aio.close(max(0.0, (deadline - time.monotonic()) * 1000))
         with self._lock:  # records still on their way to the accumulator fail, never hang
             left, self._queue = list(self._queue), deque()
         for item in left:  # their send() raises this

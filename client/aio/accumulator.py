@@ -29,6 +29,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterator
 
+from client.aio.timeouts import wait_for
 from client.errors import KafkaTimeoutError
 from client.futures import ProduceRequestResult
 import crc32c
@@ -160,7 +161,7 @@ class RecordAccumulator:
         self.memory_waiters += 1
         try:
             async with self._memory_freed:
-                await asyncio.wait_for(self._memory_freed.wait_for(
+                await wait_for(self._memory_freed.wait_for(
                     lambda: self.buffer_used + nbytes <= self.buffer_memory), max_block_ms / 1000)
                 with self.lock:
                     self.buffer_used += nbytes

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
+from client.aio.timeouts import cancel_and_wait, wait_for
 from client.errors import KafkaClosedError, KafkaTimeoutError
 from client.protocol import errors
 from client.protocol.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
@@ -43,7 +44,7 @@ API_DESCRIBE_CLUSTER = 60
 DEFAULT_PORT = 9092
 TRACKED = object()  # refresh_metadata's default: the topics this client tracks
 CONNECTIONS_MAX = 1024  # distinct broker addresses one client keeps connections to
-CLOSE_TIMEOUT_S = 2.0  # how long close() waits for connections still being opened
+CLOSE_TIMEOUT_S = 2.0  # how long close() waits for its metadata task, and for connections being opened
 
 
 class ConnectionLike(Protocol):
@@ -224,12 +225,9 @@ class Cluster:
     async def close(self) -> None:
         """Stop the metadata task and close every connection."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        # Bounded (the loop also ends on _closed): not `await self._task`, which would hang
+        # with it should it be slow to unwind.
+        await cancel_and_wait([self._task], CLOSE_TIMEOUT_S)
         # Connections still being opened would outlive the client (their read loops pending
         # when the loop stops): wait for them (bounded by their connect timeout) and close them.
         opening = list(self._opening.values())
@@ -261,9 +259,9 @@ class Cluster:
                 await self._drop(next(iter(self._connections)))
             pending = asyncio.ensure_future(self._open(address))
             self._opening[address] = pending
-            pending.add_done_callback(lambda _f, a=address: self._opening.pop(a, None))
+            pending.add_done_callback(lambda f, a=address: self._opened(a, f))
         try:
-            conn = await asyncio.wait_for(asyncio.shield(pending), timeout_ms / 1000)
+            conn = await wait_for(asyncio.shield(pending), timeout_ms / 1000)
         except asyncio.TimeoutError:
             pending.cancel()
             self._failed_at[address] = time.monotonic()
@@ -276,6 +274,11 @@ class Cluster:
             self._failed_at[address] = time.monotonic()
             raise NetworkExceptionError(f"could not connect to {address[0]}:{address[1]}: {error}") from None
         return conn
+
+    def _opened(self, address: tuple[str, int], pending: asyncio.Future[ConnectionLike]) -> None:
+        self._opening.pop(address, None)
+        if not pending.cancelled():
+            pending.exception()  # retrieved: a waiter that timed out or was cancelled never will
 
     async def _open(self, address: tuple[str, int]) -> ConnectionLike:
         """Open a connection and adopt it here, even when whoever asked for it was cancelled
@@ -305,7 +308,7 @@ class Cluster:
         conn = await self._connection(address, timeout_ms)
         left_ms = max(1, int((deadline - time.monotonic()) * 1000))
         try:
-            return await asyncio.wait_for(
+            return await wait_for(
                 conn.request(api_key, body, 0, timeout_ms=left_ms, expect_response=expect_response),
                 left_ms / 1000 + 0.5)
         except asyncio.TimeoutError:
@@ -460,7 +463,7 @@ class Cluster:
         self.request_update()
         try:
             async with self._updated:
-                await asyncio.wait_for(self._updated.wait_for(lambda: self._refresh_count > count),
+                await wait_for(self._updated.wait_for(lambda: self._refresh_count > count),
                                        timeout_ms / 1000)
             return True
         except asyncio.TimeoutError:
@@ -499,7 +502,7 @@ class Cluster:
             wait_s = max(0.0, (self.metadata_max_age_ms - self.metadata_age_ms) / 1000)
             if self._metadata_at and not self._update_wanted.is_set():
                 try:
-                    await asyncio.wait_for(self._update_wanted.wait(), wait_s)
+                    await wait_for(self._update_wanted.wait(), wait_s)
                 except asyncio.TimeoutError:
                     pass
             self._update_wanted.clear()

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 
 from client.aio.cluster import API_FETCH, API_LIST_OFFSETS, Cluster
 from client.aio.group import GroupMember
+from client.aio.timeouts import cancel_and_wait, wait_for
 from client.assignors import make_assignors
 from client.errors import (ConfigError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
                            NoOffsetForPartitionError, SerializationError)
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 LATEST = -1
 EARLIEST = -2
 SUBSCRIPTION_REFRESH_MS = 1000  # metadata age at which a subscription with missing topics refreshes
+CLOSE_TASKS_TIMEOUT_S = 2.0  # how long close() waits for its cancelled tasks to finish
 RESETS = {"earliest": EARLIEST, "smallest": EARLIEST, "latest": LATEST, "largest": LATEST, "none": None}
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # skipped by patterns
 # A topic matched by a pattern stays subscribed this long after it vanished from a metadata answer:
@@ -290,21 +292,22 @@ class Consumer:
             self.cluster.start()
             self._fetcher = asyncio.get_running_loop().create_task(self._run_fetcher())
 
-    async def close(self, autocommit: bool = True) -> None:
+    async def close(self, autocommit: bool = True, timeout_ms: float | None = None) -> None:
         """Leave the group (committing first when ``enable_auto_commit`` and ``autocommit``,
-        revoking through the listener), stop fetching and close every connection."""
+        revoking through the listener), stop fetching and close every connection. Leaving the
+        group is given at most ``timeout_ms`` (None: no limit beyond its requests' own)."""
         if self._closed:
             return
         if self._group is not None:
             try:
-                await self._group.close(autocommit, self.config["request_timeout_ms"])
+                await wait_for(self._group.close(autocommit, self.config["request_timeout_ms"]),
+                               None if timeout_ms is None else timeout_ms / 1000)
+            except asyncio.TimeoutError:
+                log.warning("consumer: leaving the group took over %d ms; closed without it", timeout_ms)
             except Exception:  # closing goes on whatever the group says
                 log.exception("consumer: leaving the group failed")
         self._closed = True
-        tasks = [t for t in [self._fetcher, self._resolver, *self._tasks] if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait([self._fetcher, self._resolver, *self._tasks], CLOSE_TASKS_TIMEOUT_S)
         await self.cluster.close()
 
     def _check_open(self) -> None:
@@ -569,7 +572,7 @@ class Consumer:
             except Exception:  # a bug here must not stop every partition's fetching
                 log.exception("consumer fetcher step failed")
             try:
-                await asyncio.wait_for(self._wakeup.wait(), backoff if self._needs_retry() else 1.0)
+                await wait_for(self._wakeup.wait(), backoff if self._needs_retry() else 1.0)
             except asyncio.TimeoutError:
                 pass
 
@@ -852,7 +855,7 @@ class Consumer:
             if left <= 0:
                 return {}
             try:
-                await asyncio.wait_for(self._data.wait(), left)
+                await wait_for(self._data.wait(), left)
             except asyncio.TimeoutError:
                 return {}
 

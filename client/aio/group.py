@@ -42,6 +42,7 @@ from client.assignors import (COOPERATIVE, AbstractPartitionAssignor, Assignment
                               decode_assignment, decode_subscription, encode_assignment, encode_subscription,
                               rebalance_protocol)
 from client.aio.cluster import Cluster, default_connection_factory
+from client.aio.timeouts import cancel_and_wait, wait_for
 from client.errors import KafkaTimeoutError
 from client.protocol import errors
 from client.protocol.api import ApiKey
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 PROTOCOL_TYPE = "consumer"
 JOIN_EXTRA_MS = 5000  # a JoinGroup may be held up to the rebalance timeout; wait this much longer
 JOIN_WAIT_MS_MAX = 240_000  # the coordinator holds a JoinGroup at most this long
+CLOSE_TASKS_TIMEOUT_S = 2.0  # how long close() waits for its cancelled tasks to finish
 LEAVE_TIMEOUT_MS = 3000
 LANES = ("join", "heartbeat", "offsets")
 
@@ -202,7 +204,7 @@ class Coordinator:
         try:
             conn = self._connections.get(lane)
             if conn is None or getattr(conn, "closed", False):
-                conn = await asyncio.wait_for(self.factory(node[1], node[2], self.client_id), timeout_ms / 1000)
+                conn = await wait_for(self.factory(node[1], node[2], self.client_id), timeout_ms / 1000)
                 self._connections[lane] = conn
             code, answer = await conn.request(api_key, body, 0, timeout_ms=int(timeout_ms))
         except (NetworkExceptionError, RequestTimedOutError, OSError, ConnectionError, asyncio.TimeoutError) as error:
@@ -565,7 +567,7 @@ class GroupMember:
             wait = sent + pace - time.monotonic()
             if wait > 0:
                 try:  # a new generation (our join completed) cuts the wait short
-                    await asyncio.wait_for(self._heartbeat_now.wait(), wait)
+                    await wait_for(self._heartbeat_now.wait(), wait)
                 except asyncio.TimeoutError:
                     pass
 
@@ -764,8 +766,5 @@ class GroupMember:
                 await self.leave("consumer closed")
         finally:
             self._closed = True
-            tasks = [t for t in [self._heartbeat, *self._commits] if t is not None]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait([self._heartbeat, *self._commits], CLOSE_TASKS_TIMEOUT_S)
             await self.coordinator.close()

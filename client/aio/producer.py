@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 from client.aio.accumulator import (RECORD_OVERHEAD_BYTES, ProducerBatch, RecordAccumulator,
                                     record_size_estimate)
 from client.aio.cluster import API_INIT_PRODUCER_ID, API_PRODUCE, Cluster
+from client.aio.timeouts import cancel_and_wait, wait_for
 from client.errors import ConfigError, KafkaClosedError, KafkaTimeoutError, SerializationError
 from client.futures import FutureRecordMetadata
 from client.partitioner import DefaultPartitioner
@@ -353,7 +354,7 @@ class Producer:
                 try:
                     if remaining is not None and remaining <= 0:
                         raise asyncio.TimeoutError
-                    await asyncio.wait_for(self._batch_done.wait(), remaining)
+                    await wait_for(self._batch_done.wait(), remaining)
                 except asyncio.TimeoutError:
                     raise KafkaTimeoutError(f"flush: {sum(b.count for b in waiting)} records not "
                                             f"acknowledged within {timeout_ms} ms") from None
@@ -382,15 +383,7 @@ class Producer:
             self._fail(batch, error)
         failures += self.failures
         self.failures = []
-        if self._sender is not None:
-            self._sender.cancel()
-        if self._pid_task is not None:
-            self._pid_task.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        tasks = {t for t in [self._sender, self._pid_task, *self._tasks] if t}
-        if tasks:  # bounded: close(timeout) must return even if a task is slow to unwind
-            await asyncio.wait(tasks, timeout=CLOSE_TASKS_TIMEOUT_S)
+        await cancel_and_wait([self._sender, self._pid_task, *self._tasks], CLOSE_TASKS_TIMEOUT_S)
         await self.cluster.close()
         return failures
 
@@ -406,12 +399,14 @@ class Producer:
         if self._pid_task is None or self._pid_task.done():
             self._pid_task = asyncio.get_running_loop().create_task(self._init_producer_id())
         try:
-            await asyncio.wait_for(asyncio.shield(self._pid_task), max(timeout_ms, 1) / 1000)
+            await wait_for(asyncio.shield(self._pid_task), max(timeout_ms, 1) / 1000)
         except asyncio.TimeoutError:
             raise KafkaTimeoutError(f"no producer id (InitProducerId) within {int(timeout_ms)} ms") from None
 
     async def _init_producer_id(self) -> None:
-        while True:
+        # Retries until it has an id or the producer is closed (callers bound their own wait);
+        # the closed check is the second guard behind cancellation (see client/aio/timeouts.py).
+        while not self._closed:
             try:
                 code, body = await self.cluster.request_any(API_INIT_PRODUCER_ID,
                                                             {"transactional_id": None,
@@ -427,6 +422,7 @@ class Producer:
             if spec is None or not spec.retriable:
                 raise errors.error_for(code, (body or {}).get("error_message"))
             await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+        raise KafkaClosedError("the producer was closed before it got a producer id")
 
     # -- the sender --
     def _batch_closed(self, batch: ProducerBatch) -> None:
@@ -438,9 +434,9 @@ class Producer:
         self._sticky_tps.pop(batch.tp.topic, None)  # after the partitioner moved on
 
     async def _run_sender(self) -> None:
-        # Not `while True`: on Python 3.11 asyncio.wait_for can swallow a cancellation that
-        # arrives as its inner wait completes (close() sets the wakeup, then cancels), and the
-        # loop would go on forever; close() sets _closed before it cancels.
+        # Not `while True`: ends on _closed too (set before close() cancels it), a second guard
+        # should a cancellation ever be lost (Python 3.11's asyncio.wait_for lost them; the
+        # client waits with client/aio/timeouts.py instead).
         while not self._closed:
             try:
                 wake_at = await self._send_ready()
@@ -452,7 +448,7 @@ class Producer:
             timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
             if timeout is None or timeout > 0:
                 try:
-                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                    await wait_for(self._wakeup.wait(), timeout)
                 except asyncio.TimeoutError:
                     pass
             else:
