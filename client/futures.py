@@ -9,16 +9,16 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from client.errors import KafkaTimeoutError
+from client.structs import RecordMetadata
 
-if TYPE_CHECKING:
-    from client.structs import RecordMetadata
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _PENDING = object()
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
 
 class Future(Generic[T]):
@@ -147,8 +147,10 @@ class ProduceRequestResult:
         self.done = False
         self._lock = threading.Lock()
         self._event: threading.Event | None = None
-        # (future, callback) of the records that have callbacks
-        self._waiting: list[tuple["FutureRecordMetadata", Callable[..., None]]] | None = None
+        # Per record with callbacks, in the order added: (future, fn, args, kwargs, on_error).
+        # ``args`` None: ``fn(future)`` either way (a done-callback); else kafka-python's
+        # ``fn(*args, metadata_or_error, **kwargs)``, on success (on_error False) or failure.
+        self._waiting: list[tuple[Any, Callable[..., Any], Any, Any, bool]] | None = None
 
     def complete(self, base_offset: int, log_append_time_ms: int, log_start_offset: int,
                  error: BaseException | None) -> None:
@@ -163,8 +165,17 @@ class ProduceRequestResult:
             event = self._event
         if event is not None:
             event.set()
-        for future, callback in waiting or ():
-            callback(future)
+        for future, fn, args, kwargs, on_error in waiting or ():
+            if args is None:
+                fn(future)
+            elif on_error is (error is not None):
+                try:  # a user callback that raises must not break the client's I/O thread
+                    if error is None:
+                        fn(*args, future._metadata(), **kwargs)
+                    else:
+                        fn(*args, error, **kwargs)
+                except Exception:
+                    log.exception("user callback raised")
 
     def wait(self, timeout: float | None) -> bool:
         """Block until done (up to ``timeout`` seconds); True when done."""
@@ -202,14 +213,13 @@ class FutureRecordMetadata(Future["RecordMetadata"]):  # noqa: F821
         self._header_size = header_size
 
     def _metadata(self) -> "RecordMetadata":
-        from client.structs import RecordMetadata
         result = self._result
         ts = result.log_append_time_ms
-        return RecordMetadata(
-            result.topic, result.partition,
-            result.base_offset + self._index if result.base_offset >= 0 else -1,
+        base = result.base_offset
+        return _new_tuple(RecordMetadata, (
+            result.topic, result.partition, base + self._index if base >= 0 else -1,
             ts if ts is not None and ts != -1 else self._timestamp_ms, result.log_start_offset,
-            self._key_size, self._value_size, self._header_size)
+            self._key_size, self._value_size, self._header_size))
 
     def _complete(self, value: Any, error: BaseException | None) -> "Future[RecordMetadata]":
         if self._result is not None:
@@ -270,6 +280,33 @@ class FutureRecordMetadata(Future["RecordMetadata"]):  # noqa: F821
             if not result.done:
                 if result._waiting is None:
                     result._waiting = []
-                result._waiting.append((self, callback))
+                result._waiting.append((self, callback, None, None, False))
                 return
         callback(self)
+
+    def _add_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict, on_error: bool) -> "FutureRecordMetadata":
+        # One entry in the batch's list, called straight from its completion: no partial, no
+        # closure, no RecordMetadata for a record whose outcome the callback does not take.
+        result = self._result
+        with result._lock:
+            if not result.done:
+                if result._waiting is None:
+                    result._waiting = []
+                result._waiting.append((self, fn, args, kwargs, on_error))
+                return self
+        if on_error is (result.error is not None):
+            _safely(functools.partial(fn, *args, **kwargs),
+                    result.error if on_error else self._metadata())
+        return self
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
+        """Call ``fn(*args, record_metadata, **kwargs)`` on success (on the I/O thread)."""
+        if self._result is None:
+            return Future.add_callback(self, fn, *args, **kwargs)  # type: ignore[return-value]
+        return self._add_call(fn, args, kwargs, False)
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
+        """Call ``fn(*args, exception, **kwargs)`` on failure (on the I/O thread)."""
+        if self._result is None:
+            return Future.add_errback(self, fn, *args, **kwargs)  # type: ignore[return-value]
+        return self._add_call(fn, args, kwargs, True)
