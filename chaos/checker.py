@@ -15,9 +15,20 @@ Checks, each with a count and the first examples:
   one consumer, or committed offsets read back (OffsetFetch) one after another in real time.
 - **phantom**: the final log holds a value that no producer ever sent (corruption).
 
+With a Spark sink (the ``sink`` op: the rows a Spark streaming query wrote to Parquet during the
+run, read back after it caught up with the final log; ``raftka chaos run --spark``), its output
+must equal the final log exactly:
+
+- **sink_duplicate**: one (partition, offset) twice in Spark's output, or one value at two
+  positions in it.
+- **sink_gap**: a record of the final log missing from Spark's output.
+- **sink_uncommitted**: a row of Spark's output that the final log does not hold at that
+  partition and offset (Spark read a record above the high watermark, or one later truncated).
+
 Writes whose outcome is unknown (info) or failed may be present or absent; they are only held
-to the duplicate and offset checks. ``valid`` is true when every count is 0 and a final read
-exists.
+to the duplicate and offset checks. ``valid`` is true when every count is 0, a final read exists,
+and, when the run had a Spark sink (``spark`` in the meta op), its output was collected and it
+had caught up with the final log.
 """
 from __future__ import annotations
 
@@ -26,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 EXAMPLES_MAX = 5
+SINK_CHECKS = ("sink_duplicate", "sink_gap", "sink_uncommitted")
 CHECKS = ("lost", "duplicate", "inconsistent_offsets", "reordered", "uncommitted_read",
-          "nonmonotonic_commits", "phantom")
+          "nonmonotonic_commits", "phantom") + SINK_CHECKS
 
 
 @dataclass
@@ -65,8 +77,14 @@ class Verdict:
         lines.append(f"  sends: {s.get('sends', 0)} invoked, {s.get('acked', 0)} ok, {s.get('failed', 0)} fail, "
                      f"{s.get('unknown', 0)} info; final log: {s.get('final_records', 0)} records; "
                      f"consumer reads: {s.get('reads', 0)}; commits: {s.get('commits', 0)}")
+        with_sink = "sink_records" in s
+        if with_sink:
+            lines.append(f"  spark sink: {s['sink_records']} rows in {s.get('sink_batches', 0)} micro-batches, "
+                         f"{s.get('sink_restarts', 0)} query restarts")
         for name in CHECKS:
-            result = self.anomalies[name]
+            if name in SINK_CHECKS and not with_sink:
+                continue
+            result = self.anomalies.get(name, Anomalies())
             mark = "ok " if result.count == 0 else "BAD"
             lines.append(f"  [{mark}] {name}: {result.count}")
             for example in result.examples[:2]:
@@ -88,9 +106,19 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
     commits: list[dict[str, Any]] = []
     fetched: list[dict[str, Any]] = []
     final: dict[str, Any] | None = None
+    sink: dict[str, Any] | None = None
+    sink_failures: list[dict[str, Any]] = []
+    expect_sink = False
     for op in ops:
         f, kind = op.get("f"), op.get("type")
-        if f == "send":
+        if f == "meta":
+            expect_sink = bool(op.get("spark"))
+        elif f == "sink":
+            if kind == "ok":
+                sink = op
+            else:
+                sink_failures.append(op)
+        elif f == "send":
             if kind == "invoke":
                 invoked[op["value"]] = op
             else:
@@ -218,10 +246,56 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
             if value not in invoked:
                 anomalies["phantom"].add({"value": value, "positions": sorted(positions)})
 
+    if sink is not None:
+        check_sink(sink, final, final_at, anomalies, problems)
+    elif expect_sink or sink_failures:
+        why = "; ".join(str(op.get("error", "?")) for op in sink_failures) or "no sink op in the history"
+        problems.append(f"the run had a Spark sink but its output could not be checked: {why}")
+
     stats = {"sends": len(invoked), "acked": len(acked),
              "failed": sum(1 for k in outcome.values() if k == "fail"),
              "unknown": sum(1 for k in outcome.values() if k == "info") + sum(1 for v in invoked if v not in outcome),
              "final_records": final_records, "reads": len(reads),
              "commits": sum(1 for c in commits if c.get("type") == "ok"), "committed_reads": len(fetched)}
-    valid = final is not None and all(a.count == 0 for a in anomalies.values())
+    sink_ok = True
+    if sink is not None:
+        stats["sink_records"] = sum(len(rows) for rows in sink.get("records", {}).values())
+        stats["sink_batches"] = sink.get("batches", 0)
+        stats["sink_restarts"] = sink.get("restarts", 0)
+        sink_ok = sink.get("caught_up", True) is not False
+    elif expect_sink or sink_failures:
+        sink_ok = False
+    valid = final is not None and sink_ok and all(a.count == 0 for a in anomalies.values())
     return Verdict(valid, anomalies, stats, problems)
+
+
+def check_sink(sink: dict[str, Any], final: dict[str, Any] | None, final_at: dict[tuple[int, int], str],
+               anomalies: dict[str, Anomalies], problems: list[str]) -> None:
+    """Spark's output (``sink["records"]`` {partition: [[offset, value], ...]}) against the final
+    log: sink_duplicate, sink_gap, sink_uncommitted."""
+    if final is None:
+        return  # nothing to compare with; the missing final read is reported already
+    if sink.get("caught_up") is False:
+        problems.append(f"the Spark sink had not caught up with the final log when it was stopped "
+                        f"(its last micro-batch ended at {sink.get('end')}, high watermarks "
+                        f"{sink.get('high_watermark')}): its gaps may only be lag")
+    rows_at: dict[tuple[int, int], list[str]] = defaultdict(list)
+    positions_of: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for partition, rows in sink.get("records", {}).items():
+        for offset, value in rows:
+            rows_at[int(partition), int(offset)].append(value)
+            positions_of[value].add((int(partition), int(offset)))
+    for (partition, offset), values in sorted(rows_at.items()):
+        if len(values) > 1:
+            anomalies["sink_duplicate"].add({"partition": partition, "offset": offset, "values": values})
+    for value, positions in sorted(positions_of.items(), key=lambda item: str(item[0])):
+        if len(positions) > 1:
+            anomalies["sink_duplicate"].add({"value": value, "positions": sorted(positions)})
+    for (partition, offset), value in sorted(final_at.items()):
+        if value not in rows_at.get((partition, offset), ()):
+            anomalies["sink_gap"].add({"partition": partition, "offset": offset, "value": value})
+    for (partition, offset), values in sorted(rows_at.items()):
+        for value in sorted(set(values), key=str):
+            if final_at.get((partition, offset)) != value:
+                anomalies["sink_uncommitted"].add({"partition": partition, "offset": offset, "value": value,
+                                                   "final_log": final_at.get((partition, offset))})

@@ -22,6 +22,10 @@ clock), ``process`` (who did it: ``p3`` a producer, ``c1`` a consumer, ``nemesis
 | healthy | nemesis, ok: every partition led with a full ISR again, ``after_heal_s`` after the heal |
 | final | ok only: ``log_start`` {partition: offset}, ``records`` {partition: [[offset, value], ...]}: the
 |       | whole log after the faults healed, read from the log start |
+| sink_progress | process ``spark``: ok = a Spark micro-batch completed (``batch``, ``rows``, ``end``
+|       | {partition: next offset}); info = the query failed and was started again (``error``) |
+| sink | process ``spark``: ok = what Spark's output held at the end, ``records`` {partition:
+|       | [[offset, value], ...]}, ``batches``, ``restarts``, ``caught_up``; fail = none (``error``) |
 
 JSON turns partition keys into strings; the reader turns them back into ints.
 """

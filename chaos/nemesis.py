@@ -260,6 +260,16 @@ class Mix(Nemesis):
         return self.choose(ctx.rng).inject(ctx)
 
 
+class LeaderFaults(Mix):
+    """A partition leader isolated (cut from brokers and controllers, clients still reach it) or
+    killed -9, at random each time: the two faults that move leadership under a reader."""
+
+    name = "isolate-or-kill-leader"
+
+    def __init__(self) -> None:
+        super().__init__([IsolateLeader(), KillBroker()])
+
+
 SAFE_NEMESES: list[type[Nemesis]] = [IsolateLeader, IsolateController, MajorityMinority, ReplicationLatency,
                                      ReplicationBandwidth, ResetConnections, KillBroker, KillController, Pause,
                                      RollingRestart]
@@ -267,7 +277,7 @@ SAFE_NEMESES: list[type[Nemesis]] = [IsolateLeader, IsolateController, MajorityM
 
 def by_name(name: str) -> Nemesis:
     """A nemesis by its name (``mix`` mixes every safe one)."""
-    for cls in SAFE_NEMESES + [KillLeaderBeforeCopy]:
+    for cls in SAFE_NEMESES + [KillLeaderBeforeCopy, LeaderFaults]:
         if cls.name == name:
             return cls()
     if name == "mix":

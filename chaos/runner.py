@@ -8,6 +8,14 @@
    recovery period, stop it, wait for full ISRs, read every partition from the log start.
 5. Check the history; write ``history.jsonl``, ``results.json``, ``timeline.png``.
 
+With Spark (``spark=True`` or a scenario with ``spark``): once the topic exists, a Spark
+streaming query to Parquet starts in its own process (chaos/spark_sink.py) through the client
+proxies, with the workload; its micro-batches go to the history as they complete.
+After the final read the runner waits until Spark's last micro-batch reached the final high
+watermarks, stops it, and appends what its Parquet output holds as one ``sink`` op, which the
+checker compares with the final log. The fault schedule (and ``duration_s``) starts once Spark
+completed its first micro-batch with rows.
+
 Everything random comes from ``seed`` (nemesis choices, timings, the proxies' jitter and
 toxicity, the producers' phase), so a failing run can be repeated; the seed is printed with
 every verdict. (The cluster's own timing is not seeded: a repeated run takes the same faults at
@@ -29,11 +37,16 @@ from chaos.cluster import Network, ProxiedCluster, ProxyService, wait_healthy
 from chaos.history import HistoryWriter, read_history
 from chaos.nemesis import Context, Fault, by_name, heal_everything
 from chaos.scenarios import Scenario
+from chaos.spark_sink import SinkError, SparkSink
 from chaos.workload import Workload
 
 PROGRESS_EVERY_S = 5.0
 HEALTHY_TIMEOUT_S = 90.0
 FINAL_READ_TIMEOUT_S = 120.0
+SINK_START_TIMEOUT_S = 240.0  # JVM start to the first micro-batch with rows: 30-70 s at load ~12
+SINK_CATCH_UP_TIMEOUT_S = 120.0  # after the final read, for Spark's last micro-batch
+SINK_STOP_TIMEOUT_S = 120.0  # SIGTERM -> query stopped, output read back, JVM stopped
+SINK_LIFETIME_EXTRA_S = 900.0  # the sink stops by itself this long after the run should have ended
 
 
 def schedule_bounds(duration_s: float) -> tuple[float, float]:
@@ -73,8 +86,11 @@ class Progress:
 
 
 def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
-        toxiproxy_server: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run one scenario; returns the results (also written to OUT/results.json)."""
+        toxiproxy_server: bool = False, spark: bool | None = None,
+        say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one scenario; returns the results (also written to OUT/results.json). ``spark``: run
+    a Spark streaming query during the faults (default: the scenario's choice)."""
+    use_spark = scenario.spark if spark is None else spark
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -83,9 +99,9 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
     started_wall = time.time()
     results: dict[str, Any] = {"scenario": scenario.name, "seed": seed, "duration_s": duration_s,
                                "expect_valid": scenario.expect_valid, "workload": config.to_json(),
-                               "cluster_configs": scenario.configs(), "problems": []}
+                               "cluster_configs": scenario.configs(), "spark": use_spark, "problems": []}
     history = HistoryWriter(out / "history.jsonl")
-    proxies = cluster = workload = admin = progress = None
+    proxies = cluster = workload = admin = progress = sink = None
     error: BaseException | None = None
     try:
         say(f"chaos run: scenario {scenario.name}, {duration_s:.0f} s, seed {seed}, out {out}")
@@ -95,8 +111,10 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         results["proxy_server"] = proxies.kind
         say(f"cluster up: controllers {cluster.controller_ids}, brokers {cluster.broker_ids}, "
             f"{len(cluster.links)} proxied links ({proxies.kind})")
+        if use_spark:  # its JVM starts while the topic is made; it waits for the topic
+            sink = start_sink(out / "spark", cluster.bootstrap_servers, config.topic, duration_s, history, say)
         history.append("harness", "ok", "meta", topic=config.topic, partitions=config.partitions, seed=seed,
-                       scenario=scenario.name, duration_s=duration_s, config=config.to_json())
+                       scenario=scenario.name, duration_s=duration_s, config=config.to_json(), spark=use_spark)
         from client import AdminClient
         admin = AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=5000)
         workload = Workload(cluster.bootstrap_servers, history, config, seed=rng.randrange(2**31))
@@ -105,6 +123,9 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         workload.start()
         progress = Progress(workload, history, say)
         progress.start()
+        if sink is not None:
+            sink = wait_sink_reading(sink, history, results, say)
+            run_start = history.now()
         ctx = Context(cluster, network, admin, rng, config.topic, say)
         nemesis = by_name(scenario.nemesis) if scenario.nemesis else None
         deadline = run_start + duration_s
@@ -159,6 +180,8 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         results["consumer_groups"] = workload.groups_used
         final = workload.final_read(FINAL_READ_TIMEOUT_S)
         say(f"[{history.now():6.1f}s] final read: {sum(len(r) for r in final['records'].values())} records")
+        if sink is not None:
+            collect_sink(sink, final, history, results, say)
     except BaseException as failure:
         error = failure
         results["problems"].append(f"run aborted: {failure!r}")
@@ -166,7 +189,8 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
     finally:
         if progress is not None:
             progress.stop()
-        for closer in (lambda: workload and workload.close(), lambda: admin and admin.close(),
+        for closer in (lambda: sink and sink.close(), lambda: workload and workload.close(),
+                       lambda: admin and admin.close(),
                        lambda: cluster and cluster.close(), lambda: proxies and proxies.close(), history.close):
             try:
                 closer()
@@ -179,6 +203,72 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
     if error is not None and not isinstance(error, Exception):
         raise error  # KeyboardInterrupt and friends, after the files are written
     return results
+
+
+def start_sink(out: Path, bootstrap_servers: str, topic: str, duration_s: float, history: HistoryWriter,
+               say: Callable[[str], None]) -> SparkSink:
+    """Start the Spark sink process (returns at once: its JVM starts while the topic is created
+    and the workload starts; it waits for the topic).
+    Its micro-batches and restarts go to the history as ``sink_progress`` ops."""
+    def record(event: dict[str, Any]) -> None:
+        if event["event"] in ("batch", "restart"):
+            history.append("spark", "ok" if event["event"] == "batch" else "info", "sink_progress",
+                           **{k: v for k, v in event.items()})
+        if event["event"] == "restart":
+            say(f"  spark: query failed, started again from its checkpoint: {event.get('error')}")
+
+    sink = SparkSink(out, bootstrap_servers, topic, max_seconds=duration_s + SINK_LIFETIME_EXTRA_S,
+                     wait_topic_s=SINK_START_TIMEOUT_S, on_event=record)
+    say(f"starting the Spark sink (its log: {sink.log_path})")
+    sink.start()
+    return sink
+
+
+def wait_sink_reading(sink: SparkSink, history: HistoryWriter, results: dict[str, Any],
+                      say: Callable[[str], None]) -> SparkSink | None:
+    """Wait until the sink completed a micro-batch with rows: the first one starts Spark's
+    Python workers, which on a loaded box takes longer than a short run's faults, so the fault
+    schedule starts after it. None (with a problem and a failed ``sink`` op) if it did not."""
+    began = time.monotonic()
+    if sink.wait_first_rows(SINK_START_TIMEOUT_S):
+        say(f"[{history.now():6.1f}s] spark: first micro-batch done ({time.monotonic() - began:.1f} s after the "
+            "workload started); the fault schedule starts now")
+        return sink
+    failure = SinkError(f"no micro-batch with rows within {SINK_START_TIMEOUT_S:.0f} s" + sink.exit_note())
+    results["problems"].append(f"spark: {failure}")
+    history.append("spark", "fail", "sink", error=str(failure)[:500])
+    say(f"  warning: spark: {failure}; the run goes on without it")
+    sink.close()
+    return None
+
+
+def collect_sink(sink: SparkSink, final: dict[str, Any], history: HistoryWriter, results: dict[str, Any],
+                 say: Callable[[str], None]) -> None:
+    """After the final read: wait until Spark's last micro-batch reached the final high
+    watermarks, stop it, append its output as the ``sink`` op (``ok`` with ``records``,
+    ``caught_up``; ``fail`` with ``error`` when there is no output to check)."""
+    high = {int(p): int(o) for p, o in (final.get("high_watermark") or {}).items()}
+    began = time.monotonic()
+    caught_up = sink.wait_caught_up(high, SINK_CATCH_UP_TIMEOUT_S)
+    waited = round(time.monotonic() - began, 1)
+    if not caught_up:
+        results["problems"].append(f"spark: the query did not reach the final high watermarks {high} within "
+                                   f"{SINK_CATCH_UP_TIMEOUT_S:.0f} s (its last micro-batch ended at {sink.end})")
+    try:
+        body = sink.stop(SINK_STOP_TIMEOUT_S)
+    except SinkError as failure:
+        results["problems"].append(f"spark: {failure}")
+        history.append("spark", "fail", "sink", error=str(failure)[:500], batches=sink.batches,
+                       restarts=sink.restarts)
+        say(f"  warning: spark: {failure}")
+        return
+    rows = sum(len(r) for r in body["records"].values())
+    results["spark_sink"] = {"rows": rows, "batches": sink.batches, "restarts": sink.restarts,
+                             "caught_up": caught_up, "catch_up_s": waited}
+    history.append("spark", "ok", "sink", records=body["records"], batches=sink.batches, restarts=sink.restarts,
+                   caught_up=caught_up, end=sink.end, high_watermark=high)
+    say(f"[{history.now():6.1f}s] spark: {rows} rows in {sink.batches} micro-batches, {sink.restarts} query "
+        f"restarts; {'caught up' if caught_up else 'NOT caught up'} {waited:.1f} s after the final read")
 
 
 def watch_recovery(ctx: Context, history: HistoryWriter, name: str, config: Any, until: float,

@@ -4,6 +4,8 @@ A scenario is a nemesis, the lengths of faults and quiet spells between them, th
 the cluster configuration. Every safe scenario must come out valid; ``unsafe-lost-writes`` runs
 acks=1 with unclean leader election and must come out invalid (the checker catching lost writes).
 ``smoke`` scenarios run in the default test suite (about 30 s each); the others are ``soak``.
+``spark`` scenarios also run a Spark streaming query during the faults (chaos/spark_sink.py;
+tests/test_chaos_spark.py runs ``spark`` in the default suite when Java 17+ is there).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Scenario:
     cluster_configs: dict[str, Any] = field(default_factory=dict)
     expect_valid: bool = True
     smoke: bool = False
+    spark: bool = False  # a Spark streaming query to Parquet runs during the faults
 
     def configs(self) -> dict[str, Any]:
         return {**CLUSTER_CONFIGS, **self.cluster_configs}
@@ -54,6 +57,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("rolling-restart", "SIGTERM and restart of every node in turn", "rolling-restart",
              fault_s=(0.0, 0.0), quiet_s=(3.0, 5.0)),
     Scenario("mix", "a random one of the above each time", "mix"),
+    Scenario("spark", "a Spark streaming query to Parquet while a partition leader is isolated or killed -9; "
+             "Spark's output must equal the committed log", "isolate-or-kill-leader", spark=True,
+             # Half the usual rate: Spark's JVM and Python workers need the box's CPU too.
+             workload=lambda: WorkloadConfig(rate_per_producer=50.0)),
     Scenario("unsafe-lost-writes",
              "acks=1, unclean leader election: followers cut, then the leader killed (must be INVALID)",
              "kill-leader-before-copy", fault_s=(0.5, 1.0), quiet_s=(4.0, 6.0),

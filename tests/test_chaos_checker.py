@@ -203,3 +203,42 @@ def test_histories_round_trip_through_files(tmp_path):
 def test_every_check_is_reported_even_when_zero(name):
     verdict = check(clean().ops)
     assert verdict.to_json()["anomalies"][name] == {"count": 0, "examples": []}
+
+
+# -- a Spark sink's output (the `sink` op of `raftka chaos run --spark`) --
+
+def with_sink(b: Builder, **partitions: list[tuple[int, str]]) -> Builder:
+    records = {int(p[1:]): [list(r) for r in rows] for p, rows in partitions.items()}
+    b.op("spark", "ok", "sink", records=records, batches=3, restarts=0, caught_up=True)
+    return b
+
+
+def test_a_sink_holding_exactly_the_final_log_is_valid_and_shown():
+    verdict = check(with_sink(clean(), p0=[(0, "a"), (1, "b")], p1=[(0, "c"), (1, "d")]).ops)
+    assert verdict.valid, verdict.summary_lines()
+    assert verdict.stats["sink_records"] == 4
+    text = "\n".join(verdict.summary_lines())
+    assert "sink_gap: 0" in text and "spark sink: 4 rows in 3 micro-batches" in text
+    assert "sink_gap" not in "\n".join(check(clean().ops).summary_lines())  # no sink, no sink lines
+
+
+def test_sink_gap_duplicate_and_uncommitted_rows_are_each_caught():
+    only(check(with_sink(clean(), p0=[(0, "a")], p1=[(0, "c"), (1, "d")]).ops), "sink_gap")
+    only(check(with_sink(clean(), p0=[(0, "a"), (1, "b"), (1, "b")], p1=[(0, "c"), (1, "d")]).ops),
+         "sink_duplicate")
+    # "e" (outcome unknown, not in the final log): Spark read it above the high watermark
+    verdict = check(with_sink(clean(), p0=[(0, "a"), (1, "b")], p1=[(0, "c"), (1, "d"), (2, "e")]).ops)
+    only(verdict, "sink_uncommitted")
+    assert verdict.anomalies["sink_uncommitted"].examples[0] == {"partition": 1, "offset": 2, "value": "e",
+                                                                 "final_log": None}
+
+
+def test_a_run_with_spark_but_no_sink_output_or_a_sink_that_lagged_is_not_valid():
+    b = clean()
+    b.ops[0:0] = [{"index": -1, "time": 0.0, "process": "harness", "type": "ok", "f": "meta", "spark": True}]
+    verdict = check(b.ops)
+    assert not verdict.valid and "Spark sink" in verdict.problems[0]
+    b = with_sink(clean(), p0=[(0, "a")], p1=[(0, "c"), (1, "d")])
+    b.ops[-1]["caught_up"] = False
+    verdict = check(b.ops)
+    assert not verdict.valid and any("not caught up" in p for p in verdict.problems)

@@ -2,9 +2,10 @@
 
 - `raftka chaos proxy [--listen 127.0.0.1:8474] [--seed N]`: a TCP proxy server with Toxiproxy's
   HTTP API (drive it with any Toxiproxy client).
-- `raftka chaos run --scenario NAME --duration S --seed N [--out DIR] [--toxiproxy-server]`
+- `raftka chaos run --scenario NAME --duration S --seed N [--out DIR] [--toxiproxy-server] [--spark]`
   (`--list` lists the scenarios): a proxied cluster, a workload, seeded faults, a checked
-  history. Exit 0 only if the history is valid.
+  history. Exit 0 only if the history is valid. `--spark` (on in scenario `spark`) also runs a
+  Spark streaming query to Parquet during the faults, whose output must equal the committed log.
 - `raftka chaos check DIR`: check a saved run again (history.jsonl -> results.json, timeline.png).
 """
 from __future__ import annotations
@@ -35,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="output directory (default chaos-runs/<scenario>-<seed>)")
     run.add_argument("--toxiproxy-server", action="store_true",
                      help="use a real toxiproxy-server from PATH instead of `raftka chaos proxy`")
+    run.add_argument("--spark", action="store_true",
+                     help="also run a Spark streaming query to Parquet during the faults and check its output "
+                          "against the committed log (needs Java 17+; on in scenario spark)")
     run.add_argument("--list", action="store_true", help="list the scenarios and exit")
     run.add_argument("--json", action="store_true", help="print results.json instead of the summary")
     run.set_defaults(func=run_run)
@@ -58,7 +62,8 @@ def run_run(args: argparse.Namespace) -> int:
     from chaos import scenarios
     if args.list:
         for s in scenarios.SCENARIOS.values():
-            tags = ("smoke " if s.smoke else "soak  ") + ("" if s.expect_valid else "(expected INVALID) ")
+            tags = ("smoke " if s.smoke else "soak  ") + ("" if s.expect_valid else "(expected INVALID) ") \
+                + ("(Spark) " if s.spark else "")
             print(f"{s.name:<24} {tags}{s.description}")
         return 0
     try:
@@ -69,11 +74,19 @@ def run_run(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.duration > 24 * 3600:
         print("error: --duration must be in (0, 86400] seconds", file=sys.stderr)
         return 2
+    use_spark = args.spark or scenario.spark
+    if use_spark:
+        from spark.session import JavaNotFoundError, require_java
+        try:
+            require_java()
+        except JavaNotFoundError as error:
+            print(f"error: --spark: {error}", file=sys.stderr)
+            return 2
     seed = args.seed if args.seed is not None else int(time.time() * 1000) % 2**31
     out = args.out or f"chaos-runs/{scenario.name}-{seed}"
     from chaos.runner import run, summary
     results = run(scenario, duration_s=args.duration, seed=seed, out=out, toxiproxy_server=args.toxiproxy_server,
-                  say=lambda line: print(line, flush=True))
+                  spark=use_spark, say=lambda line: print(line, flush=True))
     _show(results, args.json, out)
     return 0 if results["valid"] else 1
 

@@ -1,28 +1,44 @@
-"""`raftka spark demo`: the World Cup stats pipeline (spark/examples/worldcup_stats.py) on Spark.
+"""`raftka spark demo|sink`: Spark pipelines on Raftka (needs Java 17+).
 
     raftka spark demo                      # the local cluster in ./.raftka (scripts/quickstart.sh --keep)
     raftka spark demo --bootstrap-server 127.0.0.1:9092 --seconds 30
+    raftka spark sink --topic events --output DIR [--rows-out rows.json]   # until Ctrl-C / SIGTERM
+
+``demo``: the World Cup stats pipeline (spark/examples/worldcup_stats.py).
 
 Starts a local SparkSession (Java 17+ needed), creates ``worldcup-events`` and
 ``worldcup-stats`` if missing, and runs the streaming aggregation (goals and cards per match and
 team, in windows) to Parquet and to ``worldcup-stats``, while a live feed produces new matches'
 events for ``--seconds``. Then it stops the queries and prints what the Parquet output holds.
 Run it again with the same ``--output``: the queries go on from their checkpoints.
+
+``sink``: a topic streamed into Parquet exactly once (spark/examples/parquet_sink.py), one JSON
+line per completed micro-batch on stdout; on Ctrl-C or SIGTERM it stops the query, and with
+``--rows-out`` reads its own output back into a JSON file. The chaos harness runs it during
+faults (``raftka chaos run --spark``).
+
+Both send the JVM's log (Spark's WARN lines, a query stopped mid-batch, its shutdown) to
+``--spark-log`` (default OUTPUT/spark.log) instead of the terminal.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import random
+import signal
+import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from raftka.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, cluster_dir,
-                                     one_line_errors, say)
+                                     describe_error, one_line_errors, say)
 
 EVENTS_PARTITIONS = 6
 STATS_PARTITIONS = 3
+QUERY_STOP_TIMEOUT = "60s"  # spark.sql.streaming.stopTimeout: query.stop() gives up after this
 BACKLOG_MAX_S = 600.0  # longest wait for the queries to work through the events already there
 DRAIN_MAX_S = 120.0  # after the live feed: longest wait for the last micro-batches
 FEED_MATCHES = 24
@@ -42,7 +58,86 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--window", default="5 seconds", help="tumbling window on the record timestamp")
     demo.add_argument("--watermark", default="2 seconds", help="how late an event may be")
     demo.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    _add_spark_log_arg(demo)
     demo.set_defaults(func=one_line_errors(run_demo))
+
+    sink = sub.add_parser("sink", help="stream a topic into Parquet exactly once, one JSON line per micro-batch",
+                          description="Stream TOPIC (partition, offset, value) into OUTPUT/parquet with a "
+                                      "checkpoint until Ctrl-C or SIGTERM; a failed query is started again "
+                                      "from its checkpoint.")
+    add_bootstrap_args(sink)
+    sink.add_argument("--topic", required=True, help="the topic to read (from its earliest offset)")
+    sink.add_argument("--output", required=True, metavar="DIR", help="Parquet files, checkpoint and Spark's log")
+    sink.add_argument("--rows-out", default=None, metavar="FILE",
+                      help="at the end, read the Parquet output back into this JSON file "
+                           "({partition: [[offset, value], ...]})")
+    sink.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval (1000)")
+    sink.add_argument("--wait-topic-s", type=float, default=0.0,
+                      help="wait up to this long for the topic to exist with a leader for every partition "
+                           "(Spark starts meanwhile; default 0: it must exist)")
+    sink.add_argument("--restarts-max", type=int, default=50,
+                      help="failed queries started again before giving up (50)")
+    sink.add_argument("--max-seconds", type=float, default=24 * 3600.0,
+                      help="stop by itself after this long (86400)")
+    sink.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    _add_spark_log_arg(sink)
+    sink.set_defaults(func=one_line_errors(run_sink))
+
+
+def _add_spark_log_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spark-log", default=None, metavar="FILE",
+                        help="where the JVM's log goes (default OUTPUT/spark.log; '-': this terminal)")
+
+
+@contextlib.contextmanager
+def _jvm_stderr_to(path: str | None) -> Iterator[None]:
+    """Start Spark's JVM inside this block with its stderr (log4j's console, JVM errors, the
+    Python workers it starts) going to ``path``; this process's own stderr is kept. The JVM is a
+    child process: it inherits file descriptor 2 at its start."""
+    if path is None:
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    sys.stderr.flush()
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(2)
+    os.dup2(log_fd, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log_fd)
+
+
+def _spark_log_path(args: argparse.Namespace, output: str) -> str | None:
+    if args.spark_log == "-":
+        return None
+    return os.path.abspath(args.spark_log or os.path.join(output, "spark.log"))
+
+
+def _start_spark(app_name: str, master: str, log_path: str | None) -> Any:
+    from spark.session import local_session
+    with _jvm_stderr_to(log_path):
+        return local_session(app_name, master=master,
+                             conf={"spark.ui.showConsoleProgress": "false",
+                                   "spark.sql.streaming.stopTimeout": QUERY_STOP_TIMEOUT})
+
+
+def _stop_spark(spark: Any) -> None:
+    """``spark.stop()`` without pyspark's shutdown traceback: SparkContext.stop() stops the JVM
+    before the Python accumulator server, whose handler may then read the JVM's closed
+    connection and print an EOFError traceback from its thread. Nothing is lost then, so that
+    one error is not printed; any other is."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        report = server.handle_error
+
+        def handle_error(request: Any, client_address: Any) -> None:
+            if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+                report(request, client_address)
+        server.handle_error = handle_error
+    spark.stop()
 
 
 def _ensure_topics(bootstrap: str) -> None:
@@ -142,10 +237,11 @@ def run_demo(args: argparse.Namespace) -> int:
     _ensure_topics(bootstrap)
     from client import Consumer, TopicPartition
     from spark.examples import worldcup_stats as demo
-    from spark.session import local_session
-    say(f"==> starting Spark ({args.master}); output and checkpoints in {output}")
-    spark = local_session("raftka-spark-demo", master=args.master,
-                          conf={"spark.ui.showConsoleProgress": "false"})
+    from spark.examples.parquet_sink import stop_between_batches
+    log_path = _spark_log_path(args, output)
+    say(f"==> starting Spark ({args.master}); output and checkpoints in {output}"
+        + (f"; Spark's log: {log_path}" if log_path else ""))
+    spark = _start_spark("raftka-spark-demo", args.master, log_path)
     feed = LiveFeed(bootstrap, args.seconds, args.events_per_second)
     try:
         queries = demo.start(spark, bootstrap, output, window=args.window, watermark=args.watermark)
@@ -168,12 +264,12 @@ def run_demo(args: argparse.Namespace) -> int:
             feed.join(60)
             progress = [(q.name, _batches(q)) for q in queries]
             for q in queries:
-                q.stop()
+                stop_between_batches(q)
         if feed.error is not None:
             raise CommandError(f"the live feed failed: {feed.error}")
         result = demo.summary(spark, output)
     finally:
-        spark.stop()
+        _stop_spark(spark)
     with Consumer(bootstrap_servers=bootstrap) as probe:
         parts = [TopicPartition(demo.STATS_TOPIC, p) for p in sorted(probe.partitions_for_topic(demo.STATS_TOPIC) or ())]
         stats_records = sum(probe.end_offsets(parts).values()) if parts else 0
@@ -188,3 +284,67 @@ def run_demo(args: argparse.Namespace) -> int:
         for team, goals, cards in result["top_teams"]:
             print(f"  {team:<16} goals {goals:>6,}  cards {cards:>6,}")
     return 0
+
+
+def run_sink(args: argparse.Namespace) -> int:
+    from spark.session import JavaNotFoundError, require_java
+    try:
+        require_java()
+    except JavaNotFoundError as error:
+        raise CommandError(str(error)) from None
+    if args.trigger_ms <= 0 or args.max_seconds <= 0 or args.restarts_max < 0 or args.wait_topic_s < 0:
+        raise CommandError("--trigger-ms and --max-seconds must be positive, --restarts-max and --wait-topic-s "
+                           "not negative")
+    bootstrap = bootstrap_servers(args)
+    output = os.path.abspath(args.output)
+    os.makedirs(output, exist_ok=True)
+    from spark.examples import parquet_sink
+
+    def emit(event: dict[str, Any]) -> None:
+        print(json.dumps(event, separators=(",", ":")), flush=True)
+
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
+    timer = threading.Timer(args.max_seconds, stop.set)
+    timer.daemon = True
+    timer.start()
+    spark = _start_spark("raftka-spark-sink", args.master, _spark_log_path(args, output))
+    try:
+        _wait_for_topic(bootstrap, args.topic, args.wait_topic_s, stop)
+        summary = parquet_sink.run(spark, bootstrap, args.topic, output, stop, emit, trigger_ms=args.trigger_ms,
+                                   restarts_max=args.restarts_max)
+        event: dict[str, Any] = {"event": "stopped", **summary}
+        if args.rows_out:
+            records = parquet_sink.read_back(spark, output)
+            parquet_sink.write_rows(args.rows_out, args.topic, records, summary)
+            event.update(rows=sum(len(r) for r in records.values()), rows_out=os.path.abspath(args.rows_out))
+        emit(event)
+    except RuntimeError as error:  # the query kept failing; the reason is its first line
+        raise CommandError(str(error)) from None
+    finally:
+        timer.cancel()
+        _stop_spark(spark)
+    return 0
+
+
+def _wait_for_topic(bootstrap: str, topic: str, timeout_s: float, stop: threading.Event) -> None:
+    """Until ``topic`` exists and every partition has a leader (at most ``timeout_s``; 0: one look).
+    CommandError if it does not."""
+    from client import AdminClient
+    from client.errors import RaftkaError
+    deadline = time.monotonic() + timeout_s
+    last = "it does not exist"
+    with AdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000) as admin:
+        while True:
+            try:
+                described = admin.describe_topics([topic])
+                parts = described[0]["partitions"] if described else []
+                if parts and all(p["leader"] >= 0 for p in parts):
+                    return
+                last = "a partition has no leader" if parts else "it does not exist"
+            except RaftkaError as error:  # the cluster may be starting: try again until the deadline
+                last = describe_error(error)
+            if time.monotonic() >= deadline or stop.wait(0.5):
+                raise CommandError(f"topic {topic!r} is not ready ({last})"
+                                   + (f" after {timeout_s:g} s" if timeout_s else ""))
