@@ -110,8 +110,26 @@ class _GatedConnection:
         self.closed = True
 
 
-def _running_tasks(*besides: asyncio.Task) -> list[asyncio.Task]:
-    return [t for t in asyncio.all_tasks() if not t.done() and t not in besides]
+def _running_tasks(*besides: asyncio.Task) -> list[str]:
+    return [repr(t.get_coro()) for t in asyncio.all_tasks() if not t.done() and t not in besides]
+
+
+async def _answer(kafka: _GatedKafka, code: int | None, turns: int) -> None:
+    """Answer the gated request once it is waiting, then let ``turns`` loop turns pass."""
+    await wait_for(kafka.waiting.wait(), 10)
+    kafka.answer_next(code)
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+def _close_at_every_turn(trial: Any) -> None:
+    """Run ``trial(turns)`` -> (close's duration, tasks left running) for each cancel turn."""
+    async def main() -> None:
+        for turns in range(TURNS_MAX + 1):
+            took, left = await trial(turns)
+            assert not left, f"cancel {turns} turn(s) after the answer: still running after close: {left}"
+            assert took < 1.0, f"cancel {turns} turn(s) after the answer: close took {took:.2f} s"
+    asyncio.run(main())
 
 
 def test_producer_close_ends_its_producer_id_task_when_the_cancel_lands_as_a_request_fails():
@@ -121,24 +139,15 @@ def test_producer_close_ends_its_producer_id_task_when_the_cancel_lands_as_a_req
         producer = client.aio.Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect,
                                        max_block_ms=60_000, request_timeout_ms=30_000, retry_backoff_ms=1)
         send = asyncio.get_running_loop().create_task(producer.send("t", b"v"))
-        await wait_for(kafka.waiting.wait(), 10)
-        kafka.answer_next(None)
-        for _ in range(turns):
-            await asyncio.sleep(0)
+        await _answer(kafka, None, turns)
         started = time.monotonic()
         await producer.close(1000)
         took = time.monotonic() - started
-        left = [repr(t.get_coro()) for t in _running_tasks(asyncio.current_task(), send)]
+        left = _running_tasks(asyncio.current_task(), send)
         send.cancel()
         await asyncio.wait([send], timeout=5)
         return took, left
-
-    async def main() -> None:
-        for turns in range(TURNS_MAX + 1):
-            took, left = await trial(turns)
-            assert not left, f"cancel {turns} turn(s) after the answer: still running after close: {left}"
-            assert took < 1.0, f"cancel {turns} turn(s) after the answer: close took {took:.2f} s"
-    asyncio.run(main())
+    _close_at_every_turn(trial)
 
 
 def test_cluster_close_ends_its_metadata_task_when_the_cancel_lands_as_a_refresh_is_answered():
@@ -149,21 +158,11 @@ def test_cluster_close_ends_its_metadata_task_when_the_cancel_lands_as_a_refresh
         cluster = Cluster("fake:1", connection_factory=kafka.connect, request_timeout_ms=30_000,
                           retry_backoff_ms=1)
         cluster.start()
-        await wait_for(kafka.waiting.wait(), 10)
-        kafka.answer_next(errors.NOT_CONTROLLER)
-        for _ in range(turns):
-            await asyncio.sleep(0)
+        await _answer(kafka, errors.NOT_CONTROLLER, turns)
         started = time.monotonic()
         await cluster.close()
-        took = time.monotonic() - started
-        return took, [repr(t.get_coro()) for t in _running_tasks(asyncio.current_task())]
-
-    async def main() -> None:
-        for turns in range(TURNS_MAX + 1):
-            took, left = await trial(turns)
-            assert not left, f"cancel {turns} turn(s) after the answer: still running after close: {left}"
-            assert took < 1.0, f"cancel {turns} turn(s) after the answer: close took {took:.2f} s"
-    asyncio.run(main())
+        return time.monotonic() - started, _running_tasks(asyncio.current_task())
+    _close_at_every_turn(trial)
 
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")  # the stuck loop never ran it
@@ -196,15 +195,19 @@ def test_blocking_close_returns_within_its_timeout_and_margin_when_the_io_thread
 def test_the_client_waits_with_its_own_wait_for_never_asyncio_wait_for():
     # The guard against the bug coming back. transport.py is shared with the server (its
     # read_frame idle timeout is server side); its client-side waits use asyncio.timeout.
-    import ast
+    import io
     import pathlib
+    import tokenize
     root = pathlib.Path(client.aio.__file__).parent.parent
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.name == "transport.py" or path == root / "aio" / "timeouts.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Attribute) and node.attr == "wait_for"
-                    and isinstance(node.value, ast.Name) and node.value.id == "asyncio"):
-                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+        # Tokens, not text: comments and docstrings may name it. (Not ast: Python 3.11's
+        # ast.parse raised "AST constructor recursion depth mismatch" here now and then.)
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+                  if t.type in (tokenize.NAME, tokenize.OP)]
+        for a, dot, b in zip(tokens, tokens[1:], tokens[2:]):
+            if (a.string, dot.string, b.string) == ("asyncio", ".", "wait_for"):
+                found.append(f"{path.relative_to(root.parent)}:{a.start[0]}")
     assert not found, f"asyncio.wait_for loses cancels on Python 3.11; use client.aio.timeouts.wait_for: {found}"

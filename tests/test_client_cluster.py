@@ -21,6 +21,7 @@ from client.errors import (IllegalStateError, InvalidPartitionsError, KafkaClose
                            OffsetOutOfRangeError, TopicAlreadyExistsError,
                            UnknownTopicOrPartitionError)
 from client.partitioner import partition_for_key
+from helpers import wait_for_topic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,17 +51,6 @@ def new_topic(admin: AdminClient, partitions: int = 3, replication: int = 3, con
     admin.create_topics([NewTopic(name, partitions, replication, configs)])
     wait_for_topic(admin, name, partitions)
     return name
-
-
-def wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 10) -> None:
-    """Brokers learn of a new topic from the metadata log, a moment after CreateTopics answers."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        [described] = admin.describe_topics([name])
-        if len(described["partitions"]) == partitions and all(p["leader"] >= 0 for p in described["partitions"]):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"topic {name} has no leaders after {timeout_s} s")
 
 
 def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout_s: float = 15) -> None:

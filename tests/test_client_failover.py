@@ -16,6 +16,7 @@ import pytest
 
 from client import AdminClient, Consumer, KafkaTimeoutError, NewTopic, Producer, TopicPartition
 from client.producer import CLOSE_MARGIN_S
+from helpers import wait_for_topic
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -29,15 +30,9 @@ FAST = {
 }
 
 
-def leader_of(admin: AdminClient, topic: str, timeout_s: float = 10) -> int:
+def leader_of(admin: AdminClient, topic: str) -> int:
     """Partition 0's leader, once the brokers know the new topic (from the metadata log)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        partitions = admin.describe_topics([topic])[0]["partitions"]
-        if partitions and all(p["leader"] >= 0 for p in partitions):
-            return partitions[0]["leader"]
-        time.sleep(0.05)
-    raise AssertionError(f"{topic} has no leader after {timeout_s} s")
+    return wait_for_topic(admin, topic)[0]["leader"]
 
 
 def test_killing_a_partition_leader_mid_stream_loses_nothing_and_duplicates_nothing(tmp_path):

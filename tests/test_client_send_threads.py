@@ -11,6 +11,7 @@ import pytest
 
 from client import AdminClient, Consumer, NewTopic, Producer
 from client.structs import TopicPartition
+from helpers import wait_for_topic
 
 SEND_THREADS = 3
 RECORDS_PER_THREAD = 4000
@@ -32,12 +33,7 @@ def test_threads_through_a_full_buffer_keep_order_and_lose_nothing(cluster):
     admin = AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=10_000)
     try:
         admin.create_topics([NewTopic(topic, 1, 3)])
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            [described] = admin.describe_topics([topic])
-            if described["partitions"] and all(p["leader"] >= 0 for p in described["partitions"]):
-                break
-            time.sleep(0.1)
+        wait_for_topic(admin, topic, 1)
     finally:
         admin.close()
     # 32 KiB of buffer for ~1.5 MB of records: sends keep running out of memory and wait.

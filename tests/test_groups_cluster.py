@@ -23,6 +23,7 @@ from client.aio.cluster import Cluster as ClientCluster
 from client.aio.group import find_coordinator
 from client.protocol import errors
 from client.protocol.api import ApiKey
+from helpers import wait_for_topic
 from raftka.cluster import Cluster, project_env, wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -60,8 +61,7 @@ def admin(cluster):
 def new_topic(admin: AdminClient, partitions: int, prefix: str = "t") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, partitions, 3)])
-    wait_until(lambda: all(p["leader"] >= 0 for p in admin.describe_topics([name])[0]["partitions"])
-               and len(admin.describe_topics([name])[0]["partitions"]) == partitions, 15, what=f"{name} leaders")
+    wait_for_topic(admin, name, partitions)
     return name
 
 
