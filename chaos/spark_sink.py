@@ -55,7 +55,8 @@ class SparkSink:
         self.process: subprocess.Popen[str] | None = None
         self.events: list[dict[str, Any]] = []
         self.end: dict[int, int] = {}  # the last completed batch's end offsets
-        self.batches = 0
+        self.batches = 0  # distinct micro-batches completed
+        self._batch_ids: set[Any] = set()
         self.restarts = 0
         self.started_at: float | None = None
         self._changed = threading.Condition()
@@ -95,7 +96,8 @@ class SparkSink:
                     if len(self.events) < OUTPUT_LINES_MAX:
                         self.events.append(event)
                     if event["event"] == "batch":
-                        self.batches += 1
+                        self._batch_ids.add(event.get("batch"))
+                        self.batches = len(self._batch_ids)
                         self.end = {int(p): int(o) for p, o in (event.get("end") or {}).items()}
                     elif event["event"] == "restart":
                         self.restarts = int(event.get("restarts", self.restarts + 1))

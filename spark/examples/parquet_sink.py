@@ -99,22 +99,26 @@ def run(spark: Any, bootstrap_servers: str, topic: str, output: str, stop: threa
     query = start_query(spark, bootstrap_servers, topic, output, trigger_ms=trigger_ms, options=options)
     emit({"event": "started", "after_s": round(time.monotonic() - began, 2)})
     restarts = 0
-    batches = 0
+    batches: set[int] = set()
     last_batch = -1
     last_end: dict[int, int] = {}
+    seen_at = ""  # the newest progress report handled (ISO 8601 UTC timestamps sort as text)
     try:
         while not stop.is_set():
-            for progress in query.recentProgress:
+            for progress in query.recentProgress:  # the last reports, oldest first
+                stamp = str(progress.get("timestamp") or "")
+                if stamp <= seen_at:
+                    continue
+                seen_at = stamp
                 batch = progress.get("batchId", -1)
-                end = end_offsets(progress)
-                if end is not None:
-                    last_end = end
-                # A run restarted from the checkpoint may report its last batch again.
-                if batch > last_batch:
-                    last_batch = batch
-                    batches += 1
-                    emit({"event": "batch", "batch": batch, "rows": progress.get("numInputRows", 0),
-                          "end": last_end})
+                end = end_offsets(progress) or last_end
+                # A restarted run may report its last batch again, and an idle trigger reports
+                # progress without a new batch: only new batches or new end offsets count.
+                if batch < last_batch or (batch, end) == (last_batch, last_end):
+                    continue
+                last_batch, last_end = batch, end
+                batches.add(batch)
+                emit({"event": "batch", "batch": batch, "rows": progress.get("numInputRows", 0), "end": end})
             if not query.isActive:
                 error = query.exception()
                 if stop.is_set():
@@ -133,7 +137,7 @@ def run(spark: Any, bootstrap_servers: str, topic: str, output: str, stop: threa
     finally:
         if query.isActive:
             stop_between_batches(query)
-    return {"batches": batches, "restarts": restarts, "last_batch": last_batch, "end": last_end}
+    return {"batches": len(batches), "restarts": restarts, "last_batch": last_batch, "end": last_end}
 
 
 def read_back(spark: Any, output: str) -> dict[int, list[list[Any]]]:
