@@ -583,3 +583,105 @@ def test_appending_on_the_io_loop_itself_never_sleeps(monkeypatch):
     asyncio.run(main())
     assert not slept
     assert kafka.leo[TopicPartition("t", 0)] == 20_001
+
+
+class SubmitConnection(FakeConnection):
+    """A FakeConnection with the transport's submit(): answered on a later loop turn."""
+
+    submitted = 0
+
+    def submit(self, api_key: int, body: Any, api_version: int = 0, *,
+               timeout_ms: int | None = None) -> "asyncio.Future[tuple[int, Any]]":
+        SubmitConnection.submitted += 1
+        future = asyncio.get_running_loop().create_future()
+        self.kafka.requests[api_key] += 1
+        asyncio.get_running_loop().call_soon(future.set_result, self.kafka.handle(self.node, api_key, body))
+        return future
+
+
+def test_produce_requests_are_submitted_from_the_senders_pass_and_never_overtake_one_connecting(monkeypatch):
+    # While the connection to the leader is being opened, one task connects and submits the
+    # first batch; the rest wait, then the sender's pass submits straight away. The broker sees
+    # the sequences in order, and the log holds every record once, in order.
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    kafka.leaders[tp] = 2  # a broker the producer has no connection to yet
+    _only_broker_1_answers_the_rest(monkeypatch)
+
+    async def connect(host: str, port: int, client_id: str) -> SubmitConnection:
+        if port == 2:
+            await asyncio.sleep(0.05)  # the leader's connection takes a while
+        return SubmitConnection(kafka, port)
+    kafka.connect = connect  # type: ignore[method-assign]
+    tasks = []
+    task_path = client.aio.Producer._produce
+
+    def counted(self: Any, node: int, batches: Any, *args: Any) -> Any:
+        tasks.append(len(batches))
+        return task_path(self, node, batches, *args)
+    monkeypatch.setattr(client.aio.Producer, "_produce", counted)
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0, batch_size=1024)
+        futures = []
+        for i in range(300):
+            futures.append(await p.send("t", b"%05d" % i + b"x" * 100))
+            if i % 10 == 9:
+                await asyncio.sleep(0.002)  # let the sender run now and then
+        for future in futures:
+            await future
+        await p.close()
+
+    asyncio.run(main())
+    sequences = [seq for node, t, seq, count in kafka.produced if t == tp]
+    assert sequences == sorted(sequences), "a batch reached the broker before an earlier one"
+    assert values_in_log(kafka, tp) == [b"%05d" % i + b"x" * 100 for i in range(300)]
+    assert kafka.requests[0] >= 30, kafka.requests[0]  # ~35 batches of 1 KB
+    # One task connected and submitted the first batch; the batches made meanwhile waited in
+    # the accumulator and, like every later one, were submitted by the sender's pass.
+    assert tasks == [1], tasks
+
+
+def _only_broker_1_answers_the_rest(monkeypatch: Any) -> None:
+    """Metadata and InitProducerId go to broker 1 (not a random one), so the first connection
+    to broker 2 is the Produce path's."""
+    from client.aio.cluster import Cluster
+    monkeypatch.setattr(Cluster, "candidate_addresses", lambda self: [("fake", 1)])
+
+
+def test_a_batch_sent_as_the_leaders_connection_opens_waits_for_the_one_connecting(monkeypatch):
+    # The moment that matters: the connection is open but the task that opened it has not yet
+    # submitted its batch. A later batch submitted straight from the sender's pass would reach
+    # the broker first (out of sequence; the broker refuses it and the producer must retry).
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    kafka.leaders[tp] = 2
+    _only_broker_1_answers_the_rest(monkeypatch)
+    gate = asyncio.Event()
+
+    async def connect(host: str, port: int, client_id: str) -> SubmitConnection:
+        if port == 2:
+            await gate.wait()
+        return SubmitConnection(kafka, port)
+    kafka.connect = connect  # type: ignore[method-assign]
+
+    async def main() -> None:
+        p = producer(kafka, linger_ms=0)
+        futures = [await p.send("t", b"first")]
+        for _ in range(100):  # until the first batch's task waits for the connection
+            if p._node_waiting.get(2):
+                break
+            await asyncio.sleep(0)
+        assert p._node_waiting.get(2) == 1
+        gate.set()
+        for i in range(20):  # a batch per loop turn while the connection comes up
+            futures.append(await p.send("t", b"%d" % i))
+            await asyncio.sleep(0)
+        for future in futures:
+            await future
+        await p.close()
+
+    asyncio.run(main())
+    sequences = [seq for node, t, seq, count in kafka.produced if t == tp]
+    assert sequences == sorted(sequences), f"a batch overtook an earlier one: sequences {sequences}"
+    assert values_in_log(kafka, tp) == [b"first"] + [b"%d" % i for i in range(20)]

@@ -339,6 +339,86 @@ def test_the_client_keeps_at_most_max_in_flight_requests_and_the_sixth_waits():
     run(main())
 
 
+def test_submit_writes_at_once_or_queues_in_order_behind_waiting_requests():
+    # The producer's path per batch: a future, no task. Without a free slot it queues, and the
+    # requests go out in the order they were made, submit() and request() alike.
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=1)
+        try:
+            first = conn.submit(ApiKey.FETCH, {"i": 0, "gate": True}, timeout_ms=5000)
+            await until(lambda: echo.started == [0])  # written at once: no task had to run
+            waiting = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 1}, timeout_ms=5000))
+            await asyncio.sleep(0.01)
+            queued = [conn.submit(ApiKey.FETCH, {"i": i}, timeout_ms=5000) for i in (2, 3)]
+            echo.gate.set()
+            assert (await first) == (errors.NONE, {"i": 0, "pad": b""})
+            assert (await waiting)[1]["i"] == 1
+            assert [(await f)[1]["i"] for f in queued] == [2, 3]
+            assert echo.started == [0, 1, 2, 3] and conn.in_flight_count == 0
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
+def test_submit_times_out_alone_and_fails_with_the_connection():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=2)
+        try:
+            started = time.monotonic()
+            slow = conn.submit(ApiKey.FETCH, {"i": 1, "delay_ms": 300}, timeout_ms=100)
+            with pytest.raises(RequestTimedOutError):
+                await slow
+            assert 0.09 < time.monotonic() - started < 0.25
+            # The late answer is dropped; the connection and its order survive.
+            assert (await conn.submit(ApiKey.FETCH, {"i": 2}, timeout_ms=5000))[1]["i"] == 2
+            # A timeout counts the wait for a slot too.
+            gated = [conn.submit(ApiKey.FETCH, {"i": i, "gate": True}, timeout_ms=5000) for i in (3, 4)]
+            behind = conn.submit(ApiKey.FETCH, {"i": 5}, timeout_ms=100)
+            with pytest.raises(RequestTimedOutError):
+                await behind
+            await until(lambda: echo.started[-2:] == [3, 4])
+            queued = conn.submit(ApiKey.FETCH, {"i": 6}, timeout_ms=5000)  # waits for a slot
+            await server.close()  # drops the connection: in flight and queued fail alike
+            for future in (*gated, queued):
+                with pytest.raises(NetworkExceptionError):
+                    await future
+            assert 5 not in echo.started and 6 not in echo.started
+            with pytest.raises(NetworkExceptionError):
+                conn.submit(ApiKey.FETCH, {"i": 9})
+        finally:
+            await conn.close()
+    run(main())
+
+
+def test_a_request_cancelled_while_it_waits_for_a_slot_passes_the_slot_on():
+    async def main() -> None:
+        echo = Echo()
+        server = await Server(echo).start(HOST, 0)
+        conn = await Connection.open(HOST, server.port, max_in_flight_requests=1)
+        try:
+            held = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 0, "gate": True}, timeout_ms=5000))
+            await until(lambda: echo.started == [0])
+            cancelled = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 1}, timeout_ms=5000))
+            after = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 2}, timeout_ms=5000))
+            await asyncio.sleep(0.01)
+            cancelled.cancel()
+            echo.gate.set()
+            assert (await held)[1]["i"] == 0 and (await after)[1]["i"] == 2
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            assert echo.started == [0, 2]
+            assert (await conn.request(ApiKey.FETCH, {"i": 3}, timeout_ms=5000))[1]["i"] == 3
+        finally:
+            await conn.close()
+            await server.close()
+    run(main())
+
+
 def test_the_server_stops_reading_a_connection_at_max_in_flight_per_connection():
     async def main() -> None:
         echo = Echo()

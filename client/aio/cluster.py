@@ -214,6 +214,7 @@ class Cluster:
         self._refresh_count = 0
         self._last_refresh_error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()  # connections being closed after a failure
         self._closed = False
 
     # -- lifecycle --
@@ -228,6 +229,8 @@ class Cluster:
         # Bounded (the loop also ends on _closed): not `await self._task`, which would hang
         # with it should it be slow to unwind.
         await cancel_and_wait([self._task], CLOSE_TIMEOUT_S)
+        if self._closing:  # closes started by connection_failed (each bounded by its own timeout)
+            await asyncio.wait(set(self._closing), timeout=CLOSE_TIMEOUT_S)
         # Connections still being opened would outlive the client (their read loops pending
         # when the loop stops): wait for them (bounded by their connect timeout) and close them.
         opening = list(self._opening.values())
@@ -324,6 +327,51 @@ class Cluster:
             await self._drop(address)
             self.request_update()
             raise NetworkExceptionError(f"connection to {address[0]}:{address[1]} lost: {error}") from None
+
+    def submit(self, node_id: int, api_key: int, body: Any, *,
+               timeout_ms: int | None = None) -> "asyncio.Future[tuple[int, Any]] | None":
+        """Submit to broker ``node_id`` over its open connection without awaiting (see
+        Connection.submit: written now or queued in order): the answer's future. None when
+        there is no open connection (then use :meth:`submit_connected`) or the connection type
+        has no ``submit`` (then use :meth:`request`). When the future fails with
+        NetworkExceptionError or RequestTimedOutError, call :meth:`connection_failed`."""
+        address = self.address_of(node_id)
+        conn = self._connections.get(address) if address is not None else None
+        submit = getattr(conn, "submit", None)
+        if submit is None or getattr(conn, "closed", False):
+            return None
+        return submit(api_key, body, 0, timeout_ms=timeout_ms or self.request_timeout_ms)
+
+    async def submit_connected(self, node_id: int, api_key: int, body: Any, *,
+                               timeout_ms: int | None = None) -> "asyncio.Future[tuple[int, Any]] | None":
+        """:meth:`submit`, connecting first when needed (errors as :meth:`request`'s); None
+        when the connection type has no ``submit``."""
+        timeout_ms = timeout_ms or self.request_timeout_ms
+        address = self.address_of(node_id)
+        if address is None:
+            self.request_update()
+            raise errors.LeaderNotAvailableError(f"broker {node_id} is not in the metadata")
+        conn = await self._connection(address, timeout_ms)
+        submit = getattr(conn, "submit", None)
+        if submit is None:
+            return None
+        try:
+            return submit(api_key, body, 0, timeout_ms=timeout_ms)
+        except NetworkExceptionError:
+            self.connection_failed(node_id)
+            raise
+
+    def connection_failed(self, node_id: int) -> None:
+        """A request sent with :meth:`submit` failed with a lost connection or a timeout:
+        drop the connection and refresh the metadata, as :meth:`request` does."""
+        address = self.address_of(node_id)
+        conn = self._connections.pop(address, None) if address is not None else None
+        if conn is not None:
+            self._failed_at[address] = time.monotonic()
+            task = asyncio.get_running_loop().create_task(_close_quietly(conn))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        self.request_update()
 
     async def request(self, node_id: int, api_key: int, body: Any, *, timeout_ms: int | None = None,
                       expect_response: bool = True) -> tuple[int, Any]:

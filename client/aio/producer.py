@@ -23,6 +23,7 @@ order. A batch is retried while ``retries`` and ``delivery_timeout_ms`` allow.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -159,6 +160,8 @@ class Producer:
         self._next_sequence: dict[TopicPartition, int] = {}
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
         self._node_in_flight: dict[int, int] = {}
+        self._node_waiting: dict[int, int] = {}  # Produce tasks per broker connecting, not yet submitted
+        self._acks = c["acks"]
         self._muted: set[TopicPartition] = set()  # a batch was requeued; wait for in-flight to end
         self._reset_pid = False
         self._maybe_written: set[int] = set()  # ProducerBatch.order of batches with an unknown outcome
@@ -519,6 +522,8 @@ class Producer:
                 in_flight = self._node_in_flight.get(leader, 0)
                 if in_flight >= c["max_in_flight_requests_per_connection"]:
                     continue
+                if self._node_waiting.get(leader) and self._acks != 0:
+                    continue  # its connecting task submits first, then wakes us
                 if c["max_in_flight_requests_per_connection"] == 1 and self._in_flight.get(tp):
                     continue
                 size = len(batch.buffer) if batch.buffer is not None else self.accumulator.batch_size
@@ -540,9 +545,16 @@ class Producer:
                 batch.in_flight = True
                 batch.attempts += 1
                 self._in_flight.setdefault(batch.tp, []).append(batch)
-            task = asyncio.get_running_loop().create_task(self._produce(node, batches))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            body = self._produce_body(batches)
+            if not self._send_produce(node, batches, body):
+                # No open connection (or acks=0, or no submit): a task connects and submits.
+                # Until it has submitted, no other batch for this broker leaves the
+                # accumulator (see the pick above), so none can overtake it on the wire
+                # (their sequences would reach the broker out of order).
+                self._node_waiting[node] = self._node_waiting.get(node, 0) + 1
+                task = asyncio.get_running_loop().create_task(self._produce(node, batches, body))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
         with self.accumulator.lock:
             for dq in self.accumulator.queues.values():  # heads are the oldest: see _expire
                 if dq:
@@ -633,59 +645,125 @@ class Producer:
         self.accumulator.requeue(batch, now + c["retry_backoff_ms"] / 1000)
         self._muted.add(batch.tp)
 
-    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
+    def _produce_body(self, batches: list[ProducerBatch]) -> dict[str, Any]:
         c = self.config
         topic_data: dict[str, list[dict[str, Any]]] = {}
         for batch in batches:
             topic_data.setdefault(batch.tp.topic, []).append({"index": batch.tp.partition,
                                                               "records": batch.buffer})
-        body = {"acks": c["acks"], "timeout_ms": c["request_timeout_ms"], "transactional_id": None,
+        return {"acks": c["acks"], "timeout_ms": c["request_timeout_ms"], "transactional_id": None,
                 "topic_data": [{"name": t, "partition_data": p} for t, p in topic_data.items()]}
+
+    def _send_produce(self, node: int, batches: list[ProducerBatch], body: dict[str, Any]) -> bool:
+        """Submit the Produce request from the sender's pass over the broker's open connection
+        (written now, or queued there in order for a slot); its answer is handled in the
+        future's callback. False: take the task path (connecting, acks=0, a connection type
+        without submit, or a task of this broker still connecting: none may be overtaken)."""
+        if self._acks == 0 or self._node_waiting.get(node):
+            return False
+        try:
+            future = self.cluster.submit(node, API_PRODUCE, body)
+        except RaftkaError:  # closed meanwhile, a body that cannot be encoded: the task path reports it
+            return False
+        if future is None:
+            return False
+        future.add_done_callback(functools.partial(self._produce_sent, node, batches))
+        return True
+
+    def _produce_sent(self, node: int, batches: list[ProducerBatch],
+                      future: "asyncio.Future[tuple[int, Any]]") -> None:
+        try:
+            if self._closed:
+                return  # close() has failed every batch still incomplete
+            error = None if future.cancelled() else future.exception()
+            if future.cancelled():
+                code, answer, request_error = errors.NETWORK_EXCEPTION, None, errors.NetworkExceptionError(
+                    "the Produce request was cancelled")
+            elif error is None:
+                code, answer = future.result()
+                request_error = errors.error_for(code, (answer or {}).get("error_message")) if code else None
+            else:
+                if not isinstance(error, RaftkaError):
+                    error = errors.NetworkExceptionError(f"Produce to broker {node} failed: {error!r}")
+                if isinstance(error, (errors.NetworkExceptionError, errors.RequestTimedOutError)):
+                    self.cluster.connection_failed(node)
+                code, answer, request_error = error.code, None, error
+            self._produce_answered(batches, code, answer, request_error)
+        except Exception:  # a bug here must not leave the batches in flight forever
+            log.exception("handling a Produce answer failed")
+        finally:
+            self._node_in_flight[node] -= 1
+            self._wakeup.set()
+
+    async def _produce(self, node: int, batches: list[ProducerBatch], body: dict[str, Any]) -> None:
+        """The task path of a Produce request: connects first when needed, then submits; the
+        batches held back for this broker meanwhile are then submitted by the sender's pass."""
+        waiting = True
         try:
             try:
-                code, answer = await self.cluster.request(node, API_PRODUCE, body,
-                                                          expect_response=c["acks"] != 0)
+                future = None
+                if self._acks != 0:
+                    future = await self.cluster.submit_connected(node, API_PRODUCE, body)
+                    self._node_waiting[node] -= 1
+                    waiting = False
+                    self._wakeup.set()
+                if future is not None:
+                    try:
+                        code, answer = await future
+                    except (errors.NetworkExceptionError, errors.RequestTimedOutError):
+                        self.cluster.connection_failed(node)
+                        raise
+                else:  # acks=0, or a connection type without submit
+                    code, answer = await self.cluster.request(node, API_PRODUCE, body,
+                                                              expect_response=self._acks != 0)
             except RaftkaError as error:
                 code, answer, request_error = error.code, None, error
             else:
                 request_error = errors.error_for(code, (answer or {}).get("error_message")) if code else None
-            for batch in batches:
-                self._in_flight[batch.tp].remove(batch)
-            if c["acks"] == 0 and request_error is None:
-                for batch in batches:
-                    self._acknowledged(batch, -1, -1, -1)
-                return
-            if request_error is not None:
-                for batch in batches:  # no per-partition answer: any of them may have been written
-                    if batch.base_sequence is not None:
-                        self._maybe_written.add(batch.order)
-                    self._on_error(batch, request_error)
-                return
-            results: dict[TopicPartition, dict[str, Any]] = {}
-            for topic in answer.get("responses") or []:
-                for p in topic.get("partition_responses") or []:
-                    results[TopicPartition(topic["name"], p["index"])] = p
-            for batch in batches:
-                p = results.get(batch.tp)
-                if p is None:
-                    self._on_error(batch, errors.UnknownServerError(
-                        "the Produce answer has no entry for this partition",
-                        topic=batch.tp.topic, partition=batch.tp.partition))
-                    continue
-                pcode = p.get("error_code", 0) or 0
-                if pcode in (errors.NONE, errors.DUPLICATE_SEQUENCE_NUMBER):
-                    self._acknowledged(batch, p.get("base_offset", -1) if pcode == errors.NONE else -1,
-                                       p.get("log_append_time_ms", -1), p.get("log_start_offset", -1))
-                    continue
-                if pcode not in REFUSED_BEFORE_APPEND and batch.base_sequence is not None:
-                    self._maybe_written.add(batch.order)
-                if errors.SPECS.get(pcode, errors.SPECS[-1]).invalid_metadata:
-                    self.cluster.update_leader(batch.tp, p.get("current_leader"))
-                self._on_error(batch, errors.error_for(pcode, p.get("error_message"),
-                                                       topic=batch.tp.topic, partition=batch.tp.partition))
+            self._produce_answered(batches, code, answer, request_error)
         finally:
             self._node_in_flight[node] -= 1
+            if waiting:
+                self._node_waiting[node] -= 1
             self._wakeup.set()
+
+    def _produce_answered(self, batches: list[ProducerBatch], code: int, answer: Any,
+                          request_error: RaftkaError | None) -> None:
+        c = self.config
+        for batch in batches:
+            self._in_flight[batch.tp].remove(batch)
+        if c["acks"] == 0 and request_error is None:
+            for batch in batches:
+                self._acknowledged(batch, -1, -1, -1)
+            return
+        if request_error is not None:
+            for batch in batches:  # no per-partition answer: any of them may have been written
+                if batch.base_sequence is not None:
+                    self._maybe_written.add(batch.order)
+                self._on_error(batch, request_error)
+            return
+        results: dict[TopicPartition, dict[str, Any]] = {}
+        for topic in answer.get("responses") or []:
+            for p in topic.get("partition_responses") or []:
+                results[TopicPartition(topic["name"], p["index"])] = p
+        for batch in batches:
+            p = results.get(batch.tp)
+            if p is None:
+                self._on_error(batch, errors.UnknownServerError(
+                    "the Produce answer has no entry for this partition",
+                    topic=batch.tp.topic, partition=batch.tp.partition))
+                continue
+            pcode = p.get("error_code", 0) or 0
+            if pcode in (errors.NONE, errors.DUPLICATE_SEQUENCE_NUMBER):
+                self._acknowledged(batch, p.get("base_offset", -1) if pcode == errors.NONE else -1,
+                                   p.get("log_append_time_ms", -1), p.get("log_start_offset", -1))
+                continue
+            if pcode not in REFUSED_BEFORE_APPEND and batch.base_sequence is not None:
+                self._maybe_written.add(batch.order)
+            if errors.SPECS.get(pcode, errors.SPECS[-1]).invalid_metadata:
+                self.cluster.update_leader(batch.tp, p.get("current_leader"))
+            self._on_error(batch, errors.error_for(pcode, p.get("error_message"),
+                                                   topic=batch.tp.topic, partition=batch.tp.partition))
 
     def _earlier_pending(self, batch: ProducerBatch) -> bool:
         earlier = [b for b in self._in_flight.get(batch.tp, []) if b.order < batch.order]

@@ -171,12 +171,73 @@ def _os_error_text(error: BaseException) -> str:
 # Client side.
 
 class _InFlight:
-    __slots__ = ("correlation_id", "api_key", "future")
+    __slots__ = ("correlation_id", "api_key", "future", "timer")
 
-    def __init__(self, correlation_id: int, api_key: int, future: asyncio.Future) -> None:
+    def __init__(self, correlation_id: int, api_key: int, future: asyncio.Future,
+                 timer: asyncio.TimerHandle | None = None) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.future = future
+        self.timer = timer  # submit()'s timeout; cancelled when the answer comes
+
+
+class _Slots:
+    """In-flight slots of one connection: ``acquire`` waits (first come, first served),
+    ``try_acquire`` takes one only when one is free and nobody waits (so it never jumps the
+    queue). An asyncio.Semaphore has no way to take a slot without awaiting."""
+
+    __slots__ = ("free", "_waiters")
+
+    def __init__(self, count: int) -> None:
+        self.free = count
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def try_acquire(self) -> bool:
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    def wait_nowait(self) -> asyncio.Future[None]:
+        """Join the queue for a slot without awaiting: done (result None) when the slot is
+        this waiter's, in queue order. Whoever is handed one must release it."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
+
+    def wake_all(self) -> None:
+        """The connection is gone: hand every waiter a slot; each sees it closed and gives up."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def acquire(self) -> None:
+        if self.try_acquire():
+            return
+        waiter = self.wait_nowait()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot in the turn it was cancelled: pass it on
+            else:
+                waiter.cancel()  # release() skips it
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot goes straight to the oldest waiter
+                return
+        self.free += 1
+
+
+def _time_out(future: asyncio.Future, api_key: int, address: str, timeout_ms: int) -> None:
+    if not future.done():
+        future.set_exception(RequestTimedOutError(
+            f"{api_name(api_key)} to {address} got no answer within {timeout_ms} ms"))
 
 
 class Connection:
@@ -205,12 +266,13 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._in_flight: collections.deque[_InFlight] = collections.deque()
-        self._slots = asyncio.Semaphore(max_in_flight_requests)
+        self._slots = _Slots(max_in_flight_requests)
         self._next_correlation_id = 0
         self._close_error: RaftkaError | None = None
         self._outgoing: list[bytes] = []
         self._flush_scheduled = False
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        self._loop = asyncio.get_running_loop()
+        self._read_task = self._loop.create_task(self._read_loop())
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str | None = "raftka",
@@ -306,6 +368,54 @@ class Connection:
             if slot_taken:
                 self._slots.release()
 
+    def submit(self, api_key: int, body: Any, api_version: int = 0, *,
+               timeout_ms: int | None = None) -> "asyncio.Future[tuple[int, Any]]":
+        """Send one request without awaiting anything: the future of ``(error_code, body)``.
+        Written at once when an in-flight slot is free, else queued for one behind the requests
+        already waiting (never overtaking them), so requests go out in submit order. The future
+        fails with RequestTimedOutError ``timeout_ms`` (default ``request_timeout_ms``) after the
+        call, waiting included, and with NetworkExceptionError when the connection is lost. No
+        task, coroutine or timeout context per request: the producer's path for each batch.
+        Raises NetworkExceptionError when closed, FrameError when ``body`` cannot be encoded."""
+        if self._close_error is not None:
+            self._raise_closed()
+        packed_body = _pack(body)
+        loop = self._loop
+        future = loop.create_future()
+        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        timer = loop.call_at(loop.time() + timeout_ms / 1000, _time_out, future, api_key,
+                             self.address, timeout_ms)
+        if self._slots.try_acquire():
+            self._write_submitted(api_key, api_version, packed_body, future, timer)
+        else:
+            self._slots.wait_nowait().add_done_callback(functools.partial(
+                self._slot_granted, api_key, api_version, packed_body, future, timer))
+        return future
+
+    def _slot_granted(self, api_key: int, api_version: int, packed_body: bytes,
+                      future: asyncio.Future, timer: asyncio.TimerHandle, waiter: asyncio.Future) -> None:
+        if self._close_error is not None or future.done():  # lost, or timed out while waiting
+            timer.cancel()
+            self._slots.release()
+            if not future.done():
+                future.set_exception(NetworkExceptionError(
+                    f"connection to {self.address} is closed: {self._close_error.message}"))
+            return
+        self._write_submitted(api_key, api_version, packed_body, future, timer)
+
+    def _write_submitted(self, api_key: int, api_version: int, packed_body: bytes,
+                         future: asyncio.Future, timer: asyncio.TimerHandle) -> None:
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = 0 if correlation_id >= CORRELATION_ID_MAX else correlation_id + 1
+        frame = _request_frame_from_packed_body(api_key, api_version, correlation_id, self.client_id,
+                                                packed_body)
+        # From here the read loop owns the slot, as in request().
+        self._in_flight.append(_InFlight(correlation_id, api_key, future, timer))
+        try:
+            self._send(frame)
+        except (ConnectionError, OSError) as error:
+            self._fail(NetworkExceptionError(f"connection to {self.address} failed: {_os_error_text(error)}"))
+
     def _send(self, frame: bytes) -> None:
         # The first frame of a turn of the event loop is written at once (no added latency);
         # the ones after it in the same turn go out together in one write at the end of the
@@ -343,6 +453,8 @@ class Connection:
                                      f"{oldest.correlation_id} (answers must come in request order)")
                 self._in_flight.popleft()
                 self._slots.release()
+                if oldest.timer is not None:
+                    oldest.timer.cancel()
                 if not oldest.future.done():  # done: its caller timed out or was cancelled
                     oldest.future.set_result((code, body))
         except FrameError as frame_error:
@@ -365,9 +477,12 @@ class Connection:
         self._writer.close()
         while self._in_flight:
             entry = self._in_flight.popleft()
+            if entry.timer is not None:
+                entry.timer.cancel()
             if not entry.future.done():
                 entry.future.set_exception(NetworkExceptionError(error.message))
-            self._slots.release()  # wakes slot waiters, which then see the connection closed
+            self._slots.release()
+        self._slots.wake_all()  # waiters for a slot see the connection closed
         if self._read_task is not asyncio.current_task():
             self._read_task.cancel()
 
