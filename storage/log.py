@@ -75,6 +75,11 @@ from storage.segment import (
 )
 
 log = logging.getLogger(__name__)
+# The last appended batches stay in memory, so a fetch at the log's tail (followers and
+# caught-up consumers, i.e. nearly every fetch) needs no pread and header scan. Whole batches;
+# the newest is kept even when larger. Cleared by every change other than an append. Per
+# partition, so a broker holds at most this x its partitions that take writes.
+TAIL_CACHE_BYTES_MAX = 64 * 1024
 
 RecordListTooLargeError = for_code(CODES["RECORD_LIST_TOO_LARGE"])
 
@@ -125,6 +130,9 @@ class Log:
         self._lock = threading.RLock()
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
+        self._tail_bases: list[int] = []  # the tail cache: base offsets, in log order
+        self._tail: list[tuple[int, bytes | memoryview]] = []  # (last offset, the batch's bytes)
+        self._tail_bytes = 0
         self.log_start_offset = 0
         self.high_watermark = 0
         self.recovery_point = 0
@@ -298,6 +306,57 @@ class Log:
     def _set_segments(self, segments: list[LogSegment]) -> None:
         self._segments = segments
         self._bases = [seg.base_offset for seg in segments]
+        self._tail_bases, self._tail, self._tail_bytes = [], [], 0  # truncated or trimmed
+
+    def _cache_tail(self, data: bytes, batches: list[AppendedBatch]) -> None:
+        if len(batches) == 1:
+            b = batches[0]
+            self._tail_bases.append(b.base_offset)
+            self._tail.append((b.last_offset, data))
+        else:
+            view = memoryview(data)
+            for b in batches:
+                self._tail_bases.append(b.base_offset)
+                self._tail.append((b.last_offset, view[b.position:b.position + b.size]))
+        self._tail_bytes += len(data)
+        if self._tail_bytes > TAIL_CACHE_BYTES_MAX:
+            drop = 0
+            while self._tail_bytes > TAIL_CACHE_BYTES_MAX and drop < len(self._tail) - 1:
+                self._tail_bytes -= len(self._tail[drop][1])
+                drop += 1
+            del self._tail_bases[:drop], self._tail[:drop]
+
+    def _read_tail(self, fetch_offset: int, max_bytes: int, limit: int,
+                   min_one_batch: bool) -> FetchData | None:
+        """``read`` from the tail cache; None when ``fetch_offset`` lies before it."""
+        bases = self._tail_bases
+        if not bases or fetch_offset < bases[0]:
+            return None
+        i = bisect_right(bases, fetch_offset) - 1
+        tail = self._tail
+        chunks: list[bytes | memoryview] = []
+        first_offset = -1
+        budget = max_bytes
+        for j in range(i, len(tail)):
+            last, data = tail[j]
+            if last < fetch_offset:
+                continue
+            if last >= limit:
+                break
+            size = len(data)
+            if size > budget:
+                if first_offset < 0 and min_one_batch:
+                    chunks.append(data)
+                    first_offset = bases[j]
+                break
+            if first_offset < 0:
+                first_offset = bases[j]
+            chunks.append(data)
+            budget -= size
+        if not chunks:
+            return FetchData(b"", fetch_offset)
+        records = chunks[0] if len(chunks) == 1 and isinstance(chunks[0], bytes) else b"".join(chunks)
+        return FetchData(records, first_offset)
 
     # --- state -------------------------------------------------------------------------------
     @property
@@ -446,6 +505,7 @@ class Log:
             raise self._error(KafkaStorageError,
                               f"could not append {len(data)} bytes to {seg.log_path}: "
                               f"{error.strerror or error}; nothing was appended") from error
+        self._cache_tail(data, batches)
         # Epochs and producer state follow the bytes now in the log.
         self.producer_state.on_append(headers, base if leader else None)
         try:
@@ -537,6 +597,9 @@ class Log:
             limit = leo if max_offset is None else min(max_offset, leo)
             if fetch_offset >= limit:
                 return FetchData(b"", fetch_offset)
+            cached = self._read_tail(fetch_offset, max_bytes, limit, min_one_batch)
+            if cached is not None:
+                return cached
             chunks: list[bytes] = []
             first_offset = -1
             budget = max_bytes

@@ -440,6 +440,47 @@ def test_property_reads_are_whole_batches_within_max_bytes_and_below_max_offset(
             assert len(fetched.records) + following.size > max_bytes or following.last_offset >= limit
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(counts=st.lists(st.integers(1, 5), min_size=1, max_size=30), data=st.data())
+def test_property_reads_from_the_tail_cache_equal_reads_from_the_segments(
+        tmp_path_factory, monkeypatch, counts, data):
+    # The same reads, served by the log that just appended (from its tail cache where they
+    # fall in it) and by the same log reopened (from the segment files): byte for byte equal.
+    # A small cache, so batches leave it; appends as leader and as follower (several batches at
+    # once), with a truncation in between.
+    import storage.log
+    monkeypatch.setattr(storage.log, "TAIL_CACHE_BYTES_MAX", data.draw(st.sampled_from([1, 600, 3000])))
+    path = tmp_path_factory.mktemp("tail")
+    lg = open_log(path, segment_bytes=data.draw(st.integers(600, 2000)))
+    follower_batches: list[bytes] = []
+    for i, n in enumerate(counts):
+        batch = make_batch(n, tag=i, value_size=data.draw(st.integers(0, 60)))
+        if data.draw(st.booleans()):
+            lg.append_as_leader(batch, 0)
+            continue
+        # As a follower: a run of batches with their offsets already assigned.
+        from client.protocol.records import assign_offsets
+        follower_batches = [assign_offsets(batch, lg.log_end_offset, 0)]
+        follower_batches.append(assign_offsets(make_batch(1, tag=i), lg.log_end_offset + n, 0))
+        lg.append_as_follower(b"".join(follower_batches))
+        if data.draw(st.integers(0, 9)) == 0:
+            lg.truncate_to(data.draw(st.integers(lg.log_start_offset, lg.log_end_offset)))
+    end = lg.log_end_offset
+    reads = [(data.draw(st.integers(0, end)), data.draw(st.integers(0, 2500)),
+              data.draw(st.one_of(st.none(), st.integers(0, end + 2))), data.draw(st.booleans()))
+             for _ in range(12)]
+    reads += [(max(0, end - k), 1 << 20, None, True) for k in (1, 3, 8)]  # the tail itself
+    cached = [lg.read(offset, max_bytes, max_offset=max_offset, min_one_batch=one)
+              for offset, max_bytes, max_offset, one in reads]
+    lg.close()
+    again = open_log(path, segment_bytes=600)
+    for (offset, max_bytes, max_offset, one), got in zip(reads, cached):
+        want = again.read(offset, max_bytes, max_offset=max_offset, min_one_batch=one)
+        assert (bytes(got.records), got.first_offset) == (bytes(want.records), want.first_offset), \
+            f"read({offset}, {max_bytes}, max_offset={max_offset}, min_one_batch={one})"
+    again.close()
+
+
 # --- truncation and leader epochs ----------------------------------------------------------------
 
 def test_truncate_to_drops_the_tail_across_segments_and_trims_epochs_and_high_watermark(tmp_path):
