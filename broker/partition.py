@@ -414,10 +414,15 @@ class Partition:
             progress.last_caught_up_ms = now
         elif fetch_offset >= progress.last_fetch_leader_leo >= 0:
             progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
+        moved = fetch_offset != progress.log_end_offset
         progress.log_end_offset = fetch_offset
         progress.last_fetch_leader_leo = leo
         progress.last_fetch_ms = now
-        self._maybe_advance_hw()
+        # The HW is the least log end of the ISR: a fetch that leaves this follower's where it
+        # was cannot move it (appends and ISR changes recompute it themselves). A follower's
+        # Fetch lists every partition it follows from us, most of them unchanged.
+        if moved:
+            self._maybe_advance_hw()
 
     def isr_proposal(self, lag_time_max_ms: int, now: float | None = None) -> tuple[int, ...] | None:
         """The ISR this leader should ask for, or None: drop followers not caught up within
