@@ -675,11 +675,9 @@ class Producer:
         try:
             if self._closed:
                 return  # close() has failed every batch still incomplete
-            error = None if future.cancelled() else future.exception()
-            if future.cancelled():
-                code, answer, request_error = errors.NETWORK_EXCEPTION, None, errors.NetworkExceptionError(
-                    "the Produce request was cancelled")
-            elif error is None:
+            error = (errors.NetworkExceptionError("the Produce request was cancelled")
+                     if future.cancelled() else future.exception())
+            if error is None:
                 code, answer = future.result()
                 request_error = errors.error_for(code, (answer or {}).get("error_message")) if code else None
             else:
@@ -696,36 +694,36 @@ class Producer:
             self._wakeup.set()
 
     async def _produce(self, node: int, batches: list[ProducerBatch], body: dict[str, Any]) -> None:
-        """The task path of a Produce request: connects first when needed, then submits; the
-        batches held back for this broker meanwhile are then submitted by the sender's pass."""
+        """The task path of a Produce request: connects first when needed, then submits and
+        leaves the answer to ``_produce_sent``, as the sender's pass does; the batches held back
+        for this broker meanwhile are then submitted by the pass."""
         waiting = True
+        handed_over = False
         try:
             try:
-                future = None
                 if self._acks != 0:
                     future = await self.cluster.submit_connected(node, API_PRODUCE, body)
                     self._node_waiting[node] -= 1
                     waiting = False
                     self._wakeup.set()
-                if future is not None:
-                    try:
-                        code, answer = await future
-                    except (errors.NetworkExceptionError, errors.RequestTimedOutError):
-                        self.cluster.connection_failed(node)
-                        raise
-                else:  # acks=0, or a connection type without submit
-                    code, answer = await self.cluster.request(node, API_PRODUCE, body,
-                                                              expect_response=self._acks != 0)
+                    if future is not None:
+                        future.add_done_callback(functools.partial(self._produce_sent, node, batches))
+                        handed_over = True
+                        return
+                # acks=0, or a connection type without submit
+                code, answer = await self.cluster.request(node, API_PRODUCE, body,
+                                                          expect_response=self._acks != 0)
             except RaftkaError as error:
                 code, answer, request_error = error.code, None, error
             else:
                 request_error = errors.error_for(code, (answer or {}).get("error_message")) if code else None
             self._produce_answered(batches, code, answer, request_error)
         finally:
-            self._node_in_flight[node] -= 1
             if waiting:
                 self._node_waiting[node] -= 1
-            self._wakeup.set()
+            if not handed_over:  # else _produce_sent does this when the answer comes
+                self._node_in_flight[node] -= 1
+                self._wakeup.set()
 
     def _produce_answered(self, batches: list[ProducerBatch], code: int, answer: Any,
                           request_error: RaftkaError | None) -> None:
