@@ -11,10 +11,10 @@ import asyncio
 import time
 from typing import Any, Callable, Sequence
 
-from client.protocol import errors
-from client.protocol.errors import RaftkaError, RequestTimedOutError
-from broker.network import PeerConnection
-from client.protocol.transport import Connection
+from raftka.common import errors
+from raftka.common.errors import RaftkaError, RequestTimedOutError
+from raftka.broker.network import PeerConnection
+from raftka.common.transport import Connection
 
 ATTEMPTS_MAX = 50
 RETRY_BACKOFF_MS = 50

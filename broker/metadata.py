@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from raft_meta.controller.fetcher import MetadataFetcher
+from raftka.raft_meta.metadata.fetcher import MetadataFetcher
 
 
 @dataclass(frozen=True)

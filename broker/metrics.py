@@ -5,7 +5,7 @@ import bisect
 from typing import Any
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-from client.protocol.api import API_NAMES
+from raftka.common.api import API_NAMES
 
 
 class Histogram:
@@ -64,7 +64,7 @@ class BrokerMetrics:
             "# TYPE raftka_broker_connections gauge",
             f"raftka_broker_connections{{{node}}} {b.server.connection_count if b.server else 0}",
         ]
-        if b.server is not None:  # the listener's connection counters (client/protocol/transport.py)
+        if b.server is not None:  # the listener's connection counters (common/transport.py)
             m = b.server.metrics
             lines += [
                 "# TYPE raftka_broker_connections_accepted_total counter",

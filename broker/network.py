@@ -1,4 +1,4 @@
-"""The broker's side of the shared transport (client/protocol/transport.py).
+"""The broker's side of the shared transport (common/transport.py).
 
 The listener is ``transport.Server`` (per-request tasks started in arrival order, answers in
 arrival order, backpressure past ``queued.max.requests`` in flight per connection, bad frames
@@ -19,8 +19,9 @@ import random
 import time
 from typing import Any, Final
 
-from client.protocol.errors import NetworkExceptionError, RequestTimedOutError
-from client.protocol.transport import Connection, Request, Response, Server
+from raftka.common.errors import NetworkExceptionError, RequestTimedOutError
+from raftka.common.server import Request, Response, Server
+from raftka.common.transport import Connection
 
 __all__ = ["PeerConnection", "Request", "Response", "Server"]
 

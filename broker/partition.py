@@ -37,9 +37,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from client.protocol import errors
-from client.protocol.errors import FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError
-from broker.metadata import PartitionInfo
+from raftka.common import errors
+from raftka.common.errors import FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError
+from raftka.broker.metadata import PartitionInfo
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
-from broker.network import PeerConnection
-from broker.partition import Partition, ReplicaState
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
+from raftka.broker.network import PeerConnection
+from raftka.broker.partition import Partition, ReplicaState
 
 if TYPE_CHECKING:
-    from broker.replica_manager import ReplicaManager
+    from raftka.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

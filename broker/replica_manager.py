@@ -14,12 +14,12 @@ import logging
 import time
 from typing import Any, Callable
 
-from broker.logs import LogManager
-from broker.metadata import EMPTY, MetadataView
-from broker.partition import Partition, ReplicaState, now_ms
-from broker.replica_fetcher import ReplicaFetcher
-from client.protocol import errors
-from client.protocol.errors import NotLeaderOrFollowerError, RaftkaError, UnknownTopicOrPartitionError
+from raftka.storage import LogManager
+from raftka.broker.metadata import EMPTY, MetadataView
+from raftka.broker.partition import Partition, ReplicaState, now_ms
+from raftka.broker.replica_fetcher import ReplicaFetcher
+from raftka.common import errors
+from raftka.common.errors import NotLeaderOrFollowerError, RaftkaError, UnknownTopicOrPartitionError
 
 log = logging.getLogger(__name__)
 

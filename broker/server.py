@@ -25,19 +25,19 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from broker.controller_channel import ControllerChannel
-from broker.group import REQUEST as GROUP_REQUEST, GroupService
-from broker.limits import ByteBudget
-from broker.logs import STORAGE, LogManager
-from broker.metadata import MetadataFollower, MetadataView
-from broker.metrics import BrokerMetrics
-from broker.network import Request, Server
-from client.protocol.api import ApiKey, api_versions_body
-from broker.partition import Partition
-from broker.replica_manager import ReplicaManager
-from client.protocol import errors
-from client.protocol.errors import ConfigError, InvalidRequestError, RaftkaError
-from raft_meta.controller.config import ServerConfig
+from raftka.broker.controller_channel import ControllerChannel
+from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
+from raftka.broker.limits import ByteBudget
+from raftka.storage import LogManager
+from raftka.broker.metadata import MetadataFollower, MetadataView
+from raftka.broker.metrics import BrokerMetrics
+from raftka.broker.network import Request, Server
+from raftka.common.api import ApiKey, api_versions_body
+from raftka.broker.partition import Partition
+from raftka.broker.replica_manager import ReplicaManager
+from raftka.common import errors
+from raftka.common.errors import ConfigError, InvalidRequestError, RaftkaError
+from raftka.common.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class BrokerServer:
                              api_versions={int(k): (0, 0) for k in self.handlers}, name=f"broker {self.broker_id}")
         await self.server.start(host, port)
         if self.http and "HTTP" in self.config.listeners:
-            from broker.http import start_http
+            from raftka.broker.http import start_http
             http_host, http_port = self.config.listeners["HTTP"]
             self.http_runner = await start_http(self, http_host, http_port)
         await self.register()
@@ -532,43 +532,13 @@ def run_broker(config: ServerConfig, *, print_line: Callable[[str], None] | None
     say = print_line or (lambda line: print(line, flush=True))
 
     async def main() -> int:
-        stop = _stop_on_signals()
+        stop = stop_on_signals()
         await serve_broker(config, stop, say)
         return 0
     return asyncio.run(main())
 
 
-def run_combined(config: ServerConfig, *, print_line: Callable[[str], None] | None = None) -> int:
-    """Combined mode (process.roles=broker,controller): a controller and a broker in one process
-    and one event loop. The Raft member is built on the main thread first (pysyncobj's tick
-    thread dies with its creator). The broker reaches the quorum through
-    controller.quorum.bootstrap.servers, or else through this process's own CONTROLLER listener
-    (NOT_CONTROLLER answers lead it to the active controller). The HTTP listener, if any, is the
-    controller's."""
-    from raft_meta.controller.server import build_raft, serve_controller
-    say = print_line or (lambda line: print(line, flush=True))
-    if not config["controller.quorum.bootstrap.servers"]:
-        host, port = config.controller_listener
-        config.values["controller.quorum.bootstrap.servers"] = [f"{host}:{port}"]
-    raft, state = build_raft(config)
-
-    async def main() -> int:
-        stop = _stop_on_signals()
-        controller_stop = asyncio.Event()
-        controller = asyncio.create_task(serve_controller(config, raft, state, controller_stop, say))
-        try:
-            await serve_broker(config, stop, say, http=False)
-        finally:
-            controller_stop.set()  # the broker first: its controlled shutdown needs the quorum
-            await controller
-        return 0
-    try:
-        return asyncio.run(main())
-    finally:
-        raft.close()
-
-
-def _stop_on_signals() -> asyncio.Event:
+def stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -595,7 +565,7 @@ async def serve_broker(config: ServerConfig, stop: asyncio.Event, say: Callable[
                 note = " http=%s:%d" % config.listeners["HTTP"] if http and "HTTP" in config.listeners else ""
                 host, _ = config.advertised_plaintext
                 say(f"raftka broker {config.node_id} ready plaintext={host}:{broker.server.port}{note} "
-                    f"epoch={broker.broker_epoch} storage={STORAGE}")
+                    f"epoch={broker.broker_epoch}")
             await stopped
             say(f"raftka broker {config.node_id} stopping")
             await broker.controlled_shutdown()

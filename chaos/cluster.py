@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from chaos.api import ToxiproxyClient, ToxiproxyError
+from raftka.chaos.api import ToxiproxyClient, ToxiproxyError
 from raftka.cluster import Cluster, Process, free_ports, project_env, python_argv, wait_until
 
 CLIENT = "client"

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from chaos.cluster import CLIENT, Network, ProxiedCluster
+from raftka.chaos.cluster import CLIENT, Network, ProxiedCluster
 
 RESTART_TIMEOUT_S = 90.0
 

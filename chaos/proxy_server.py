@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from chaos.toxics import Toxic, ToxicError, parse_toxic, update_toxic
+from raftka.chaos.toxics import Toxic, ToxicError, parse_toxic, update_toxic
 
 VERSION = "2.12.0-raftka"  # the Toxiproxy API level followed, marked as ours
 CHUNK_BYTES = 65536  # one read from a socket

@@ -31,14 +31,14 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from chaos import report
-from chaos.checker import check
-from chaos.cluster import Network, ProxiedCluster, ProxyService, wait_healthy
-from chaos.history import HistoryWriter, read_history
-from chaos.nemesis import Context, Fault, by_name, heal_everything
-from chaos.scenarios import Scenario
-from chaos.spark_sink import SinkError, SparkSink
-from chaos.workload import Workload
+from raftka.chaos import report
+from raftka.chaos.checker import check
+from raftka.chaos.cluster import Network, ProxiedCluster, ProxyService, wait_healthy
+from raftka.chaos.history import HistoryWriter, read_history
+from raftka.chaos.nemesis import Context, Fault, by_name, heal_everything
+from raftka.chaos.scenarios import Scenario
+from raftka.chaos.spark_sink import SinkError, SparkSink
+from raftka.chaos.workload import Workload
 
 PROGRESS_EVERY_S = 5.0
 HEALTHY_TIMEOUT_S = 90.0
@@ -115,7 +115,7 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
             sink = start_sink(out / "spark", cluster.bootstrap_servers, config.topic, duration_s, history, say)
         history.append("harness", "ok", "meta", topic=config.topic, partitions=config.partitions, seed=seed,
                        scenario=scenario.name, duration_s=duration_s, config=config.to_json(), spark=use_spark)
-        from client import AdminClient
+        from raftka.client import AdminClient
         admin = AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=5000)
         workload = Workload(cluster.bootstrap_servers, history, config, seed=rng.randrange(2**31))
         workload.setup()
@@ -306,7 +306,7 @@ def write_results(out: Path, results: dict[str, Any]) -> None:
 
 def summary(results: dict[str, Any]) -> list[str]:
     """The one-screen summary."""
-    from chaos.checker import Anomalies, Verdict
+    from raftka.chaos.checker import Anomalies, Verdict
     v = results["verdict"]
     verdict = Verdict(v["valid"], {k: Anomalies(a["count"], a["examples"]) for k, a in v["anomalies"].items()},
                       v["stats"], v.get("problems", []))

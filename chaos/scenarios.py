@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from chaos.workload import WorkloadConfig
+from raftka.chaos.workload import WorkloadConfig
 
 # Every process: quick fencing and ISR changes, so a 30 s run sees several leader changes.
 CLUSTER_CONFIGS: dict[str, Any] = {

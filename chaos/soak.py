@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import CHECKS
+from raftka.chaos.checker import CHECKS
 
 
 def load(root: Path) -> list[dict[str, Any]]:

@@ -25,14 +25,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from client import NewTopic, TopicPartition
-from client.aio.admin import AdminClient
-from client.aio.consumer import Consumer
-from client.aio.producer import Producer
-from client.errors import (IllegalStateError, InvalidReplicationFactorError, NotControllerError, RaftkaError,
+from raftka.client import NewTopic, TopicPartition
+from raftka.client.aio.admin import AdminClient
+from raftka.client.aio.consumer import Consumer
+from raftka.client.aio.producer import Producer
+from raftka.client.errors import (IllegalStateError, InvalidReplicationFactorError, NotControllerError, RaftkaError,
                            RequestTimedOutError, TopicAlreadyExistsError)
 
-from chaos.history import HistoryWriter
+from raftka.chaos.history import HistoryWriter
 
 POLL_RECORDS_MAX = 2000
 STOP_GRACE_S = 2.0

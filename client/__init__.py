@@ -1,21 +1,21 @@
 """Raftka's Python client, shaped like kafka-python.
 
-    from client import Producer, Consumer, AdminClient, NewTopic, TopicPartition
+    from raftka.client import Producer, Consumer, AdminClient, NewTopic, TopicPartition
 
-``client.aio`` has the asyncio flavour the blocking classes wrap. ``client.protocol`` holds the
+``client.aio`` has the asyncio flavour the blocking classes wrap. ``raftka.common`` holds the
 wire code (frames, record batches, the error table) shared with the servers.
 """
-from client.admin import AdminClient
-from client.aio.group import CommitFailedError, ConsumerRebalanceListener
-from client.assignors import (CooperativeStickyAssignor, RangePartitionAssignor, RoundRobinPartitionAssignor,
+from raftka.client.admin import AdminClient
+from raftka.client.aio.group import CommitFailedError, ConsumerRebalanceListener
+from raftka.client.assignors import (CooperativeStickyAssignor, RangePartitionAssignor, RoundRobinPartitionAssignor,
                               StickyAssignor)
-from client.consumer import Consumer
-from client.errors import (IllegalStateError, KafkaClosedError, KafkaTimeoutError,
+from raftka.client.consumer import Consumer
+from raftka.client.errors import (IllegalStateError, KafkaClosedError, KafkaTimeoutError,
                            NoOffsetForPartitionError, RaftkaError, SerializationError)
-from client.futures import FutureRecordMetadata
-from client.partitioner import DefaultPartitioner, murmur2
-from client.producer import Producer
-from client.structs import (BrokerMetadata, ConfigEntry, ConfigResource, ConsumerRecord, NewTopic,
+from raftka.client.futures import FutureRecordMetadata
+from raftka.client.partitioner import DefaultPartitioner, murmur2
+from raftka.client.producer import Producer
+from raftka.client.structs import (BrokerMetadata, ConfigEntry, ConfigResource, ConsumerRecord, NewTopic,
                             OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition)
 
 # kafka-python's names, so its examples run with only the import line changed.

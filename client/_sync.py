@@ -6,7 +6,7 @@ import concurrent.futures
 import threading
 from typing import Any, Coroutine, TypeVar
 
-from client.errors import KafkaClosedError, KafkaTimeoutError
+from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
 
 T = TypeVar("T")
 LOOP_START_TIMEOUT_S = 10.0

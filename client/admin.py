@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from client._sync import LoopThread
-from client.aio.admin import AdminClient as AioAdminClient
-from client.protocol.errors import RaftkaError
-from client.aio.group import GroupInformation
-from client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
+from raftka.client._sync import LoopThread
+from raftka.client.aio.admin import AdminClient as AioAdminClient
+from raftka.common.errors import RaftkaError
+from raftka.client.aio.group import GroupInformation
+from raftka.client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
 
 
 class AdminClient:

@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import msgpack
 
-from client.structs import TopicPartition
+from raftka.client.structs import TopicPartition
 
 EAGER = "eager"
 COOPERATIVE = "cooperative"

@@ -15,11 +15,11 @@ import time
 from collections import deque
 from typing import Any, Callable, Coroutine, Iterable, Iterator
 
-from client._sync import LoopThread
-from client.aio.consumer import Consumer as AioConsumer
-from client.aio.group import CommitFailedError, ConsumerRebalanceListener
-from client.errors import IllegalStateError, KafkaTimeoutError
-from client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from raftka.client._sync import LoopThread
+from raftka.client.aio.consumer import Consumer as AioConsumer
+from raftka.client.aio.group import CommitFailedError, ConsumerRebalanceListener
+from raftka.client.errors import IllegalStateError, KafkaTimeoutError
+from raftka.client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 ITERATOR_POLL_MS = 1000  # one poll of the iterator waits at most this long before re-checking
 CLOSE_TIMEOUT_S = 30.0  # close()'s default timeout

@@ -1,4 +1,4 @@
-"""Client-side errors, on top of the wire error table (client/protocol/errors.py, re-exported).
+"""Client-side errors, on top of the wire error table (common/errors.py, re-exported).
 
 Errors the client raises without a broker having said so (a timeout it measured, a position it
 cannot find, a closed client) subclass the table's class with the closest meaning, so
@@ -6,8 +6,8 @@ cannot find, a closed client) subclass the table's class with the closest meanin
 """
 from __future__ import annotations
 
-from client.protocol.errors import *  # noqa: F401,F403  (the one error table, re-exported)
-from client.protocol.errors import (OffsetOutOfRangeError, RaftkaError, RequestTimedOutError,
+from raftka.common.errors import *  # noqa: F401,F403  (the one error table, re-exported)
+from raftka.common.errors import (OffsetOutOfRangeError, RaftkaError, RequestTimedOutError,
                                     for_code, error_for)
 
 __all__ = ["KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",

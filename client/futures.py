@@ -11,8 +11,8 @@ import logging
 import threading
 from typing import Any, Callable, Generic, TypeVar
 
-from client.errors import KafkaTimeoutError
-from client.structs import RecordMetadata
+from raftka.client.errors import KafkaTimeoutError
+from raftka.client.structs import RecordMetadata
 
 
 log = logging.getLogger(__name__)

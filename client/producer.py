@@ -17,12 +17,12 @@ import time
 from collections import deque
 from typing import Any, Sequence
 
-from client._sync import LoopThread
-from client.aio.producer import Producer as AioProducer
-from client.aio.timeouts import wait_for
-from client.errors import KafkaClosedError, KafkaTimeoutError
-from client.futures import FutureRecordMetadata
-from client.structs import TopicPartition
+from raftka.client._sync import LoopThread
+from raftka.client.aio.producer import Producer as AioProducer
+from raftka.client.aio.timeouts import wait_for
+from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
+from raftka.client.futures import FutureRecordMetadata
+from raftka.client.structs import TopicPartition
 
 log = logging.getLogger(__name__)
 

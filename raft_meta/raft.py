@@ -37,7 +37,6 @@ Security
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import threading
@@ -49,9 +48,8 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.node import TCPNode
 
-from client.protocol.errors import (
-    ConfigError, InvalidRequestError, NotControllerError, RequestTimedOutError,
-)
+from raftka.common.errors import ConfigError, InvalidRequestError, NotControllerError, RequestTimedOutError
+from raftka.common.server_config import check_secret
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +71,6 @@ COMMANDS_QUEUE_MAX = 20_000
 # Largest record this layer accepts; the metadata log carries small records.
 RECORD_BYTES_MAX = 1_048_576
 SUBMIT_TIMEOUT_MS_MAX = 300_000
-SECRET_KEY = "controller.quorum.secret"
 
 _RETRY_ELSEWHERE = {
     FAIL_REASON.MISSING_LEADER: "no leader (election in progress)",
@@ -145,51 +142,6 @@ class RaftConfig:
     # Snapshot (and truncate the journal) after this many entries or seconds.
     snapshot_min_entries: int = 5000
     snapshot_min_interval_s: float = 300.0
-
-
-def parse_voters(value: str) -> dict[int, str]:
-    """``"1@127.0.0.1:9301,2@127.0.0.1:9302"`` -> ``{1: "127.0.0.1:9301", ...}`` (Raft ports)."""
-    voters: dict[int, str] = {}
-    for item in (part.strip() for part in value.split(",")):
-        if not item:
-            continue
-        node, sep, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not host or not node.strip().isdigit() or not port.isdigit():
-            raise ConfigError("controller.quorum.voters",
-                              f"expected id@host:port entries, got {item!r}")
-        if not 0 < int(port) < 65536:
-            raise ConfigError("controller.quorum.voters", f"port out of range in {item!r}")
-        node_id = int(node)
-        if node_id in voters:
-            raise ConfigError("controller.quorum.voters", f"node id {node_id} listed twice")
-        if address in voters.values():
-            raise ConfigError("controller.quorum.voters", f"address {address} listed twice")
-        voters[node_id] = address
-    if not voters:
-        raise ConfigError("controller.quorum.voters", "no voters given")
-    return voters
-
-
-def is_loopback(address: str) -> bool:
-    host = address.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a DNS name: may resolve to anything
-
-
-def check_secret(voters: Mapping[int, str], password: str | None) -> None:
-    """Refuse a Raft quorum reachable beyond loopback without a secret (pickle on the port)."""
-    exposed = sorted(a for a in voters.values() if not is_loopback(a))
-    if exposed and not password:
-        raise ConfigError(
-            SECRET_KEY,
-            f"required because Raft address(es) {', '.join(exposed)} are not loopback: the Raft "
-            "port unpickles what it receives, so without a secret anyone who can reach it can "
-            "run code on this node (set controller.quorum.secret or controller.quorum.secret.file)")
 
 
 class _DialNode(TCPNode):

@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    from client.protocol.errors import RaftkaError
+    from raftka.common.errors import RaftkaError
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:

@@ -228,10 +228,9 @@ def python_argv(*args: str) -> list[str]:
 
 
 def project_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child: this checkout first on PYTHONPATH."""
+    """The environment for a child process: this one's, unbuffered. Children run this
+    interpreter (``python_argv``), so they import the same installed raftka."""
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     if extra:
         env.update(extra)
@@ -1180,8 +1179,8 @@ class Cluster(ControllerCluster):
     def describe_brokers(self, timeout_s: float = 3.0) -> dict[int, dict[str, Any]] | None:
         """{broker id: {"fenced": bool, "host", "port"}} as the cluster metadata says (the
         brokers' DescribeCluster), or None when no running broker answered."""
-        from client import AdminClient
-        from client.errors import RaftkaError
+        from raftka.client import AdminClient
+        from raftka.client.errors import RaftkaError
         for node_id in self.broker_ids:
             if not self.alive(node_id) or self.paused(node_id):
                 continue

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
 
 API_DESCRIBE_QUORUM = 55
 
 
 def describe_quorum(address: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
     """One controller's DescribeQuorum answer (its own view of the quorum)."""
-    from raft_meta.controller.rpc import call_sync
+    from raftka.common.transport import call_sync
     code, body = call_sync(address, API_DESCRIBE_QUORUM, {}, timeout_ms=int(timeout_s * 1000))
     if code != errors.NONE:
         raise errors.error_for(code, (body or {}).get("error_message"))
@@ -26,7 +26,7 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
     the active controller's answer, or of the last answer when every attempt failed.
     """
     import time
-    from raft_meta.controller.rpc import call_sync
+    from raftka.common.transport import call_sync
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     deadline = time.monotonic() + timeout_s
     last: tuple[int, Any] = (errors.NOT_CONTROLLER, {"error_message": "no controller answered"})

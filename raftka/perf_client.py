@@ -294,7 +294,7 @@ def target_cluster(args: argparse.Namespace, say: Callable[[str], None]) -> Iter
 
 def _bad(option: str, problem: str) -> Exception:
     """A bad command-line value: the CLI prints it as one line and exits 1."""
-    from client.protocol.errors import ConfigError
+    from raftka.common.errors import ConfigError
     return ConfigError(option, problem)
 
 
@@ -306,8 +306,8 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor
                  min_insync_replicas: int) -> dict[str, Any]:
     """Create ``topic`` unless it exists (RF capped at the live brokers); wait until every
     partition has a leader. Returns its describe_topics entry."""
-    from client import AdminClient, NewTopic
-    from client.protocol.errors import TopicAlreadyExistsError
+    from raftka.client import AdminClient, NewTopic
+    from raftka.common.errors import TopicAlreadyExistsError
     from raftka.cluster import wait_until
     with AdminClient(bootstrap_servers=bootstrap) as admin:
         if topic not in admin.list_topics():
@@ -367,7 +367,7 @@ def produce_records(bootstrap: str, topic: str, num_records: int, record_size: i
     the timed window and latency samples (ms). ``counter(n)`` is told the records sent so far
     every 1,000; ``start_gate()`` is called after the warm-up, right before timing starts.
     ``sync``: one record at a time, each waited for (``send().get()``)."""
-    from client import Producer
+    from raftka.client import Producer
     value = payload(record_size)
     sample_every = max(1, num_records // LATENCY_SAMPLES_MAX)
     latencies: list[float] = []
@@ -546,7 +546,7 @@ def consume_records(bootstrap: str, topic: str, messages: int, configs: dict[str
     """Read ``messages`` records of ``topic`` from its beginning with one Consumer; returns
     counts, bytes, the timed window (first poll to the last record) and poll latencies (ms)."""
     import warnings
-    from client import Consumer, TopicPartition
+    from raftka.client import Consumer, TopicPartition
     settings = {"auto_offset_reset": "earliest", **configs}
     if group:
         settings["group_id"] = group
@@ -560,7 +560,7 @@ def consume_records(bootstrap: str, topic: str, messages: int, configs: dict[str
     with consumer:
         parts = consumer.partitions_for_topic(topic)
         if not parts:
-            from client.protocol.errors import UnknownTopicOrPartitionError
+            from raftka.common.errors import UnknownTopicOrPartitionError
             raise UnknownTopicOrPartitionError("the topic does not exist", topic=topic)
         if group:
             consumer.subscribe([topic])
@@ -635,7 +635,7 @@ def _e2e_consumer(bootstrap: str, topic: str, partitions: list[int], expected: i
     """The e2e consumer process: from the end of the topic, read ``expected`` records and
     return send->receive latencies (ms), read from the stamp at the head of each value."""
     try:
-        from client import Consumer, TopicPartition
+        from raftka.client import Consumer, TopicPartition
         latencies: list[float] = []
         unpack = STAMP.unpack_from
         now_ns = time.monotonic_ns
@@ -686,7 +686,7 @@ def e2e(bootstrap: str, topic: str, rate: float, duration_s: float, record_size:
         progress: bool = False) -> dict[str, Any]:
     """End-to-end latency: this process sends at ``rate`` for ``duration_s``, a spawned consumer
     process receives; each value starts with the send time (CLOCK_MONOTONIC, shared by both)."""
-    from client import Producer
+    from raftka.client import Producer
     total = int(rate * duration_s)
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Semaphore(0)
@@ -756,7 +756,7 @@ class _AckLog:
 
 
 def _leader_of(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, list[int], list[int]]:
-    from client import AdminClient
+    from raftka.client import AdminClient
     with AdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000) as admin:
         for t in admin.describe_topics([topic]):
             for p in t["partitions"]:
@@ -795,7 +795,7 @@ def failover(cluster: Any, bootstrap: str, topic: str, kills: int, throughput: f
              progress: bool = False) -> dict[str, Any]:
     """Run the acks=all load on ``topic``-0, kill its leader ``kills`` times (restarting it each
     time), then verify every acknowledged record. See the module docstring."""
-    from client import Producer
+    from raftka.client import Producer
     from raftka.cluster import wait_until
     log = _AckLog()
     stop = threading.Event()
@@ -902,7 +902,7 @@ def _stall(times: list[float], killed_at: float, until: float) -> float:
 
 def _verify(bootstrap: str, topic: str, acks: list[tuple[float, int, int]]) -> dict[str, Any]:
     """Read the partition back: every acknowledged (sequence, offset) must be there, once."""
-    from client import Consumer, TopicPartition
+    from raftka.client import Consumer, TopicPartition
     tp = TopicPartition(topic, 0)
     by_offset: dict[int, int] = {}
     seen: dict[int, int] = {}

@@ -35,7 +35,7 @@ import time
 import uuid
 from typing import Any
 
-from client.protocol import errors
+from raftka.common import errors
 
 
 def register(perf: argparse._SubParsersAction) -> None:
@@ -203,7 +203,7 @@ class _ImageWatch:
         await asyncio.gather(*(self._poll(name, address) for name, address in self.addresses.items()))
 
     async def _poll(self, name: str, address: str) -> None:
-        from client.protocol.transport import Connection
+        from raftka.common.transport import Connection
         host, _, port = address.rpartition(":")
         connection = None
         while not self._stop.is_set():

@@ -49,7 +49,7 @@ def register(perf: argparse._SubParsersAction) -> None:
 
 
 def _batches(batch_bytes: int, count: int) -> list[bytes]:
-    from client.protocol.records import BatchBuilder
+    from raftka.common.records import BatchBuilder
     out = []
     now = int(time.time() * 1000)
     for n in range(count):
@@ -81,7 +81,7 @@ def _raw_write(path: Path, chunk: bytes, total: int, fsync_every: int | None) ->
 
 
 def _log_append(directory: Path, batches: list[bytes], total: int, config: dict) -> tuple[float, Any]:
-    from storage import Log
+    from raftka.storage import Log
     log = Log.open(directory, config, topic="perf", partition=0)
     start = time.perf_counter()
     append = log.append_as_leader
@@ -96,7 +96,7 @@ def _log_read(log: Any) -> tuple[float, int]:
     start = time.perf_counter()
     offset, end, total = 0, log.log_end_offset, 0
     read = log.read
-    from client.protocol.records import iter_batches
+    from raftka.common.records import iter_batches
     while offset < end:
         data = read(offset, FETCH_BYTES).records
         total += len(data)
@@ -110,7 +110,7 @@ def _log_read(log: Any) -> tuple[float, int]:
 def _recover(directory: Path, expected_end: int) -> float:
     """Seconds to open the log as after a crash (no clean shutdown, recovery point 0): every
     batch is re-validated (length, CRC) and the indexes rebuilt."""
-    from storage import Log
+    from raftka.storage import Log
     start = time.perf_counter()
     log = Log.open(directory, {"max.message.bytes": 2 * LARGE_BATCH_BYTES}, topic="perf", partition=0)
     seconds = time.perf_counter() - start
@@ -124,7 +124,7 @@ def _median(values: list[float]) -> float:
 
 
 def _codec_rates(seconds_budget: float) -> tuple[float, float]:
-    from client.protocol.records import BatchBuilder, decode_batch
+    from raftka.common.records import BatchBuilder, decode_batch
     value = b"v" * RECORD_VALUE_BYTES
     now = int(time.time() * 1000)
     records = 0
@@ -150,7 +150,7 @@ def _codec_rates(seconds_budget: float) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from client.protocol.records import read_header
+    from raftka.common.records import read_header
     mib = args.mb or (192 if args.quick else 1024)
     runs = args.runs or (3 if args.quick else 5)
     parent = Path(args.dir) if args.dir else Path.cwd()

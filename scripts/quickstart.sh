@@ -7,7 +7,7 @@
 # 2. starts 3 controllers + 3 brokers in the background (raftka cluster up; DIR, default .raftka);
 # 3. creates the topic worldcup-events: 6 partitions, replication factor 3, min.insync.replicas 2;
 # 4. produces N (100,000) World Cup match events keyed by match id, acks=all, and consumes them
-#    with 3 consumers, checking that every match's events arrive in order (scripts/worldcup_demo.py);
+#    with 3 consumers, checking that every match's events arrive in order (examples/worldcup_demo.py);
 # 5. with Java 17+ (and without --no-spark), runs the Spark demo on the committed events: a
 #    streaming aggregation of goals and cards per match and team (raftka spark demo);
 # 6. prints a summary and stops the cluster (--keep leaves it running for the console tools:
@@ -74,8 +74,8 @@ step topics create "$topic" --dir "$dir" --partitions 6 --replication-factor 3 \
     --config min.insync.replicas=2 --if-not-exists
 step topics describe "$topic" --dir "$dir"
 echo
-echo "\$ python scripts/worldcup_demo.py --dir $dir --events $events --matches $matches"
-"$VENV_PY" "$RAFTKA_ROOT/scripts/worldcup_demo.py" --dir "$dir" --topic "$topic" --events "$events" \
+echo "\$ python examples/worldcup_demo.py --dir $dir --events $events --matches $matches"
+"$VENV_PY" "$RAFTKA_ROOT/examples/worldcup_demo.py" --dir "$dir" --topic "$topic" --events "$events" \
     --matches "$matches" --consumers 3
 if [ "$spark" = 1 ] && [ "$have_java" = 1 ]; then
     # Spark's JVM logs (WARN lines, and its own shutdown noise) go to a file; on failure its tail

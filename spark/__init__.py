@@ -1,7 +1,7 @@
 """Raftka's PySpark data source (Spark 4), format ``raftka``, with the schema and options of
 Spark's Kafka source. Reads stop at the high watermark (committed records only).
 
-    from spark.session import local_session        # checks Java, registers the format
+    from raftka.spark.session import local_session        # checks Java, registers the format
     spark = local_session()
     df = (spark.read.format("raftka").option("kafka.bootstrap.servers", servers)
           .option("subscribe", "events").load())
@@ -21,9 +21,9 @@ __all__ = ["RaftkaDataSource", "register", "local_session"]
 def __getattr__(name: str) -> Any:
     # Lazy: importing spark.options in a worker should not pull in all of pyspark.sql.
     if name == "RaftkaDataSource":
-        from spark.source import RaftkaDataSource
+        from raftka.spark.source import RaftkaDataSource
         return RaftkaDataSource
     if name in ("register", "local_session"):
-        from spark import session
+        from raftka.spark import session
         return getattr(session, name)
     raise AttributeError(name)

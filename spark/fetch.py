@@ -20,11 +20,11 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from client import Consumer, TopicPartition
-from client.errors import OffsetOutOfRangeError
+from raftka.client import Consumer, TopicPartition
+from raftka.client.errors import OffsetOutOfRangeError
 
-from spark.options import MAX_PARTITION_FETCH_BYTES, MAX_POLL_RECORDS
-from spark.schema import arrow_schema
+from raftka.spark.options import MAX_PARTITION_FETCH_BYTES, MAX_POLL_RECORDS
+from raftka.spark.schema import arrow_schema
 
 log = logging.getLogger(__name__)
 

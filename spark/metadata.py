@@ -10,10 +10,10 @@ import logging
 import re
 from typing import Iterable, Mapping
 
-from client import Consumer, TopicPartition
-from client.errors import RaftkaError
+from raftka.client import Consumer, TopicPartition
+from raftka.client.errors import RaftkaError
 
-from spark.options import Subscription
+from raftka.spark.options import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _commit_map(offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, o
     """kafka-python's commit takes {TopicPartition: OffsetAndMetadata(offset, metadata)}; use the
     client's OffsetAndMetadata when it has one."""
     try:
-        from client import OffsetAndMetadata  # type: ignore[attr-defined]
+        from raftka.client import OffsetAndMetadata  # type: ignore[attr-defined]
     except ImportError:
         return dict(offsets)
     fields = getattr(OffsetAndMetadata, "_fields", ("offset", "metadata"))

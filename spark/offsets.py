@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from client import TopicPartition
+from raftka.client import TopicPartition
 
 
 def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:

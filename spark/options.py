@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from client import TopicPartition
+from raftka.client import TopicPartition
 
 EARLIEST = -2  # in per-partition JSON offsets, as in Spark's Kafka source
 LATEST = -1

@@ -21,12 +21,12 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from client import TopicPartition
+from raftka.client import TopicPartition
 
-from spark import offsets as off
-from spark.fetch import ReadSettings, read_range, report_data_loss
-from spark.metadata import ClusterView
-from spark.options import EARLIEST, LATEST, InvalidOptionError, OffsetSpec, ReadOptions
+from raftka.spark import offsets as off
+from raftka.spark.fetch import ReadSettings, read_range, report_data_loss
+from raftka.spark.metadata import ClusterView
+from raftka.spark.options import EARLIEST, LATEST, InvalidOptionError, OffsetSpec, ReadOptions
 
 log = logging.getLogger(__name__)
 

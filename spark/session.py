@@ -64,7 +64,7 @@ def require_java(env: Mapping[str, str] | None = None) -> str:
 
 def register(spark: Any) -> None:
     """Register the `raftka` format with ``spark`` (a SparkSession)."""
-    from spark.source import RaftkaDataSource
+    from raftka.spark.source import RaftkaDataSource
     spark.dataSource.register(RaftkaDataSource)
 
 

@@ -13,10 +13,10 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     DataSourceStreamWriter, DataSourceWriter)
 from pyspark.sql.types import StructType
 
-from spark.options import InvalidOptionError, ReadOptions, WriteOptions
-from spark.reader import RaftkaBatchReader, RaftkaStreamReader
-from spark.schema import source_schema
-from spark.writer import RaftkaBatchWriter, RaftkaStreamWriter, check_write_schema
+from raftka.spark.options import InvalidOptionError, ReadOptions, WriteOptions
+from raftka.spark.reader import RaftkaBatchReader, RaftkaStreamReader
+from raftka.spark.schema import source_schema
+from raftka.spark.writer import RaftkaBatchWriter, RaftkaStreamWriter, check_write_schema
 
 FORMAT = "raftka"
 

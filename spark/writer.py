@@ -22,9 +22,9 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from client import Producer
+from raftka.client import Producer
 
-from spark.options import InvalidOptionError, WriteOptions
+from raftka.spark.options import InvalidOptionError, WriteOptions
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Typed per-log configuration, read from TOPIC_CONFIGS (client/protocol/configs.py).
+"""Typed per-log configuration, read from TOPIC_CONFIGS (common/configs.py).
 
 A log gets a mapping of topic configs (already parsed or raw strings); ``LogConfig.from_mapping``
 validates it against the declared keys and fills defaults, so a value of the wrong type or range
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from client.protocol.configs import TOPIC_CONFIGS
+from raftka.common.configs import TOPIC_CONFIGS
 
 
 @dataclass(frozen=True)

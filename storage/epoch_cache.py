@@ -18,7 +18,7 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Callable
 
-from storage.checkpoint import CheckpointFile
+from raftka.storage.checkpoint import CheckpointFile
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from client.protocol.errors import (
+from raftka.common.errors import (
     CODES,
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -52,7 +52,7 @@ from client.protocol.errors import (
     OffsetOutOfRangeError,
     for_code,
 )
-from client.protocol.records import (
+from raftka.common.records import (
     BatchHeader,
     assign_offsets,
     iter_batches,
@@ -60,12 +60,12 @@ from client.protocol.records import (
     validate_batch,
     validate_batches,
 )
-from storage.checkpoint import CheckpointError, CheckpointFile, fsync_dir
-from storage.config import LogConfig
-from storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from storage.index import RELATIVE_OFFSET_MAX, IndexError_
-from storage.producer_state import ProducerStateManager
-from storage.segment import (
+from raftka.storage.checkpoint import CheckpointError, CheckpointFile, fsync_dir
+from raftka.storage.config import LogConfig
+from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from raftka.storage.index import RELATIVE_OFFSET_MAX, IndexError_
+from raftka.storage.producer_state import ProducerStateManager
+from raftka.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,

@@ -24,9 +24,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from client.protocol.errors import InvalidTopicError, KafkaStorageError
-from storage.config import LogConfig
-from storage.log import Log
+from raftka.common.errors import InvalidTopicError, KafkaStorageError
+from raftka.storage.config import LogConfig
+from raftka.storage.log import Log
 
 log = logging.getLogger(__name__)
 

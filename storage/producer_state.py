@@ -35,9 +35,9 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable
 
-from client.protocol.errors import CODES, OutOfOrderSequenceNumberError, for_code
-from client.protocol.records import BatchHeader
-from storage.checkpoint import write_atomic
+from raftka.common.errors import CODES, OutOfOrderSequenceNumberError, for_code
+from raftka.common.records import BatchHeader
+from raftka.storage.checkpoint import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """One log segment: ``<baseOffset>.log`` plus its ``.index`` and ``.timeindex``.
 
-The ``.log`` file is a plain concatenation of RecordBatch v2 batches (client/protocol/records.py),
+The ``.log`` file is a plain concatenation of RecordBatch v2 batches (common/records.py),
 exactly as they travel on the wire; the file name is the segment's base offset, zero-padded to
 20 digits. Each batch is checksummed by its own CRC-32C (attributes to end); baseOffset,
 batchLength and partitionLeaderEpoch are outside the CRC and are checked by structure
@@ -23,8 +23,8 @@ import os
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from client.protocol.errors import CorruptRecordError
-from client.protocol.records import (
+from raftka.common.errors import CorruptRecordError
+from raftka.common.records import (
     BATCH_OVERHEAD_BYTES,
     LOG_OVERHEAD_BYTES,
     BatchHeader,
@@ -32,7 +32,7 @@ from client.protocol.records import (
     read_header,
     validate_batch,
 )
-from storage.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.storage.index import IndexError_, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

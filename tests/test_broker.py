@@ -13,9 +13,9 @@ import urllib.request
 import msgpack
 import pytest
 
-from client.protocol import errors
-from client.protocol.records import BatchBuilder, iter_records
-from raft_meta.controller.rpc import call_sync, decode_payload, encode_frame
+from raftka.common import errors
+from raftka.common.records import BatchBuilder, iter_records
+from raftka.common.transport import call_sync, decode_payload, encode_frame
 from raftka.cluster import Cluster, wait_until
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3

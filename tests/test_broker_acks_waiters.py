@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.metadata import PartitionInfo
-from broker.partition import Partition
-from client.protocol import errors
-from client.protocol.records import BatchBuilder
-from storage.log import Log
+from raftka.broker.metadata import PartitionInfo
+from raftka.broker.partition import Partition
+from raftka.common import errors
+from raftka.common.records import BatchBuilder
+from raftka.storage.log import Log
 
 
 def _batch(n: int = 1) -> bytes:

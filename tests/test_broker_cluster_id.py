@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.server import CLUSTER_ID, read_cluster_id
-from client import AdminClient
-from client.protocol.errors import ConfigError
+from raftka.broker.server import CLUSTER_ID, read_cluster_id
+from raftka.client import AdminClient
+from raftka.common.errors import ConfigError
 from raftka.cluster import Cluster
 
 

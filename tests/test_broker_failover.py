@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
 from raftka.cluster import Cluster, wait_until
 from test_broker import (
     FAST, batch, create_topic, fetch, http_get, partition_metadata, produce, read_all, request, wait_for_partition,
@@ -174,7 +174,7 @@ def test_a_former_leader_truncates_records_nobody_else_has_by_leader_epoch(clust
 
 
 def idempotent_batch(producer_id: int, sequence: int, value: bytes) -> bytes:
-    from client.protocol.records import BatchBuilder
+    from raftka.common.records import BatchBuilder
     builder = BatchBuilder(producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
     builder.append(int(time.time() * 1000), None, value)
     return builder.build()

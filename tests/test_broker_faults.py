@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
 from raftka.cluster import Cluster
 from test_broker import FAST, batch, create_topic, partition_metadata, produce, read_all, wait_for_partition
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.metadata import PartitionInfo
-from broker.partition import Partition
-from broker.replica_manager import ReplicaManager
-from client.protocol import errors
-from client.protocol.records import BatchBuilder
-from storage.log import Log
+from raftka.broker.metadata import PartitionInfo
+from raftka.broker.partition import Partition
+from raftka.broker.replica_manager import ReplicaManager
+from raftka.common import errors
+from raftka.common.records import BatchBuilder
+from raftka.storage.log import Log
 
 WAIT_MS = 20_000  # the long poll's max_wait_ms: a test that waits for it has failed
 ANSWER_TIMEOUT_S = 5.0  # generous: the answer is due within a few turns of the loop

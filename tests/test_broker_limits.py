@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.limits import ByteBudget
+from raftka.broker.limits import ByteBudget
 
 
 def test_requests_past_the_budget_wait_and_run_in_arrival_order():

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from broker.network import PeerConnection
-from client.protocol import errors
-from client.protocol.errors import NetworkExceptionError, RequestTimedOutError
-from client.protocol.transport import Response, Server
+from raftka.broker.network import PeerConnection
+from raftka.common import errors
+from raftka.common.errors import NetworkExceptionError, RequestTimedOutError
+from raftka.common.server import Response, Server
 
 HOST = "127.0.0.1"
 

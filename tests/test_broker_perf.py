@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from client.protocol import errors
-from client.protocol.records import BatchBuilder
-from client.protocol.transport import Connection
+from raftka.common import errors
+from raftka.common.records import BatchBuilder
+from raftka.common.transport import Connection
 from raftka.cluster import Cluster
 from test_broker import create_topic, leader_address, wait_for_partition
 
@@ -86,9 +86,9 @@ def test_produce_round_trip_and_throughput(tmp_path):
 
 
 def test_the_produce_path_costs_per_batch_not_per_record(tmp_path):
-    from broker.metadata import BrokerInfo, MetadataView, PartitionInfo, TopicInfo
-    from broker.replica_manager import ReplicaManager
-    from storage import LogManager
+    from raftka.broker.metadata import BrokerInfo, MetadataView, PartitionInfo, TopicInfo
+    from raftka.broker.replica_manager import ReplicaManager
+    from raftka.storage import LogManager
 
     logs = LogManager([str(tmp_path)], {"max.message.bytes": 1 << 21, "segment.bytes": 1 << 30})
 

@@ -6,8 +6,8 @@ If a broker dialed its peer directly instead of through its proxy, the cut would
 and the ISR wait below would time out."""
 from __future__ import annotations
 
-from chaos.cluster import Network, ProxiedCluster, ProxyService
-from client.protocol import errors
+from raftka.chaos.cluster import Network, ProxiedCluster, ProxyService
+from raftka.common import errors
 from test_broker import FAST, batch, create_topic, leader_address, produce, wait_for_partition
 
 SEED = 11  # the proxy server's random choices (no toxic here draws any)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.protocol import errors
-from raft_meta.controller.rpc import call_sync
+from raftka.common import errors
+from raftka.common.transport import call_sync
 from raftka.cluster import Cluster, wait_until
 
 METADATA, CREATE_TOPICS = 3, 19

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from broker.metadata import BrokerInfo, MetadataView, PartitionInfo, TopicInfo
-from broker.partition import Partition, ReplicaState
-from broker.replica_fetcher import apply_fetch_answer, fetch_request_for
-from broker.replica_manager import ReplicaManager
-from client.protocol import errors
-from client.protocol.errors import OffsetOutOfRangeError, RaftkaError
-from client.protocol.records import BatchBuilder, assign_offsets, iter_batches, iter_records, validate_batches
+from raftka.broker.metadata import BrokerInfo, MetadataView, PartitionInfo, TopicInfo
+from raftka.broker.partition import Partition, ReplicaState
+from raftka.broker.replica_fetcher import apply_fetch_answer, fetch_request_for
+from raftka.broker.replica_manager import ReplicaManager
+from raftka.common import errors
+from raftka.common.errors import OffsetOutOfRangeError, RaftkaError
+from raftka.common.records import BatchBuilder, assign_offsets, iter_batches, iter_records, validate_batches
 
 TOPIC = "sim"
 TP = (TOPIC, 0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.checker import CHECKS, check
-from chaos.history import HistoryWriter, read_history, write_history
+from raftka.chaos.checker import CHECKS, check
+from raftka.chaos.history import HistoryWriter, read_history, write_history
 
 
 class Builder:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.checker import check
-from chaos.cluster import CLIENT, Network, ProxiedCluster, ProxyService, wait_healthy
-from chaos.history import HistoryWriter, read_history
-from chaos.workload import Workload, WorkloadConfig
-from client import AdminClient, NewTopic
+from raftka.chaos.checker import check
+from raftka.chaos.cluster import CLIENT, Network, ProxiedCluster, ProxyService, wait_healthy
+from raftka.chaos.history import HistoryWriter, read_history
+from raftka.chaos.workload import Workload, WorkloadConfig
+from raftka.client import AdminClient, NewTopic
 from raftka.cluster import wait_until
 
 SEED = 8

@@ -5,10 +5,10 @@ suite, as its regression test.
 from __future__ import annotations
 
 
-from broker.group.records import partition_for
-from chaos.cluster import CLIENT, Network, ProxiedCluster, ProxyService
-from chaos.scenarios import CLUSTER_CONFIGS
-from client import AdminClient, Consumer, NewTopic, TopicPartition
+from raftka.broker.group.records import partition_for
+from raftka.chaos.cluster import CLIENT, Network, ProxiedCluster, ProxyService
+from raftka.chaos.scenarios import CLUSTER_CONFIGS
+from raftka.client import AdminClient, Consumer, NewTopic, TopicPartition
 from raftka.cluster import wait_until
 
 SEED = 3

@@ -18,8 +18,8 @@ import pytest
 from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from chaos.api import ToxiproxyClient, ToxiproxyError
-from chaos.proxy_server import serve
+from raftka.chaos.api import ToxiproxyClient, ToxiproxyError
+from raftka.chaos.proxy_server import serve
 from raftka.cluster import free_ports, project_env, wait_until
 
 SEED = 1234

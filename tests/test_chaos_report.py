@@ -2,7 +2,7 @@
 a known stall gives that stall as blocked time and the known recovery; the plot is drawn."""
 from __future__ import annotations
 
-from chaos.report import availability, fault_windows, timeline
+from raftka.chaos.report import availability, fault_windows, timeline
 
 
 def history_with_a_stall() -> list[dict]:

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from chaos import scenarios
-from chaos.runner import run, summary
+from raftka.chaos import scenarios
+from raftka.chaos.runner import run, summary
 from raftka.cluster import project_env
 
 UNSAFE_SEED = 11

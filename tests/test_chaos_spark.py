@@ -19,10 +19,10 @@ import sys
 
 import pytest
 
-from chaos import scenarios
-from chaos.checker import SINK_CHECKS, check
-from chaos.history import read_history, write_history
-from chaos.runner import run, summary
+from raftka.chaos import scenarios
+from raftka.chaos.checker import SINK_CHECKS, check
+from raftka.chaos.history import read_history, write_history
+from raftka.chaos.runner import run, summary
 from raftka.cluster import project_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -32,7 +32,7 @@ DURATION_S = 30
 
 
 def _java_missing_reason() -> str | None:
-    from spark.session import JavaNotFoundError, require_java
+    from raftka.spark.session import JavaNotFoundError, require_java
     try:
         require_java()
     except JavaNotFoundError as error:

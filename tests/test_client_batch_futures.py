@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from client.aio.accumulator import RecordAccumulator
-from client.errors import KafkaTimeoutError
-from client.futures import FutureRecordMetadata, ProduceRequestResult
-from client.protocol import records as rec
-from client.structs import TopicPartition
+from raftka.client.aio.accumulator import RecordAccumulator
+from raftka.client.errors import KafkaTimeoutError
+from raftka.client.futures import FutureRecordMetadata, ProduceRequestResult
+from raftka.common import records as rec
+from raftka.client.structs import TopicPartition
 
 
 def test_a_batch_completes_every_record_future_with_its_own_offset():
@@ -98,7 +98,7 @@ def _batch_bytes(values: list[bytes], base_offset: int = 0) -> bytes:
 
 
 def test_fetched_records_come_out_in_order_within_fetch_offset_and_high_watermark():
-    from client.aio.consumer import decode_records
+    from raftka.client.aio.consumer import decode_records
     raw = _batch_bytes([b"a", b"b", b"c"], 0) + _batch_bytes([b"d", b"e"], 3)
     found, next_offset = decode_records(raw, 1, 4, True, "t", 2)
     assert [(r.offset, r.value, r.topic, r.partition) for r in found] == [(1, b"b", "t", 2), (2, b"c", "t", 2),
@@ -109,8 +109,8 @@ def test_fetched_records_come_out_in_order_within_fetch_offset_and_high_watermar
 def test_a_failing_deserializer_stops_the_poll_at_its_record():
     import asyncio
 
-    from client.aio.consumer import Consumer, PartitionState, decode_records
-    from client.errors import SerializationError
+    from raftka.client.aio.consumer import Consumer, PartitionState, decode_records
+    from raftka.client.errors import SerializationError
 
     def value_deserializer(v: bytes) -> str:
         if v == b"bad":

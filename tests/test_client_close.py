@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-import client.aio
-from client import Consumer, Producer
-from client.aio.cluster import Cluster
-from client.aio.timeouts import wait_for
-from client.protocol import errors
-from client.protocol.errors import NetworkExceptionError
+from raftka.client import aio
+from raftka.client import Consumer, Producer
+from raftka.client.aio.cluster import Cluster
+from raftka.client.aio.timeouts import wait_for
+from raftka.common import errors
+from raftka.common.errors import NetworkExceptionError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,7 +136,7 @@ def test_producer_close_ends_its_producer_id_task_when_the_cancel_lands_as_a_req
     # InitProducerId's answer (a lost connection: retriable) arrives as close() cancels the task.
     async def trial(turns: int) -> tuple[float, list[str]]:
         kafka = _GatedKafka(gated=22)  # InitProducerId
-        producer = client.aio.Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect,
+        producer = aio.Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect,
                                        max_block_ms=60_000, request_timeout_ms=30_000, retry_backoff_ms=1)
         send = asyncio.get_running_loop().create_task(producer.send("t", b"v"))
         await _answer(kafka, None, turns)
@@ -171,9 +171,9 @@ def test_cluster_close_ends_its_metadata_task_when_the_cancel_lands_as_a_refresh
     lambda: Consumer(bootstrap_servers="127.0.0.1:1", request_timeout_ms=1000),
 ], ids=["producer", "consumer"])
 def test_blocking_close_returns_within_its_timeout_and_margin_when_the_io_thread_is_stuck(make):
-    import client.consumer
-    import client.producer
-    margin_s = max(client.producer.CLOSE_MARGIN_S, client.consumer.CLOSE_MARGIN_S)
+    from raftka.client import consumer as sync_consumer
+    from raftka.client import producer as sync_producer
+    margin_s = max(sync_producer.CLOSE_MARGIN_S, sync_consumer.CLOSE_MARGIN_S)
     handle = make()
     stuck = threading.Event()
     release = threading.Event()
@@ -203,7 +203,7 @@ def test_the_client_waits_with_its_own_wait_for_never_asyncio_wait_for():
     import io
     import pathlib
     import tokenize
-    root = pathlib.Path(client.aio.__file__).parent.parent
+    root = pathlib.Path(aio.__file__).parent.parent
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.name == "transport.py" or path == root / "aio" / "timeouts.py":

@@ -14,13 +14,13 @@ import uuid
 
 import pytest
 
-import client.aio
-from client import (AdminClient, ConfigResource, Consumer, ConsumerRecord, KafkaTimeoutError, NewTopic,
+from raftka.client import aio
+from raftka.client import (AdminClient, ConfigResource, Consumer, ConsumerRecord, KafkaTimeoutError, NewTopic,
                     NoOffsetForPartitionError, Producer, RecordMetadata, TopicPartition)
-from client.errors import (IllegalStateError, InvalidPartitionsError, KafkaClosedError,
+from raftka.client.errors import (IllegalStateError, InvalidPartitionsError, KafkaClosedError,
                            OffsetOutOfRangeError, TopicAlreadyExistsError,
                            UnknownTopicOrPartitionError)
-from client.partitioner import partition_for_key
+from raftka.client.partitioner import partition_for_key
 from helpers import wait_for_topic
 
 pytestmark = pytest.mark.timeout(120)
@@ -292,19 +292,19 @@ def test_the_asyncio_flavour_produces_and_consumes(cluster, admin):
     topic = new_topic(admin, 2, 3)
 
     async def main() -> list[ConsumerRecord]:
-        producer = client.aio.Producer(bootstrap_servers=cluster.bootstrap_servers)
+        producer = aio.Producer(bootstrap_servers=cluster.bootstrap_servers)
         futures = [await producer.send(topic, b"%d" % i, key=b"%d" % (i % 4)) for i in range(40)]
         metas = await asyncio.gather(*futures)
         assert await producer.flush() == []
         assert await producer.close() == []
         assert {m.partition for m in metas} <= {0, 1}
-        consumer = client.aio.Consumer(topic, bootstrap_servers=cluster.bootstrap_servers,
+        consumer = aio.Consumer(topic, bootstrap_servers=cluster.bootstrap_servers,
                                        auto_offset_reset="earliest", consumer_timeout_ms=1000)
         got = [r async for r in consumer]
         ends = await consumer.end_offsets(tps(topic, 2))
         await consumer.close()
         assert sum(ends.values()) == 40
-        admin_aio = client.aio.AdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        admin_aio = aio.AdminClient(bootstrap_servers=cluster.bootstrap_servers)
         admin_aio.cluster.start()
         assert topic in await admin_aio.list_topics()
         await admin_aio.close()
@@ -347,7 +347,7 @@ def test_clients_closed_right_after_creation_leave_no_pending_task(cluster):
     import subprocess
     import sys
     script = (
-        "from client import Consumer, Producer, AdminClient\n"
+        "from raftka.client import Consumer, Producer, AdminClient\n"
         f"bootstrap = {cluster.bootstrap_servers!r}\n"
         "for _ in range(3):\n"
         "    Consumer(bootstrap_servers=bootstrap, group_id='closed-at-once').close()\n"

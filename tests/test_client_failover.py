@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from client import AdminClient, Consumer, KafkaTimeoutError, NewTopic, Producer, TopicPartition
-from client.producer import CLOSE_MARGIN_S
+from raftka.client import AdminClient, Consumer, KafkaTimeoutError, NewTopic, Producer, TopicPartition
+from raftka.client.producer import CLOSE_MARGIN_S
 from helpers import wait_for_topic
 
 pytestmark = pytest.mark.timeout(180)

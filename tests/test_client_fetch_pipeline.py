@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-import client.aio
-from client import TopicPartition
+from raftka.client import aio
+from raftka.client import TopicPartition
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,7 +84,7 @@ def test_the_next_fetch_is_sent_in_the_turn_after_the_previous_answer():
         ticker = Ticker()
         ticker.start()
         leader = FakeLeader(ticker)
-        consumer = client.aio.Consumer(bootstrap_servers="fake:1", connection_factory=leader.connect,
+        consumer = aio.Consumer(bootstrap_servers="fake:1", connection_factory=leader.connect,
                                        auto_offset_reset="earliest")
         consumer.assign([TopicPartition("t", 0)])
         await consumer.start()

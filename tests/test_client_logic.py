@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-import client.aio
-from client import KafkaTimeoutError, NoOffsetForPartitionError, TopicPartition
-from client.errors import MessageTooLargeError, OffsetOutOfRangeError
-from client.protocol import errors
-from client.protocol import records as rec
+from raftka.client import aio
+from raftka.client import KafkaTimeoutError, NoOffsetForPartitionError, TopicPartition
+from raftka.client.errors import MessageTooLargeError, OffsetOutOfRangeError
+from raftka.common import errors
+from raftka.common import records as rec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -151,12 +151,12 @@ def values_in_log(kafka: FakeKafka, tp: TopicPartition) -> list[bytes]:
     return [r.value for b in kafka.logs[tp] for r in rec.decode_batch(b)[1]]
 
 
-def producer(kafka: FakeKafka, **configs: Any) -> client.aio.Producer:
-    return client.aio.Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect, **configs)
+def producer(kafka: FakeKafka, **configs: Any) -> aio.Producer:
+    return aio.Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect, **configs)
 
 
-def consumer(kafka: FakeKafka, **configs: Any) -> client.aio.Consumer:
-    return client.aio.Consumer(bootstrap_servers="fake:1", connection_factory=kafka.connect, **configs)
+def consumer(kafka: FakeKafka, **configs: Any) -> aio.Consumer:
+    return aio.Consumer(bootstrap_servers="fake:1", connection_factory=kafka.connect, **configs)
 
 
 def test_a_retried_batch_keeps_its_sequence_and_is_resent_before_later_batches():
@@ -442,7 +442,7 @@ def test_a_kafka_python_style_custom_partitioner_is_called_with_key_and_partitio
 
 
 def test_blocking_producer_close_fails_records_it_could_not_deliver_instead_of_hanging():
-    from client import KafkaClosedError, Producer
+    from raftka.client import KafkaClosedError, Producer
     kafka = FakeKafka({"t": 1})
     kafka.hang_produce = True
     p = Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect, linger_ms=0,
@@ -541,7 +541,7 @@ def test_a_subscription_picks_up_a_topic_created_after_it():
 def _sent_while_appending(kafka: FakeKafka, sender: str) -> tuple[int, int]:
     """Append 60,000 100-byte records flat out from this thread with the blocking Producer;
     (Produce requests answered when the appending ended, in all)."""
-    from client import Producer
+    from raftka.client import Producer
     p = Producer(bootstrap_servers="fake:1", connection_factory=kafka.connect, acks=1,
                  enable_idempotence=False)
     value = b"v" * 100
@@ -614,12 +614,12 @@ def test_produce_requests_are_submitted_from_the_senders_pass_and_never_overtake
         return SubmitConnection(kafka, port)
     kafka.connect = connect  # type: ignore[method-assign]
     tasks = []
-    task_path = client.aio.Producer._produce
+    task_path = aio.Producer._produce
 
     def counted(self: Any, node: int, batches: Any, *args: Any) -> Any:
         tasks.append(len(batches))
         return task_path(self, node, batches, *args)
-    monkeypatch.setattr(client.aio.Producer, "_produce", counted)
+    monkeypatch.setattr(aio.Producer, "_produce", counted)
 
     async def main() -> None:
         p = producer(kafka, linger_ms=0, batch_size=1024)
@@ -645,7 +645,7 @@ def test_produce_requests_are_submitted_from_the_senders_pass_and_never_overtake
 def _only_broker_1_answers_the_rest(monkeypatch: Any) -> None:
     """Metadata and InitProducerId go to broker 1 (not a random one), so the first connection
     to broker 2 is the Produce path's."""
-    from client.aio.cluster import Cluster
+    from raftka.client.aio.cluster import Cluster
     monkeypatch.setattr(Cluster, "candidate_addresses", lambda self: [("fake", 1)])
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from raftka.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 
 pytestmark = [pytest.mark.perf, pytest.mark.timeout(300)]
 RECORDS = 50_000

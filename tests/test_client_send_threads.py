@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from client import AdminClient, Consumer, NewTopic, Producer
-from client.structs import TopicPartition
+from raftka.client import AdminClient, Consumer, NewTopic, Producer
+from raftka.client.structs import TopicPartition
 from helpers import wait_for_topic
 
 SEND_THREADS = 3

@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from client import KafkaTimeoutError, TopicPartition
-from client.aio.accumulator import RecordAccumulator, record_size_estimate
-from client.aio.cluster import ClusterMetadata, parse_bootstrap, parse_metadata
-from client.aio.consumer import consumer_config
-from client.aio.producer import producer_config
-from client.errors import ConfigError, MessageTooLargeError
-from client.futures import Future
-from client.partitioner import DefaultPartitioner, murmur2, partition_for_key, to_positive
-from client.protocol import records as rec
+from raftka.client import KafkaTimeoutError, TopicPartition
+from raftka.client.aio.accumulator import RecordAccumulator, record_size_estimate
+from raftka.client.aio.cluster import ClusterMetadata, parse_bootstrap, parse_metadata
+from raftka.client.aio.consumer import consumer_config
+from raftka.client.aio.producer import producer_config
+from raftka.client.errors import ConfigError, MessageTooLargeError
+from raftka.client.futures import Future
+from raftka.client.partitioner import DefaultPartitioner, murmur2, partition_for_key, to_positive
+from raftka.common import records as rec
 
 # Kafka's own vectors (clients' UtilsTest.testMurmur2): input bytes -> Java's signed int result.
 KAFKA_MURMUR2_VECTORS = {

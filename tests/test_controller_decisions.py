@@ -10,14 +10,14 @@ import asyncio
 
 import pytest
 
-from client.protocol import errors
-from raft_meta.controller import quorum_controller
-from raft_meta.controller.config import server_config
-from raft_meta.controller.quorum_controller import QuorumController
-from raft_meta.controller.service import ControllerService
-from raft_meta.controller.state import ControllerStateMachine, metadata_record
-from raft_meta.metadata.loader import MetadataLoader
-from raft_meta.metadata.records import (
+from raftka.common import errors
+from raftka.raft_meta.controller import quorum_controller
+from raftka.common.server_config import server_config
+from raftka.raft_meta.controller.quorum_controller import QuorumController
+from raftka.raft_meta.controller.service import ControllerService
+from raftka.raft_meta.metadata.state import ControllerStateMachine, metadata_record
+from raftka.raft_meta.metadata.loader import MetadataLoader
+from raftka.raft_meta.metadata.records import (
     FenceBrokerRecord, PartitionChangeRecord, UnfenceBrokerRecord, decode_entry, encode_entry,
 )
 

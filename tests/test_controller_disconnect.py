@@ -11,8 +11,8 @@ import threading
 import time
 import uuid
 
-from client.protocol import errors
-from client.protocol.transport import Connection
+from raftka.common import errors
+from raftka.common.transport import Connection
 from raftka.cluster import wait_until
 from tests.test_controller_metadata import FakeBrokers, metadata, ok, wait_unfenced
 

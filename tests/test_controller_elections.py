@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from raft_meta.controller import elections, placement
-from raft_meta.metadata.delta import MetadataDelta
-from raft_meta.metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration, frozen_map
-from raft_meta.metadata.records import RegisterBrokerRecord, TopicRecord, UnfenceBrokerRecord
+from raftka.raft_meta.controller import elections, placement
+from raftka.raft_meta.metadata.delta import MetadataDelta
+from raftka.raft_meta.metadata.image import BrokerRegistration, MetadataImage, PartitionRegistration, frozen_map
+from raftka.raft_meta.metadata.records import RegisterBrokerRecord, TopicRecord, UnfenceBrokerRecord
 
 
 def brokers(*specs):

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from client.protocol import errors
-from raft_meta.metadata.loader import MetadataLoader
-from raft_meta.controller.rpc import call_sync
-from raft_meta.controller.state import ControllerStateMachine
+from raftka.common import errors
+from raftka.raft_meta.metadata.loader import MetadataLoader
+from raftka.common.transport import call_sync
+from raftka.raft_meta.metadata.state import ControllerStateMachine
 from raftka.cluster import wait_until
 from raftka.controller_client import controller_request
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from client.protocol import errors
+from raftka.common import errors
 from raftka.cluster import ControllerCluster, wait_until
 from raftka.controller_client import controller_request
 
@@ -229,7 +229,7 @@ def test_metadata_survives_a_full_restart_from_snapshots(cluster_factory):
         cluster.wait_ready(node_id)
     cluster.wait_for_leader(timeout_s=30)
     assert metadata(cluster)["topics"] == before
-    from raft_meta.controller.rpc import call_sync
+    from raftka.common.transport import call_sync
     code, body = call_sync("%s:%d" % cluster.controller_address(1), 1, {"fetch_offset": 0})
     assert code == errors.NONE and body["snapshot"] is not None  # the log before it was compacted
 
@@ -263,7 +263,7 @@ def test_killing_every_controller_and_restarting_keeps_the_metadata(cluster, bro
     assert [(b["node_id"], b["broker_epoch"]) for b in after["brokers"]] == \
            [(b["node_id"], b["broker_epoch"]) for b in before["brokers"]]
     # And every voter has it, not only the leader: each serves the same committed log.
-    from raft_meta.controller.rpc import call_sync
+    from raftka.common.transport import call_sync
 
     def logs_identical():
         logs = []

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from client.protocol import errors
+from raftka.common import errors
 from raftka.cluster import Process, free_ports, project_env, python_argv, wait_until, write_properties
 from raftka.controller_client import controller_request, describe_quorum
 
@@ -33,7 +33,7 @@ def test_a_non_active_controller_answers_not_controller_with_the_active_ones_end
     leader = controller_cluster.wait_for_leader(timeout_s=30)
     follower = next(n for n in controller_cluster.nodes if n != leader)
     host, port = controller_cluster.controller_address(leader)
-    from raft_meta.controller.rpc import call_sync
+    from raftka.common.transport import call_sync
 
     def answer():
         code, body = call_sync("%s:%d" % controller_cluster.controller_address(follower), 19, {"topics": []})
@@ -92,7 +92,7 @@ def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster)
         huge.settimeout(10)
         assert huge.recv(1024) == b""
         huge.close()
-        from raft_meta.controller.rpc import encode_frame, decode_payload
+        from raftka.common.transport import encode_frame, decode_payload
         good.sendall(encode_frame([55, 0, 7, "test", {}]))
         good.settimeout(10)
         data = b""
@@ -145,8 +145,8 @@ def test_a_bad_server_config_value_names_the_key(tmp_path, key, value, needle):
     values[key] = value
     config = tmp_path / "server.properties"
     write_properties(config, values)
-    from raft_meta.controller.config import load_server_config
-    from client.protocol.errors import ConfigError
+    from raftka.common.server_config import load_server_config
+    from raftka.common.errors import ConfigError
     with pytest.raises(ConfigError) as caught:
         load_server_config(str(config))
     assert needle in str(caught.value)
@@ -154,7 +154,7 @@ def test_a_bad_server_config_value_names_the_key(tmp_path, key, value, needle):
 
 def test_any_controller_serves_committed_metadata_records_by_fetch_with_long_poll(controller_cluster):
     leader = controller_cluster.wait_for_leader(timeout_s=30)
-    from raft_meta.controller.rpc import call_sync
+    from raftka.common.transport import call_sync
     for node_id in controller_cluster.nodes:
         address = "%s:%d" % controller_cluster.controller_address(node_id)
 
@@ -209,7 +209,7 @@ def test_perf_metadata_command_runs_end_to_end_on_a_small_load(tmp_path):
 def test_quorum_status_lists_metadata_fetchers_as_observers_with_their_lag(controller_cluster):
     leader = controller_cluster.wait_for_leader(timeout_s=30)
     address = "%s:%d" % controller_cluster.controller_address(leader)
-    from raft_meta.controller.rpc import call_sync
+    from raftka.common.transport import call_sync
     code, body = call_sync(address, 1, {"fetch_offset": 0, "replica_id": 101})
     assert code == errors.NONE
     run = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address, "--json"),
@@ -279,8 +279,8 @@ def test_the_local_quorum_launcher_starts_a_quorum_and_stops_it_on_sigterm(tmp_p
 
 
 def test_max_connections_has_kafkas_name_and_the_old_name_is_read_as_a_deprecated_alias(caplog):
-    from client.protocol.errors import ConfigError
-    from raft_meta.controller.config import server_config
+    from raftka.common.errors import ConfigError
+    from raftka.common.server_config import server_config
     base = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9301",
             "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "data"}
     assert server_config(base)["max.connections"] == 1000

@@ -1,9 +1,9 @@
-"""The metadata-log envelope (raft_meta/controller/state.py): apply, snapshot, fetch windows."""
+"""The metadata-log envelope (raft_meta/metadata/state.py): apply, snapshot, fetch windows."""
 from __future__ import annotations
 
 import msgpack
 
-from raft_meta.controller.state import ControllerStateMachine, controller_record, metadata_record
+from raftka.raft_meta.metadata.state import ControllerStateMachine, controller_record, metadata_record
 
 
 class Recorder:
@@ -59,8 +59,8 @@ def test_snapshot_and_restore_round_trip_controllers_and_metadata():
 
 
 def test_a_snapshot_that_does_not_decode_is_refused_and_changes_nothing():
-    from raft_meta.metadata.loader import MetadataLoader
-    from raft_meta.metadata.records import RegisterBrokerRecord, encode_entry
+    from raftka.raft_meta.metadata.loader import MetadataLoader
+    from raftka.raft_meta.metadata.records import RegisterBrokerRecord, encode_entry
     machine = ControllerStateMachine(MetadataLoader())
     machine.apply(metadata_record(encode_entry([RegisterBrokerRecord(1, "i", {}, None)])), 2)
     image = machine.metadata.image

@@ -1,8 +1,8 @@
 """The error table and declared configs: codes match Kafka's, bad values name the key."""
 import pytest
 
-from client.protocol import errors
-from client.protocol.configs import TOPIC_CONFIGS, ConfigDef
+from raftka.common import errors
+from raftka.common.configs import TOPIC_CONFIGS, ConfigDef
 
 
 def test_error_codes_match_kafkas_numbers():
@@ -61,7 +61,7 @@ def test_bad_config_values_are_refused_with_a_message_naming_the_key(key, value,
 
 
 def test_required_keys_must_be_given():
-    from client.protocol.configs import REQUIRED
+    from raftka.common.configs import REQUIRED
     definition = ConfigDef().define("node.id", "int", REQUIRED, "this node's id")
     with pytest.raises(errors.ConfigError, match="node.id: is required"):
         definition.parse({})

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.assignors import (Assignment, CooperativeStickyAssignor, RangePartitionAssignor,
+from raftka.client.assignors import (Assignment, CooperativeStickyAssignor, RangePartitionAssignor,
                               RoundRobinPartitionAssignor, StickyAssignor, Subscription, decode_assignment,
                               decode_subscription, encode_assignment, encode_subscription, make_assignors,
                               rebalance_protocol, sticky_assignment)
-from client.structs import TopicPartition
+from raftka.client.structs import TopicPartition
 
 ALL = [RangePartitionAssignor(), RoundRobinPartitionAssignor(), StickyAssignor(), CooperativeStickyAssignor()]
 

@@ -17,12 +17,12 @@ import uuid
 
 import pytest
 
-from client import (AdminClient, CommitFailedError, Consumer, ConsumerRebalanceListener, NewTopic,
+from raftka.client import (AdminClient, CommitFailedError, Consumer, ConsumerRebalanceListener, NewTopic,
                     OffsetAndMetadata, Producer, TopicPartition)
-from client.aio.cluster import Cluster as ClientCluster
-from client.aio.group import find_coordinator
-from client.protocol import errors
-from client.protocol.api import ApiKey
+from raftka.client.aio.cluster import Cluster as ClientCluster
+from raftka.client.aio.group import find_coordinator
+from raftka.common import errors
+from raftka.common.api import ApiKey
 from helpers import wait_for_topic
 from raftka.cluster import Cluster, project_env, wait_until
 

@@ -12,10 +12,10 @@ import asyncio
 
 import pytest
 
-from broker.group.coordinator import CoordinatorConfig, GroupCoordinator
-from broker.group.group import Group, GroupState, IllegalGroupTransition
-from broker.group.records import Loaded, apply_record, java_string_hash, partition_for
-from client.protocol import errors
+from raftka.broker.group.coordinator import CoordinatorConfig, GroupCoordinator
+from raftka.broker.group.group import Group, GroupState, IllegalGroupTransition
+from raftka.broker.group.records import Loaded, apply_record, java_string_hash, partition_for
+from raftka.common import errors
 
 
 class FakeStore:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from client.aio.cluster import Cluster as ClientCluster
-from client.aio.group import find_coordinator
+from raftka.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from raftka.client.aio.cluster import Cluster as ClientCluster
+from raftka.client.aio.group import find_coordinator
 from raftka.cluster import Cluster, Process, project_env, python_argv, wait_until
 
 pytestmark = pytest.mark.timeout(240)

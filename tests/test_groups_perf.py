@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from client import AdminClient, NewTopic, Producer
+from raftka.client import AdminClient, NewTopic, Producer
 from raftka.cluster import Cluster, Process, project_env, python_argv, wait_until
 
 pytestmark = [pytest.mark.perf, pytest.mark.timeout(600)]

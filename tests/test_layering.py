@@ -1,7 +1,9 @@
-"""The layering in docs/architecture.md holds: no package imports one it must not.
+"""The layering in docs/design.md holds: no room imports one it must not, nothing imports a
+Raftka package outside the ``raftka`` namespace, and the import graph has no circle.
 
 Reads every module's import statements with `ast` (nothing is imported), so a forbidden import
-fails here even on a code path no other test runs.
+fails here even on a code path no other test runs. A "room" is a source folder (or a package
+of the ``raftka/`` folder) and its import name:
 """
 from __future__ import annotations
 
@@ -12,21 +14,67 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# package -> the Raftka packages (or subpackages) it may import besides itself.
-MAY_IMPORT = {
-    "client": (),
-    "storage": ("client.protocol",),
-    "raft_meta": ("client.protocol",),
-    "broker": ("storage", "raft_meta", "client.protocol"),
-    "spark": ("client", "raftka.cluster"),
-    # The harness starts its clusters through the cluster API behind `raftka cluster` (DESIGN.md:
-    # chaos uses "the public client API and the raftka command"), never server internals.
-    "chaos": ("client", "raftka.cluster"),
+# room -> its source folder
+ROOMS = {
+    "raftka.common": "common",
+    "raftka.client": "client",
+    "raftka.storage": "storage",
+    "raftka.raft_meta.metadata": "raft_meta/metadata",
+    "raftka.raft_meta": "raft_meta",
+    "raftka.broker": "broker",
+    "raftka.cluster": "raftka/cluster",
+    "raftka.chaos": "chaos",
+    "raftka.spark": "spark",
+    "raftka.bench": "raftka/bench",
+    "raftka.cli": "raftka/cli",
 }
-RAFTKA_PACKAGES = set(MAY_IMPORT) | {"raftka"}
+
+# room -> the rooms it may import besides itself (bottom to top). common is the shared layer:
+# wire protocol, record batches, errors, configs, the transport and the server.
+MAY_IMPORT = {
+    "raftka.common": (),
+    "raftka.client": ("raftka.common",),
+    "raftka.storage": ("raftka.common",),
+    "raftka.raft_meta.metadata": ("raftka.common",),
+    "raftka.raft_meta": ("raftka.common", "raftka.raft_meta.metadata"),
+    "raftka.broker": ("raftka.common", "raftka.storage", "raftka.raft_meta.metadata"),
+    # The local-cluster kit starts server processes (by command line, never by import) and
+    # waits for them with the client.
+    "raftka.cluster": ("raftka.common", "raftka.client"),
+    # Outside the servers: the public client API and the cluster kit only.
+    "raftka.chaos": ("raftka.common", "raftka.client", "raftka.cluster"),
+    "raftka.spark": ("raftka.common", "raftka.client", "raftka.cluster"),
+    "raftka.bench": ("raftka.common", "raftka.client", "raftka.cluster", "raftka.storage",
+                     "raftka.raft_meta.metadata"),
+    # The command line is the top: each command imports what it runs, lazily.
+    "raftka.cli": tuple(ROOMS),
+}
+OLD_TOP_LEVEL = {"client", "common", "storage", "raft_meta", "broker", "chaos", "spark", "scripts", "bench"}
 
 
-def imported_names(tree: ast.AST):
+def room_of(module: str) -> str | None:
+    """The room a module name belongs to (the longest room prefix), or None (not Raftka's)."""
+    best = None
+    for room in ROOMS:
+        if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best)):
+            best = room
+    return best
+
+
+def module_name(path: Path) -> str:
+    """Import name of a source file, through the folder -> room mapping."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    for room, folder in sorted(ROOMS.items(), key=lambda item: -len(item[1])):
+        folder_parts = folder.split("/")
+        if parts[:len(folder_parts)] == folder_parts:
+            return ".".join([room, *parts[len(folder_parts):]])
+    return ".".join(["raftka", *parts[1:]]) if parts[0] == "raftka" else ".".join(parts)
+
+
+def imported_names(tree: ast.AST, module: str = ""):
     """Yield (line, [names]) per imported thing; any of the names being allowed is enough."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -38,31 +86,104 @@ def imported_names(tree: ast.AST):
                 yield node.lineno, [node.module, f"{node.module}.{alias.name}"]
 
 
-def is_allowed(name: str, package: str) -> bool:
-    top = name.split(".")[0]
-    if top not in RAFTKA_PACKAGES or top == package:
+def is_allowed(name: str, room: str) -> bool:
+    target = room_of(name)
+    if target is None or target == room:
         return True
-    return any(name == rule or name.startswith(rule + ".") for rule in MAY_IMPORT[package])
+    return target in MAY_IMPORT[room]
 
 
-def crossings(package: str) -> list[str]:
+def source_files() -> list[Path]:
+    files = []
+    for folder in sorted(set(ROOMS.values()) | {"raftka"}):
+        files.extend(sorted((ROOT / folder).rglob("*.py")))
+    return sorted(set(files))
+
+
+def crossings(room: str) -> list[str]:
     found = []
-    for path in sorted((ROOT / package).rglob("*.py")):
+    for path in source_files():
+        module = module_name(path)
+        if room_of(module) != room:
+            continue
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for line, names in imported_names(tree):
-            if not any(is_allowed(name, package) for name in names):
+            if not any(is_allowed(name, room) for name in names):
                 found.append(f"{path.relative_to(ROOT)}:{line} imports {names[-1]}")
     return found
 
 
-@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
-def test_package_imports_only_what_the_layering_allows(package):
-    assert crossings(package) == []
+@pytest.mark.parametrize("room", sorted(MAY_IMPORT))
+def test_room_imports_only_what_the_layering_allows(room):
+    assert crossings(room) == []
 
 
-def test_the_checker_catches_a_forbidden_import():
-    tree = ast.parse("from broker.partition import Partition\nimport storage.log\n")
+def test_every_source_file_belongs_to_a_room():
+    strays = [str(p.relative_to(ROOT)) for p in source_files()
+              if room_of(module_name(p)) is None and p.parent != ROOT / "raftka"]
+    assert strays == []
+
+
+def test_nothing_imports_a_raftka_package_outside_the_raftka_namespace():
+    """`from client import ...` would find whatever `client` comes first on sys.path."""
+    found = []
+    for path in [*source_files(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "examples").rglob("*.py")]:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for line, names in imported_names(tree):
+            if names[0].split(".")[0] in OLD_TOP_LEVEL:
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {names[0]}")
+    assert found == []
+
+
+def import_graph() -> dict[str, set[str]]:
+    """room -> rooms its modules import (module-level and lazy imports alike)."""
+    graph: dict[str, set[str]] = {room: set() for room in ROOMS}
+    for path in source_files():
+        room = room_of(module_name(path))
+        if room is None:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for _, names in imported_names(tree):
+            target = room_of(names[0])
+            if target is not None and target != room:
+                graph[room].add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One circle of the graph as [a, b, ..., a], or []."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return []
+
+
+def test_the_import_graph_of_the_rooms_has_no_circle():
+    assert find_cycle(import_graph()) == []
+
+
+def test_the_checkers_catch_a_forbidden_import_and_a_circle():
+    tree = ast.parse("from raftka.broker.partition import Partition\nimport raftka.storage.log\n")
     bad = [names for _, names in imported_names(tree)
-           if not any(is_allowed(name, "client") for name in names)]
-    assert bad == [["broker.partition", "broker.partition.Partition"], ["storage.log"]]
-    assert all(is_allowed(name, "broker") for names in bad for name in names)
+           if not any(is_allowed(name, "raftka.client") for name in names)]
+    assert bad == [["raftka.broker.partition", "raftka.broker.partition.Partition"], ["raftka.storage.log"]]
+    assert all(is_allowed(name, "raftka.broker") for names in bad for name in names)
+    assert not is_allowed("raftka.raft_meta.controller.rpc", "raftka.broker")
+    assert is_allowed("raftka.raft_meta.metadata.image", "raftka.broker")
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []

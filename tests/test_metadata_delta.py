@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
-from client.protocol import errors
-from raft_meta.metadata.delta import MetadataDelta
-from raft_meta.metadata.image import MetadataImage, image_from_bytes, image_to_bytes
-from raft_meta.metadata.records import (
+from raftka.common import errors
+from raftka.raft_meta.metadata.delta import MetadataDelta
+from raftka.raft_meta.metadata.image import MetadataImage, image_from_bytes, image_to_bytes
+from raftka.raft_meta.metadata.records import (
     ConfigRecord, FenceBrokerRecord, PartitionChangeRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
     UnfenceBrokerRecord,
 )

@@ -7,8 +7,8 @@ import threading
 import time
 import uuid
 
-from client.protocol import errors
-from raft_meta.controller.fetcher import MetadataFetcher
+from raftka.common import errors
+from raftka.raft_meta.metadata.fetcher import MetadataFetcher
 from raftka.cluster import wait_until
 from raftka.controller_client import controller_request
 
@@ -82,13 +82,13 @@ def test_after_a_snapshot_the_fetcher_hands_over_the_delta_from_its_old_image_to
     """A controller whose in-memory window moved past the fetcher's offset answers with a
     snapshot; the callback's delta must still say what changed for this broker (in process:
     a real ControllerService + RPC listener over a commit-at-once Raft stand-in)."""
-    from raft_meta.controller.config import server_config
-    from raft_meta.controller.quorum_controller import QuorumController
-    from raft_meta.controller.rpc import RpcServer
-    from raft_meta.controller.service import ControllerService
-    from raft_meta.controller.state import ControllerStateMachine, metadata_record
-    from raft_meta.metadata.loader import MetadataLoader
-    from raft_meta.metadata.records import (
+    from raftka.common.server_config import server_config
+    from raftka.raft_meta.controller.quorum_controller import QuorumController
+    from raftka.raft_meta.controller.rpc import RpcServer
+    from raftka.raft_meta.controller.service import ControllerService
+    from raftka.raft_meta.metadata.state import ControllerStateMachine, metadata_record
+    from raftka.raft_meta.metadata.loader import MetadataLoader
+    from raftka.raft_meta.metadata.records import (
         PartitionChangeRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord,
         encode_entry,
     )

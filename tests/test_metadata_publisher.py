@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from raft_meta.controller.state import ControllerStateMachine, metadata_record
-from raft_meta.metadata.loader import MetadataLoader
-from raft_meta.metadata.publisher import LoopPublisher
-from raft_meta.metadata.records import PartitionChangeRecord, RegisterBrokerRecord, TopicRecord, encode_entry
+from raftka.raft_meta.metadata.state import ControllerStateMachine, metadata_record
+from raftka.raft_meta.metadata.loader import MetadataLoader
+from raftka.raft_meta.metadata.publisher import LoopPublisher
+from raftka.raft_meta.metadata.records import PartitionChangeRecord, RegisterBrokerRecord, TopicRecord, encode_entry
 
 TOPICS = 200
 

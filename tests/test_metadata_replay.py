@@ -23,11 +23,11 @@ import random
 import msgpack
 import pytest
 
-from client.protocol import errors
-from raft_meta.metadata.delta import MetadataDelta
-from raft_meta.metadata.image import MetadataImage, image_from_bytes
-from raft_meta.metadata.loader import MetadataLoader
-from raft_meta.metadata.records import (
+from raftka.common import errors
+from raftka.raft_meta.metadata.delta import MetadataDelta
+from raftka.raft_meta.metadata.image import MetadataImage, image_from_bytes
+from raftka.raft_meta.metadata.loader import MetadataLoader
+from raftka.raft_meta.metadata.records import (
     ConfigRecord, FenceBrokerRecord, PartitionChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
     RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, encode_entry,
 )
@@ -92,7 +92,7 @@ def entries(seed: int, count: int = 300, retried: bool = False) -> list[bytes]:
                                   msgpack.packb([{"type": "fence_broker", "broker_id": "1", "broker_epoch": 1}])])
         elif roll < 0.15 and shadow.image.brokers:
             # A fence with the leader moves it causes, as the controller commits it.
-            from raft_meta.controller import elections
+            from raftka.raft_meta.controller import elections
             broker = rng.choice(sorted(shadow.image.brokers))
             reg = shadow.image.brokers[broker]
             live = set(shadow.image.live_broker_ids()) - {broker}

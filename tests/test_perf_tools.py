@@ -53,7 +53,7 @@ def test_props_are_typed_and_malformed_ones_are_refused():
                                     "client_id=none", "enable_idempotence=false"]) == {
         "batch_size": 65536, "linger_ms": 0.5, "compression_type": "lz4", "client_id": None,
         "enable_idempotence": False}
-    from client.protocol.errors import ConfigError
+    from raftka.common.errors import ConfigError
     with pytest.raises(ConfigError):
         perf_client.parse_props(["batch_size"])
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from client.protocol.errors import ConfigError
-from raft_meta.raft import RaftClient, RaftConfig, check_secret, parse_voters
+from raftka.common.errors import ConfigError
+from raftka.common.server_config import check_secret, parse_voters
+from raftka.raft_meta.raft import RaftClient, RaftConfig
 from raftka.cluster import Process, free_ports, project_env, python_argv, stop_all, wait_until
 
 NODE = str(Path(__file__).parent / "procs" / "raft_node.py")

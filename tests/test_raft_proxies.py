@@ -8,7 +8,7 @@ the cut would change nothing and no other leader would be elected.
 """
 from __future__ import annotations
 
-from chaos.cluster import Network, ProxiedCluster, ProxyService
+from raftka.chaos.cluster import Network, ProxiedCluster, ProxyService
 from raftka.cluster import wait_until
 
 SEED = 12  # the proxy server's random choices (no toxic here draws any)

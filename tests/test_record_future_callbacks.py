@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from client.errors import KafkaTimeoutError
-from client.futures import FutureRecordMetadata, ProduceRequestResult
-from client.structs import RecordMetadata
+from raftka.client.errors import KafkaTimeoutError
+from raftka.client.futures import FutureRecordMetadata, ProduceRequestResult
+from raftka.client.structs import RecordMetadata
 
 
 def _batch(n: int) -> tuple[ProduceRequestResult, list[FutureRecordMetadata]]:

@@ -1,4 +1,4 @@
-"""RecordBatch v2 codec (client/protocol/records.py): header functions, builder, decoder.
+"""RecordBatch v2 codec (common/records.py): header functions, builder, decoder.
 
 Batches for the header tests are made by hand from the documented layout (``raw_batch``) so a
 mistake in the builder cannot hide a matching mistake in the header code.
@@ -10,8 +10,8 @@ import struct
 import crc32c
 import pytest
 
-from client.protocol import records as rec
-from client.protocol.errors import CorruptRecordError, MessageTooLargeError
+from raftka.common import records as rec
+from raftka.common.errors import CorruptRecordError, MessageTooLargeError
 
 
 def raw_batch(body: bytes = b"\x00" * 7, *, base_offset: int = 0, epoch: int = -1,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from client.protocol import records as rec
+from raftka.common import records as rec
 
 pytestmark = pytest.mark.perf
 

@@ -9,8 +9,8 @@ import struct
 import crc32c
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from client.protocol import records as rec
-from client.protocol.errors import CorruptRecordError
+from raftka.common import records as rec
+from raftka.common.errors import CorruptRecordError
 
 optional_bytes = st.none() | st.binary(max_size=300)
 headers = st.lists(st.tuples(st.text(max_size=10), optional_bytes), max_size=3)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from raftka.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 
 pytestmark = [pytest.mark.perf, pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -26,12 +26,12 @@ FLOOR_RECORDS_PER_S = 10_000  # far below what was measured: a collapse, not noi
 @pytest.fixture(scope="module")
 def spark():
     if os.environ.get("RAFTKA_HAVE_JAVA") != "1":
-        from spark.session import JavaNotFoundError, require_java
+        from raftka.spark.session import JavaNotFoundError, require_java
         try:
             require_java()
         except JavaNotFoundError as error:
             pytest.skip(f"Spark tests need Java 17+: {error}")
-    from spark.session import local_session
+    from raftka.spark.session import local_session
     session = local_session("raftka-perf", conf={"spark.ui.showConsoleProgress": "false"})
     try:
         yield session

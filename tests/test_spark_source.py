@@ -19,8 +19,8 @@ from datetime import datetime
 
 import pytest
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from client.errors import IllegalStateError
+from raftka.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from raftka.client.errors import IllegalStateError
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -32,7 +32,7 @@ RF3 = {"default.replication.factor": 3, "min.insync.replicas": 2}
 def _java_missing_reason() -> str | None:
     if os.environ.get("RAFTKA_HAVE_JAVA") == "1":
         return None
-    from spark.session import JavaNotFoundError, require_java
+    from raftka.spark.session import JavaNotFoundError, require_java
     try:
         require_java()
     except JavaNotFoundError as error:
@@ -45,7 +45,7 @@ def spark():
     reason = _java_missing_reason()
     if reason:
         pytest.skip(reason)
-    from spark.session import local_session
+    from raftka.spark.session import local_session
     session = local_session("raftka-tests", conf={"spark.ui.showConsoleProgress": "false"})
     try:
         yield session
@@ -436,7 +436,7 @@ def test_worldcup_stats_counts_goals_and_cards_per_match_and_team_in_windows(spa
     the latest record per window in the stats topic both equal the counts made here."""
     import json
     import random
-    from spark.examples import worldcup_stats as demo
+    from raftka.spark.examples import worldcup_stats as demo
     events_topic, stats_topic = new_topic(admin, partitions=2), new_topic(admin, partitions=1)
     rng = random.Random(2026)
     base_ms = (int(time.time()) // 10 - 30) * 10_000

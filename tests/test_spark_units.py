@@ -9,11 +9,11 @@ import stat
 
 import pytest
 
-from client import TopicPartition
-from spark import offsets as off
-from spark.options import InvalidOptionError, ReadOptions, WriteOptions, parse_offsets_json
-from spark.schema import arrow_schema, source_schema
-from spark.session import JavaNotFoundError, require_java
+from raftka.client import TopicPartition
+from raftka.spark import offsets as off
+from raftka.spark.options import InvalidOptionError, ReadOptions, WriteOptions, parse_offsets_json
+from raftka.spark.schema import arrow_schema, source_schema
+from raftka.spark.session import JavaNotFoundError, require_java
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a,b"}
 T = TopicPartition

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.protocol.errors import (
+from raftka.common.errors import (
     ConfigError,
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -25,14 +25,14 @@ from client.protocol.errors import (
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from client.protocol.records import (
+from raftka.common.records import (
     BatchBuilder,
     decode_batch,
     iter_batches,
     read_header,
 )
-from storage import Log, LogManager
-from storage.epoch_cache import LeaderEpochCache
+from raftka.storage import Log, LogManager
+from raftka.storage.epoch_cache import LeaderEpochCache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -448,8 +448,8 @@ def test_property_reads_from_the_tail_cache_equal_reads_from_the_segments(
     # fall in it) and by the same log reopened (from the segment files): byte for byte equal.
     # A small cache, so batches leave it; appends as leader and as follower (several batches at
     # once), with a truncation in between.
-    import storage.log
-    monkeypatch.setattr(storage.log, "TAIL_CACHE_BYTES_MAX", data.draw(st.sampled_from([1, 600, 3000])))
+    import raftka.storage.log
+    monkeypatch.setattr(raftka.storage.log, "TAIL_CACHE_BYTES_MAX", data.draw(st.sampled_from([1, 600, 3000])))
     path = tmp_path_factory.mktemp("tail")
     lg = open_log(path, segment_bytes=data.draw(st.integers(600, 2000)))
     follower_batches: list[bytes] = []
@@ -459,7 +459,7 @@ def test_property_reads_from_the_tail_cache_equal_reads_from_the_segments(
             lg.append_as_leader(batch, 0)
             continue
         # As a follower: a run of batches with their offsets already assigned.
-        from client.protocol.records import assign_offsets
+        from raftka.common.records import assign_offsets
         follower_batches = [assign_offsets(batch, lg.log_end_offset, 0)]
         follower_batches.append(assign_offsets(make_batch(1, tag=i), lg.log_end_offset + n, 0))
         lg.append_as_follower(b"".join(follower_batches))
@@ -646,7 +646,7 @@ def test_retention_ms_deletes_segments_whose_newest_record_is_too_old(tmp_path):
 # --- disk errors -------------------------------------------------------------------------------
 
 def test_a_failing_write_is_a_storage_error_and_leaves_no_partial_batch(tmp_path, monkeypatch):
-    import storage.segment as segment_module
+    import raftka.storage.segment as segment_module
     lg = open_log(tmp_path)
     lg.append_as_leader(make_batch(3), 0)
     size = lg.size_in_bytes
@@ -669,7 +669,7 @@ def test_a_failing_write_is_a_storage_error_and_leaves_no_partial_batch(tmp_path
 
 
 def test_a_failing_fsync_takes_the_log_offline_and_a_reopen_recovers_it(tmp_path, monkeypatch):
-    import storage.segment as segment_module
+    import raftka.storage.segment as segment_module
     lg = open_log(tmp_path)
     lg.append_as_leader(make_batch(3), 0)
 
@@ -694,12 +694,11 @@ def test_a_file_size_limit_in_a_real_process_gives_a_storage_error_and_an_intact
     fails them; it appends until refused, then the parent reopens the log."""
     script = textwrap.dedent(f"""
         import resource, signal, sys
-        sys.path.insert(0, {str(ROOT)!r})
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-        from client.protocol.errors import KafkaStorageError
-        from client.protocol.records import BatchBuilder
-        from storage import Log
+        from raftka.common.errors import KafkaStorageError
+        from raftka.common.records import BatchBuilder
+        from raftka.storage import Log
         lg = Log.open({str(tmp_path / 'topic-0')!r}, {{}}, topic='topic', partition=0)
         b = BatchBuilder(batch_size=1 << 20)
         for i in range(30):
@@ -791,14 +790,14 @@ def test_log_manager_leaves_the_controllers_metadata_log_directory_alone(tmp_pat
     manager = LogManager([str(tmp_path)], {})
     assert manager.logs() == []
     assert sorted(p.name for p in raft_dir.iterdir()) == ["raft.journal"]  # no segment files added
-    from client.protocol.errors import InvalidTopicError
+    from raftka.common.errors import InvalidTopicError
     with pytest.raises(InvalidTopicError, match="metadata log"):
         manager.get_or_create("__cluster_metadata", 0)
     manager.close()
 
 
 def test_log_manager_refuses_topic_names_that_are_not_legal(tmp_path):
-    from client.protocol.errors import InvalidTopicError
+    from raftka.common.errors import InvalidTopicError
     manager = LogManager([str(tmp_path)], {})
     for name in ("../etc", "a/b", "", ".."):
         with pytest.raises(InvalidTopicError):

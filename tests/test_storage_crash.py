@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from client.protocol.records import decode_batch, iter_batches
-from storage import Log
+from raftka.common.records import decode_batch, iter_batches
+from raftka.storage import Log
 
 CRASHER = Path(__file__).resolve().parent / "procs" / "log_crasher.py"
 SEEDS = int(os.environ.get("RAFTKA_CRASH_SEEDS", "24"))

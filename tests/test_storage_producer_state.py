@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.protocol.errors import OutOfOrderSequenceNumberError, RaftkaError
-from client.protocol.records import BatchBuilder, iter_batches
-from storage import Log
+from raftka.common.errors import OutOfOrderSequenceNumberError, RaftkaError
+from raftka.common.records import BatchBuilder, iter_batches
+from raftka.storage import Log
 
 
 def pbatch(pid: int, epoch: int, seq: int, count: int = 2, ts: int = 1_000) -> bytes:

@@ -1,4 +1,4 @@
-"""The shared transport (client/protocol/transport.py) over real sockets on 127.0.0.1, port 0.
+"""The shared transport (common/transport.py) over real sockets on 127.0.0.1, port 0.
 
 Each test runs its own event loop (asyncio.run) with a Server and Connections in-process; no
 mocks of our own parts. Every wait in these tests has a timeout, so a hang fails fast.
@@ -15,12 +15,12 @@ from typing import Any
 import msgpack
 import pytest
 
-from client.protocol import errors
-from client.protocol.api import ApiKey, api_versions_body
-from client.protocol.errors import FrameError, NetworkExceptionError, RequestTimedOutError
-from client.protocol.transport import (
-    CORRELATION_ID_MAX, Connection, Request, Response, Server, decode_request, decode_response, encode_request,
-    encode_response, _request_frame_from_packed_body,
+from raftka.common import errors
+from raftka.common.api import ApiKey, api_versions_body
+from raftka.common.errors import FrameError, NetworkExceptionError, RequestTimedOutError
+from raftka.common.server import Request, Response, Server
+from raftka.common.transport import (
+    CORRELATION_ID_MAX, Connection, decode_request, decode_response, encode_request, encode_response, _request_frame_from_packed_body,
 )
 
 HOST = "127.0.0.1"
@@ -723,7 +723,8 @@ def test_a_seeded_random_mix_of_slow_failing_silent_and_timed_out_requests_keeps
 
 
 def test_the_controller_rpc_adapter_serves_its_handle_and_answers_api_versions_itself():
-    from raft_meta.controller.rpc import RpcServer, call
+    from raftka.common.transport import call
+    from raftka.raft_meta.controller.rpc import RpcServer
 
     async def handle(api_key: int, api_version: int, body: Any, ctx: Any) -> tuple[int, Any]:
         return errors.NONE, {"api_key": api_key, "client_id": ctx["client_id"]}

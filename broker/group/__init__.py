@@ -8,8 +8,8 @@
 | ``store.py`` | appends with acks=all and loading through the broker's own replicas; high watermarks for lag |
 | ``service.py`` | the broker's glue: FindCoordinator, creating the topic, leadership changes, /metrics |
 """
-from broker.group.coordinator import REQUEST, CoordinatorConfig, GroupCoordinator
-from broker.group.records import OFFSETS_TOPIC, partition_for
-from broker.group.service import GroupService
+from raftka.broker.group.coordinator import REQUEST, CoordinatorConfig, GroupCoordinator
+from raftka.broker.group.records import OFFSETS_TOPIC, partition_for
+from raftka.broker.group.service import GroupService
 
 __all__ = ["REQUEST", "CoordinatorConfig", "GroupCoordinator", "GroupService", "OFFSETS_TOPIC", "partition_for"]

@@ -37,11 +37,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
-from broker.group.group import Group, GroupState, Member
-from broker.group.records import (OFFSETS_TOPIC, CommittedOffset, Loaded, group_key, group_value, offset_key,
+from raftka.broker.group.group import Group, GroupState, Member
+from raftka.broker.group.records import (OFFSETS_TOPIC, CommittedOffset, Loaded, group_key, group_value, offset_key,
                                   offset_value, partition_for)
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
 
 log = logging.getLogger(__name__)
 

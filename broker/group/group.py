@@ -21,8 +21,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.group.records import CommittedOffset
-from client.protocol import errors
+from raftka.broker.group.records import CommittedOffset
+from raftka.common import errors
 
 
 class GroupState(enum.Enum):

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import msgpack
 
-from client.protocol import records as rec
+from raftka.common import records as rec
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from broker.group.coordinator import CoordinatorConfig, GroupCoordinator
-from broker.group.records import OFFSETS_TOPIC, partition_for
-from broker.group.store import EndOffsets, ReplicaOffsetsStore
-from client.protocol import errors
-from client.protocol.api import ApiKey
-from client.protocol.errors import RaftkaError
+from raftka.broker.group.coordinator import CoordinatorConfig, GroupCoordinator
+from raftka.broker.group.records import OFFSETS_TOPIC, partition_for
+from raftka.broker.group.store import EndOffsets, ReplicaOffsetsStore
+from raftka.common import errors
+from raftka.common.api import ApiKey
+from raftka.common.errors import RaftkaError
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ import logging
 import time
 from typing import Any, Callable
 
-from broker.group.records import OFFSETS_TOPIC, Loaded, build_batch, replay
-from broker.network import PeerConnection
-from client.protocol import errors
-from client.protocol.api import ApiKey
-from client.protocol.errors import NotLeaderOrFollowerError, RaftkaError
+from raftka.broker.group.records import OFFSETS_TOPIC, Loaded, build_batch, replay
+from raftka.broker.network import PeerConnection
+from raftka.common import errors
+from raftka.common.api import ApiKey
+from raftka.common.errors import NotLeaderOrFollowerError, RaftkaError
 
 log = logging.getLogger(__name__)
 

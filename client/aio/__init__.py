@@ -4,8 +4,8 @@
     future = await producer.send("events", b"value", key=b"key")
     metadata = await future
 """
-from client.aio.admin import AdminClient
-from client.aio.consumer import Consumer
-from client.aio.producer import Producer
+from raftka.client.aio.admin import AdminClient
+from raftka.client.aio.consumer import Consumer
+from raftka.client.aio.producer import Producer
 
 __all__ = ["Producer", "Consumer", "AdminClient"]

@@ -29,14 +29,14 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from client.aio.timeouts import wait_for
-from client.errors import KafkaTimeoutError
-from client.futures import ProduceRequestResult
+from raftka.client.aio.timeouts import wait_for
+from raftka.client.errors import KafkaTimeoutError
+from raftka.client.futures import ProduceRequestResult
 import crc32c
 
-from client.protocol import records as rec
-from client.protocol.errors import MessageTooLargeError
-from client.structs import TopicPartition
+from raftka.common import records as rec
+from raftka.common.errors import MessageTooLargeError
+from raftka.client.structs import TopicPartition
 
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (adjacent)
 _CRC = struct.Struct(">I")
@@ -125,7 +125,7 @@ class RecordAccumulator:
                  builder_factory: Callable[..., Any] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if compression_type not in COMPRESSION_CODES:
-            from client.errors import ConfigError
+            from raftka.client.errors import ConfigError
             raise ConfigError("compression_type", f"must be None or 'lz4', got {compression_type!r}")
         self.batch_size = batch_size
         self.linger_ms = linger_ms
@@ -202,7 +202,7 @@ class RecordAccumulator:
         closed because it was full or None)."""
         with self.lock:
             if self.closed:
-                from client.errors import KafkaClosedError
+                from raftka.client.errors import KafkaClosedError
                 raise KafkaClosedError("the producer is closed")
             return self._append(tp, timestamp_ms, key, value, headers, reserved)
 

@@ -13,16 +13,16 @@ from typing import Any, Iterable, Sequence
 import asyncio
 import time
 
-from client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
+from raftka.client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
-from client.aio.consumer import EARLIEST, LATEST, list_offsets
-from client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
-from client.assignors import decode_assignment, decode_subscription
-from client.errors import ConfigError, KafkaTimeoutError
-from client.protocol import errors
-from client.protocol.api import ApiKey
-from client.protocol.errors import RaftkaError
-from client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
+from raftka.client.aio.consumer import EARLIEST, LATEST, list_offsets
+from raftka.client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
+from raftka.client.assignors import decode_assignment, decode_subscription
+from raftka.client.errors import ConfigError, KafkaTimeoutError
+from raftka.common import errors
+from raftka.common.api import ApiKey
+from raftka.common.errors import RaftkaError
+from raftka.client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
 
 DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",

@@ -21,11 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
-from client.aio.timeouts import cancel_and_wait, wait_for
-from client.errors import KafkaClosedError, KafkaTimeoutError
-from client.protocol import errors
-from client.protocol.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
-from client.structs import BrokerMetadata, PartitionMetadata, TopicPartition
+from raftka.client.aio.timeouts import cancel_and_wait, wait_for
+from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
+from raftka.common import errors
+from raftka.common.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
+from raftka.client.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ CLOSE_TIMEOUT_S = 2.0  # how long close() waits for its metadata task, and for c
 
 
 class ConnectionLike(Protocol):
-    """What the cluster needs from a transport connection (client/protocol/transport.py)."""
+    """What the cluster needs from a transport connection (common/transport.py)."""
 
     async def request(self, api_key: int, body: Any, api_version: int = 0, *,
                       timeout_ms: int | None = None,
@@ -85,8 +85,8 @@ def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
 
 
 async def default_connection_factory(host: str, port: int, client_id: str) -> ConnectionLike:
-    """Open a pipelined connection with the shared transport (client/protocol/transport.py)."""
-    from client.protocol.transport import Connection  # the shared transport
+    """Open a pipelined connection with the shared transport (common/transport.py)."""
+    from raftka.common.transport import Connection  # the shared transport
     return await Connection.open(host, port, client_id=client_id)
 
 

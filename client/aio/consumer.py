@@ -33,16 +33,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from client.aio.cluster import API_FETCH, API_LIST_OFFSETS, Cluster
-from client.aio.group import GroupMember
-from client.aio.timeouts import cancel_and_wait, wait_for
-from client.assignors import make_assignors
-from client.errors import (ConfigError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
+from raftka.client.aio.cluster import API_FETCH, API_LIST_OFFSETS, Cluster
+from raftka.client.aio.group import GroupMember
+from raftka.client.aio.timeouts import cancel_and_wait, wait_for
+from raftka.client.assignors import make_assignors
+from raftka.client.errors import (ConfigError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
                            NoOffsetForPartitionError, SerializationError)
-from client.protocol import errors
-from client.protocol import records as rec
-from client.protocol.errors import OffsetOutOfRangeError, RaftkaError
-from client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from raftka.common import errors
+from raftka.common import records as rec
+from raftka.common.errors import OffsetOutOfRangeError, RaftkaError
+from raftka.client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -38,16 +38,16 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from client.assignors import (COOPERATIVE, AbstractPartitionAssignor, Assignment, Subscription,
+from raftka.client.assignors import (COOPERATIVE, AbstractPartitionAssignor, Assignment, Subscription,
                               decode_assignment, decode_subscription, encode_assignment, encode_subscription,
                               rebalance_protocol)
-from client.aio.cluster import Cluster, default_connection_factory
-from client.aio.timeouts import cancel_and_wait, wait_for
-from client.errors import KafkaTimeoutError
-from client.protocol import errors
-from client.protocol.api import ApiKey
-from client.protocol.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
-from client.structs import OffsetAndMetadata, TopicPartition
+from raftka.client.aio.cluster import Cluster, default_connection_factory
+from raftka.client.aio.timeouts import cancel_and_wait, wait_for
+from raftka.client.errors import KafkaTimeoutError
+from raftka.common import errors
+from raftka.common.api import ApiKey
+from raftka.common.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
+from raftka.client.structs import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -29,16 +29,16 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from client.aio.accumulator import (RECORD_OVERHEAD_BYTES, ProducerBatch, RecordAccumulator,
+from raftka.client.aio.accumulator import (RECORD_OVERHEAD_BYTES, ProducerBatch, RecordAccumulator,
                                     record_size_estimate)
-from client.aio.cluster import API_INIT_PRODUCER_ID, API_PRODUCE, Cluster
-from client.aio.timeouts import cancel_and_wait, wait_for
-from client.errors import ConfigError, KafkaClosedError, KafkaTimeoutError, SerializationError
-from client.futures import FutureRecordMetadata
-from client.partitioner import DefaultPartitioner
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
-from client.structs import RecordMetadata, TopicPartition
+from raftka.client.aio.cluster import API_INIT_PRODUCER_ID, API_PRODUCE, Cluster
+from raftka.client.aio.timeouts import cancel_and_wait, wait_for
+from raftka.client.errors import ConfigError, KafkaClosedError, KafkaTimeoutError, SerializationError
+from raftka.client.futures import FutureRecordMetadata
+from raftka.client.partitioner import DefaultPartitioner
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
+from raftka.client.structs import RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 _time = time.time

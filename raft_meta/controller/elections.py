@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import AbstractSet, Callable, Iterator
 
-from raft_meta.metadata.image import NO_LEADER, MetadataImage, PartitionRegistration, TopicImage
-from raft_meta.metadata.records import PartitionChangeRecord
+from raftka.raft_meta.metadata.image import NO_LEADER, MetadataImage, PartitionRegistration, TopicImage
+from raftka.raft_meta.metadata.records import PartitionChangeRecord
 
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 

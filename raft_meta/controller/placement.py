@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Mapping
 
-from raft_meta.metadata.image import BrokerRegistration, MetadataImage
+from raftka.raft_meta.metadata.image import BrokerRegistration, MetadataImage
 
 
 def leader_counts(image: MetadataImage) -> dict[int, int]:

@@ -40,18 +40,18 @@ import time
 import uuid
 from typing import Any, Iterable
 
-from client.protocol import errors
-from client.protocol.configs import TOPIC_CONFIGS
-from client.protocol.errors import (
+from raftka.common import errors
+from raftka.common.configs import TOPIC_CONFIGS
+from raftka.common.errors import (
     ConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
     InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
-from raft_meta.controller import elections, placement
-from raft_meta.controller import service as svc
-from raft_meta.controller.service import require
-from raft_meta.controller.state import metadata_record
-from raft_meta.metadata.image import MetadataImage
-from raft_meta.metadata.records import (
+from raftka.raft_meta.controller import elections, placement
+from raftka.raft_meta.controller import service as svc
+from raftka.raft_meta.controller.service import require
+from raftka.raft_meta.metadata.state import metadata_record
+from raftka.raft_meta.metadata.image import MetadataImage
+from raftka.raft_meta.metadata.records import (
     RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord, MetadataRecord, PartitionChangeRecord, ProducerIdsRecord,
     RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, encode_entry,
 )

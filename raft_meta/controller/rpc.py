@@ -1,26 +1,17 @@
-"""The controller's RPC listener and one-shot client: a thin adapter over the shared transport
-(client/protocol/transport.py), kept for the controller's callers.
+"""The controller's RPC listener: a thin adapter over the shared server (common/server.py).
 
-- ``RpcServer(handle, ...)`` serves ``handle(api_key, api_version, body, ctx) -> (code, body)``
-  on a transport :class:`~client.protocol.transport.Server` (requests of one connection handled
-  concurrently, answered in arrival order; bad bytes close that connection only).
-- ``call`` / ``call_sync``: one request on a fresh connection.
-- ``encode_frame``, ``decode_payload``, ``read_frame``: the transport's frame helpers.
+``RpcServer(handle, ...)`` serves ``handle(api_key, api_version, body, ctx) -> (code, body)`` on
+a :class:`~raftka.common.server.Server` (requests of one connection handled concurrently,
+answered in arrival order; bad bytes close that connection only) and answers ApiVersions itself.
+One-shot requests to a controller use ``raftka.common.transport.call``.
 """
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any, Awaitable, Callable, Iterable
 
-from client.protocol.api import CONTROLLER_API_KEYS, ApiKey, api_versions_body
-from client.protocol.errors import RequestTimedOutError
-from client.protocol.transport import (  # noqa: F401  (re-exported for existing callers)
-    CONNECT_TIMEOUT_MS_DEFAULT, LENGTH, SOCKET_REQUEST_MAX_BYTES_DEFAULT, Connection, Request,
-    Response, Server, decode_payload, encode_frame, read_frame,
-)
-
-FRAME_BYTES_MAX_DEFAULT = SOCKET_REQUEST_MAX_BYTES_DEFAULT
+from raftka.common.api import CONTROLLER_API_KEYS, ApiKey, api_versions_body
+from raftka.common.server import Request, Response, Server
+from raftka.common.transport import SOCKET_REQUEST_MAX_BYTES_DEFAULT
 
 Handle = Callable[[int, int, Any, Any], Awaitable[tuple[int, Any]]]
 
@@ -30,7 +21,7 @@ class RpcServer:
     ``ctx`` being ``{"peer", "client_id", "connection_id"}``, and answers ApiVersions itself.
     Metrics: ``server.metrics``."""
 
-    def __init__(self, handle: Handle, *, max_frame_bytes: int = FRAME_BYTES_MAX_DEFAULT,
+    def __init__(self, handle: Handle, *, max_frame_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                  max_connections: int = 1000, idle_timeout_ms: int = 600_000,
                  name: str = "controller",
                  api_keys: Iterable[int] | None = CONTROLLER_API_KEYS) -> None:
@@ -74,29 +65,4 @@ class RpcServer:
         await self.server.close()
 
 
-async def call(address: str, api_key: int, body: Any, *, api_version: int = 0,
-               timeout_ms: int = 5000, client_id: str = "raftka-tool",
-               max_frame_bytes: int = FRAME_BYTES_MAX_DEFAULT) -> tuple[int, Any]:
-    """One request on a fresh connection; (error_code, body). ``timeout_ms`` bounds connecting
-    and answering together. Network failures raise typed, retriable errors
-    (NetworkExceptionError, RequestTimedOutError)."""
-    host, _, port = address.rpartition(":")
-    deadline = time.monotonic() + timeout_ms / 1000
-    conn = await Connection.open(host, int(port), client_id=client_id, connect_timeout_ms=timeout_ms,
-                                 max_in_flight_requests=1, max_frame_bytes=max_frame_bytes)
-    try:
-        left_ms = int((deadline - time.monotonic()) * 1000)
-        if left_ms <= 0:
-            raise RequestTimedOutError(f"{address} did not answer within {timeout_ms} ms")
-        return await conn.request(api_key, body, api_version, timeout_ms=left_ms)
-    finally:
-        await conn.close()
-
-
-def call_sync(address: str, api_key: int, body: Any, **kwargs: Any) -> tuple[int, Any]:
-    """``call`` for code without an event loop (the CLI, tests, the cluster API)."""
-    return asyncio.run(call(address, api_key, body, **kwargs))
-
-
-__all__ = ["RpcServer", "call", "call_sync", "encode_frame", "decode_payload", "read_frame",
-           "FRAME_BYTES_MAX_DEFAULT"]
+__all__ = ["RpcServer"]

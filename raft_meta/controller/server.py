@@ -23,18 +23,18 @@ import sys
 import threading
 from typing import Any, Callable
 
-from raft_meta.controller.config import ServerConfig
-from raft_meta.controller.rpc import RpcServer
-from raft_meta.controller.service import ControllerService
-from raft_meta.controller.state import ControllerStateMachine
-from raft_meta.raft import RaftClient, RaftConfig
+from raftka.common.server_config import ServerConfig
+from raftka.raft_meta.controller.rpc import RpcServer
+from raftka.raft_meta.controller.service import ControllerService
+from raftka.raft_meta.metadata.state import ControllerStateMachine
+from raftka.raft_meta.raft import RaftClient, RaftConfig
 
 log = logging.getLogger(__name__)
 
 
 def build_metadata_machine(config: ServerConfig) -> Any:
     """The metadata state machine: typed records replayed into a MetadataImage."""
-    from raft_meta.metadata.loader import MetadataLoader
+    from raftka.raft_meta.metadata.loader import MetadataLoader
     return MetadataLoader()
 
 
@@ -82,7 +82,7 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
     read ``state`` (committed metadata, applied on the tick thread) through its listeners.
     """
     service = ControllerService(config, raft, state)
-    from raft_meta.controller.quorum_controller import QuorumController
+    from raftka.raft_meta.controller.quorum_controller import QuorumController
     QuorumController(service)  # the metadata handlers and the active controller's duties
     host, port = config.controller_listener
     server = RpcServer(service.handle, max_frame_bytes=config["socket.request.max.bytes"],
@@ -95,7 +95,7 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
     http_note = ""
     try:
         if "HTTP" in config.listeners:
-            from raft_meta.controller.http import start_http
+            from raftka.raft_meta.controller.http import start_http
             http_host, http_port = config.listeners["HTTP"]
             http_runner = await start_http(service, http_host, http_port)
             http_note = f" http={http_host}:{http_port}"
@@ -112,7 +112,7 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
 
 
 def main_for_tests(argv: list[str]) -> int:  # pragma: no cover - convenience for ad-hoc runs
-    from raft_meta.controller.config import load_server_config
+    from raftka.common.server_config import load_server_config
     return run_controller(load_server_config(argv[0]))
 
 

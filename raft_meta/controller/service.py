@@ -23,11 +23,11 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from client.protocol import errors
-from client.protocol.errors import InvalidRequestError, NotControllerError, RaftkaError
-from raft_meta.controller.config import ServerConfig
-from raft_meta.controller.state import ControllerStateMachine, controller_record
-from raft_meta.raft import RaftClient
+from raftka.common import errors
+from raftka.common.errors import InvalidRequestError, NotControllerError, RaftkaError
+from raftka.common.server_config import ServerConfig
+from raftka.raft_meta.metadata.state import ControllerStateMachine, controller_record
+from raftka.raft_meta.raft import RaftClient
 
 log = logging.getLogger(__name__)
 

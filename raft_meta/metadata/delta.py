@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from client.protocol import errors
-from raft_meta.metadata.image import (
+from raftka.common import errors
+from raftka.raft_meta.metadata.image import (
     NO_LEADER, BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map,
 )
-from raft_meta.metadata.records import (
+from raftka.raft_meta.metadata.records import (
     PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord,
     MetadataRecord, MetadataRecordError, PartitionChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
     RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord,

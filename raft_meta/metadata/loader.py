@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from client.protocol import errors
-from raft_meta.metadata.delta import MetadataDelta
-from raft_meta.metadata.image import MetadataImage, image_from_bytes, image_to_bytes
-from raft_meta.metadata.records import MetadataRecordError, decode_entry
+from raftka.common import errors
+from raftka.raft_meta.metadata.delta import MetadataDelta
+from raftka.raft_meta.metadata.image import MetadataImage, image_from_bytes, image_to_bytes
+from raftka.raft_meta.metadata.records import MetadataRecordError, decode_entry
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import logging
 import threading
 from typing import Any, Callable
 
-from raft_meta.metadata.delta import MetadataDelta
-from raft_meta.metadata.image import MetadataImage
+from raftka.raft_meta.metadata.delta import MetadataDelta
+from raftka.raft_meta.metadata.image import MetadataImage
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import msgpack
 
-from client.protocol import errors
+from raftka.common import errors
 
 ENTRY_BYTES_MAX = 1_048_576  # the Raft layer's RECORD_BYTES_MAX
 RECORDS_PER_ENTRY_MAX = 20_000

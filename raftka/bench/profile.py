@@ -149,12 +149,12 @@ def profile_path(name: str, client_argv: list[str], pids: dict[str, int], workdi
 async def raw_load(address: str, topic: str, seconds: float, window: int = 8, records_per_batch: int = 160,
                    record_size: int = 100) -> dict[str, Any]:
     """Pipelined acks=all Produce requests of one pre-encoded ~16 KiB batch each, straight on
-    the wire (client.protocol), so the brokers, not a Python producer, are what limits: the way
+    the wire (raftka.common), so the brokers, not a Python producer, are what limits: the way
     to see the brokers' own produce path under load."""
     import asyncio
-    from client.protocol import errors
-    from client.protocol.records import BatchBuilder
-    from client.protocol.transport import Connection
+    from raftka.common import errors
+    from raftka.common.records import BatchBuilder
+    from raftka.common.transport import Connection
     from raftka.perf_client import payload
     builder = BatchBuilder(batch_size=1 << 22)
     value = payload(record_size)

@@ -80,7 +80,7 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
 
 def describe_error(error: BaseException) -> str:
     """One line for an operating error."""
-    from client.protocol.errors import RaftkaError
+    from raftka.common.errors import RaftkaError
     if isinstance(error, RaftkaError):
         return f"{error.message} ({error.name})" if error.message else error.name
     if isinstance(error, OSError):
@@ -95,7 +95,7 @@ def one_line_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argp
     Ctrl-C returns 130; a closed stdout (``| head``) ends quietly."""
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        from client.protocol.errors import RaftkaError
+        from raftka.common.errors import RaftkaError
         from raftka.cluster import ClusterError
         try:
             return int(func(args) or 0)

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_proxy(args: argparse.Namespace) -> int:
-    from chaos.proxy_server import ApiError, main
+    from raftka.chaos.proxy_server import ApiError, main
     try:
         return main(args.listen, args.seed)
     except ApiError as error:
@@ -59,7 +59,7 @@ def run_proxy(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from chaos import scenarios
+    from raftka.chaos import scenarios
     if args.list:
         for s in scenarios.SCENARIOS.values():
             tags = ("smoke " if s.smoke else "soak  ") + ("" if s.expect_valid else "(expected INVALID) ") \
@@ -76,7 +76,7 @@ def run_run(args: argparse.Namespace) -> int:
         return 2
     use_spark = args.spark or scenario.spark
     if use_spark:
-        from spark.session import JavaNotFoundError, require_java
+        from raftka.spark.session import JavaNotFoundError, require_java
         try:
             require_java()
         except JavaNotFoundError as error:
@@ -84,7 +84,7 @@ def run_run(args: argparse.Namespace) -> int:
             return 2
     seed = args.seed if args.seed is not None else int(time.time() * 1000) % 2**31
     out = args.out or f"chaos-runs/{scenario.name}-{seed}"
-    from chaos.runner import run, summary
+    from raftka.chaos.runner import run, summary
     results = run(scenario, duration_s=args.duration, seed=seed, out=out, toxiproxy_server=args.toxiproxy_server,
                   spark=use_spark, say=lambda line: print(line, flush=True))
     _show(results, args.json, out)
@@ -93,7 +93,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     from pathlib import Path
-    from chaos.runner import evaluate, summary, write_results
+    from raftka.chaos.runner import evaluate, summary, write_results
     out = Path(args.dir)
     if not (out / "history.jsonl").is_file():
         print(f"error: no history.jsonl in {out}", file=sys.stderr)
@@ -104,7 +104,7 @@ def run_check(args: argparse.Namespace) -> int:
             previous = json.loads((out / "results.json").read_text(encoding="utf-8"))
         except ValueError:
             previous = {}
-    from chaos.history import read_history
+    from raftka.chaos.history import read_history
     meta = next((op for op in read_history(out / "history.jsonl") if op.get("f") == "meta"), {})
     results = {**previous, "scenario": previous.get("scenario", meta.get("scenario", "?")),
                "seed": previous.get("seed", meta.get("seed")), "duration_s": previous.get("duration_s", meta.get("duration_s"))}
@@ -118,7 +118,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def _show(results: dict, as_json: bool, out: str) -> None:
-    from chaos.runner import summary
+    from raftka.chaos.runner import summary
     if as_json:
         print(json.dumps(results, indent=2, default=str))
         return

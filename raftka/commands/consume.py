@@ -70,7 +70,7 @@ def _text(data: bytes | None) -> str:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from client import Consumer, TopicPartition
+    from raftka.client import Consumer, TopicPartition
     from raftka.commands.produce import check_topic
     if args.offset is not None and args.partition is None:
         raise CommandError("--offset needs --partition")

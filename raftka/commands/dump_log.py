@@ -98,8 +98,8 @@ def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
 
 
 def dump_segment(path: Path, report: Report, *, print_records: bool, max_bytes: int) -> None:
-    from client.protocol.errors import CorruptRecordError
-    from client.protocol.records import BATCH_OVERHEAD_BYTES, LOG_OVERHEAD_BYTES, decode_batch, read_header
+    from raftka.common.errors import CorruptRecordError
+    from raftka.common.records import BATCH_OVERHEAD_BYTES, LOG_OVERHEAD_BYTES, decode_batch, read_header
     base = _base_offset(path)
     print(f"Starting offset: {base if base is not None else 'unknown'}")
     batches = records = 0
@@ -177,7 +177,7 @@ def _show(data: bytes | None, max_bytes: int) -> str:
 
 
 def dump_offset_index(path: Path, report: Report) -> None:
-    from storage.index import OFFSET_ENTRY as _OFFSET_ENTRY  # relative_offset:u32 position:u32
+    from raftka.storage.index import OFFSET_ENTRY as _OFFSET_ENTRY  # relative_offset:u32 position:u32
     base = _base_offset(path) or 0
     data = path.read_bytes()
     if len(data) % _OFFSET_ENTRY.size:
@@ -192,7 +192,7 @@ def dump_offset_index(path: Path, report: Report) -> None:
 
 
 def dump_time_index(path: Path, report: Report) -> None:
-    from storage.index import TIME_ENTRY as _TIME_ENTRY  # timestamp:i64 relative_offset:u32
+    from raftka.storage.index import TIME_ENTRY as _TIME_ENTRY  # timestamp:i64 relative_offset:u32
     base = _base_offset(path) or 0
     data = path.read_bytes()
     if len(data) % _TIME_ENTRY.size:

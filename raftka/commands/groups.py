@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    from client import AdminClient
+    from raftka.client import AdminClient
     return AdminClient(bootstrap_servers=args.bootstrap_server, request_timeout_ms=args.timeout_ms)
 
 
@@ -129,7 +129,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 
 def run_reset(args: argparse.Namespace) -> int:
-    from client import TopicPartition
+    from raftka.client import TopicPartition
     with _admin(args) as admin:
         info = admin.describe_consumer_groups([args.group])[0]
         if info.state not in ("Empty", "Dead"):

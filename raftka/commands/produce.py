@@ -70,7 +70,7 @@ def parse_line(line: str, *, key_separator: str | None, headers: bool, number: i
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from client import Producer
+    from raftka.client import Producer
     acks = ACKS[args.acks]
     if args.key_separator == "":
         raise CommandError("--key-separator must not be empty")
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check_topic(servers: str, topic: str, timeout_ms: int, *, partition: int | None = None) -> dict[str, Any]:
     """The topic's description; CommandError when it does not exist (or lacks ``partition``)."""
-    from client import AdminClient
+    from raftka.client import AdminClient
     with AdminClient(bootstrap_servers=servers, request_timeout_ms=timeout_ms, client_id="raftka-tools") as admin:
         [described] = admin.describe_topics([topic])
     if described["error_code"] != 0:

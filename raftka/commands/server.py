@@ -1,9 +1,16 @@
-"""`raftka server --config FILE`: run a controller, a broker, or both (process.roles)."""
+"""`raftka server --config FILE`: run a controller, a broker, or both (process.roles).
+
+Combined mode composes the two servers here, above both (as Kafka's KafkaRaftServer does): the
+broker package never imports the controller's."""
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from raftka.common.server_config import ServerConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,13 +23,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from raft_meta.controller.config import load_server_config
+    from raftka.common.server_config import load_server_config
     config = load_server_config(args.config)
     if "broker" in config.roles:
         if config.is_controller:
-            from broker.server import run_combined
             return run_combined(config)
-        from broker.server import run_broker
+        from raftka.broker.server import run_broker
         return run_broker(config)
-    from raft_meta.controller.server import run_controller
+    from raftka.raft_meta.controller.server import run_controller
     return run_controller(config)
+
+
+def run_combined(config: "ServerConfig", *, print_line: Callable[[str], None] | None = None) -> int:
+    """Combined mode (process.roles=broker,controller): a controller and a broker in one process
+    and one event loop. The Raft member is built on the main thread first (pysyncobj's tick
+    thread dies with its creator). The broker reaches the quorum through
+    controller.quorum.bootstrap.servers, or else through this process's own CONTROLLER listener
+    (NOT_CONTROLLER answers lead it to the active controller). The HTTP listener, if any, is the
+    controller's."""
+    import asyncio
+
+    from raftka.broker.server import serve_broker, stop_on_signals
+    from raftka.raft_meta.controller.server import build_raft, serve_controller
+    say = print_line or (lambda line: print(line, flush=True))
+    if not config["controller.quorum.bootstrap.servers"]:
+        host, port = config.controller_listener
+        config.values["controller.quorum.bootstrap.servers"] = [f"{host}:{port}"]
+    raft, state = build_raft(config)
+
+    async def main() -> int:
+        stop = stop_on_signals()
+        controller_stop = asyncio.Event()
+        controller = asyncio.create_task(serve_controller(config, raft, state, controller_stop, say))
+        try:
+            await serve_broker(config, stop, say, http=False)
+        finally:
+            controller_stop.set()  # the broker first: its controlled shutdown needs the quorum
+            await controller
+        return 0
+    try:
+        return asyncio.run(main())
+    finally:
+        raft.close()

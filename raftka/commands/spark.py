@@ -117,7 +117,7 @@ def _spark_log_path(args: argparse.Namespace, output: str) -> str | None:
 
 
 def _start_spark(app_name: str, master: str, log_path: str | None) -> Any:
-    from spark.session import local_session
+    from raftka.spark.session import local_session
     with _jvm_stderr_to(log_path):
         return local_session(app_name, master=master,
                              conf={"spark.ui.showConsoleProgress": "false",
@@ -140,9 +140,24 @@ def _stop_spark(spark: Any) -> None:
     spark.stop()
 
 
+def _example(name: str) -> Any:
+    """Load ``examples/<name>.py`` of the source checkout by path: the examples are not part of
+    the installed package, and nothing in the product imports them."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    if not path.is_file():
+        raise CommandError(f"{path} not found: the demo runs the examples of a source checkout "
+                           "(git clone, then pip install -e .)")
+    spec = importlib.util.spec_from_file_location(f"raftka_example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _ensure_topics(bootstrap: str) -> None:
-    from client import AdminClient, NewTopic
-    from spark.examples.worldcup_stats import EVENTS_TOPIC, STATS_TOPIC
+    from raftka.client import AdminClient, NewTopic
+    from raftka.spark.examples.worldcup_stats import EVENTS_TOPIC, STATS_TOPIC
     with AdminClient(bootstrap_servers=bootstrap) as admin:
         existing = set(admin.list_topics())
         brokers = len(admin.describe_cluster()["brokers"]) or 1
@@ -175,9 +190,9 @@ class LiveFeed(threading.Thread):
 
     def run(self) -> None:
         import json
-        from client import Producer
-        from scripts.worldcup_demo import generate
-        from spark.examples.worldcup_stats import EVENTS_TOPIC
+        from raftka.client import Producer
+        generate = _example("worldcup_demo").generate
+        from raftka.spark.examples.worldcup_stats import EVENTS_TOPIC
         run_id = f"{random.randrange(16**4):04x}"
         total = max(2 * FEED_MATCHES, int(self.seconds * self.per_second))
         events = generate(total, FEED_MATCHES, random.randrange(2**31))
@@ -225,7 +240,7 @@ def _wait(queries: list[Any], done: Any, timeout_s: float) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from spark.session import JavaNotFoundError, require_java
+    from raftka.spark.session import JavaNotFoundError, require_java
     try:
         require_java()
     except JavaNotFoundError as error:
@@ -235,9 +250,9 @@ def run_demo(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_servers(args)
     output = os.path.abspath(args.output or os.path.join(cluster_dir(args), "spark-worldcup"))
     _ensure_topics(bootstrap)
-    from client import Consumer, TopicPartition
-    from spark.examples import worldcup_stats as demo
-    from spark.examples.parquet_sink import stop_between_batches
+    from raftka.client import Consumer, TopicPartition
+    from raftka.spark.examples import worldcup_stats as demo
+    from raftka.spark.examples.parquet_sink import stop_between_batches
     log_path = _spark_log_path(args, output)
     say(f"==> starting Spark ({args.master}); output and checkpoints in {output}"
         + (f"; Spark's log: {log_path}" if log_path else ""))
@@ -287,7 +302,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_sink(args: argparse.Namespace) -> int:
-    from spark.session import JavaNotFoundError, require_java
+    from raftka.spark.session import JavaNotFoundError, require_java
     try:
         require_java()
     except JavaNotFoundError as error:
@@ -298,7 +313,7 @@ def run_sink(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_servers(args)
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
-    from spark.examples import parquet_sink
+    from raftka.spark.examples import parquet_sink
 
     def emit(event: dict[str, Any]) -> None:
         print(json.dumps(event, separators=(",", ":")), flush=True)
@@ -331,8 +346,8 @@ def run_sink(args: argparse.Namespace) -> int:
 def _wait_for_topic(bootstrap: str, topic: str, timeout_s: float, stop: threading.Event) -> None:
     """Until ``topic`` exists and every partition has a leader (at most ``timeout_s``; 0: one look).
     CommandError if it does not."""
-    from client import AdminClient
-    from client.errors import RaftkaError
+    from raftka.client import AdminClient
+    from raftka.client.errors import RaftkaError
     deadline = time.monotonic() + timeout_s
     last = "it does not exist"
     with AdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000) as admin:

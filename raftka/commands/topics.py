@@ -67,7 +67,7 @@ def _topic(args: argparse.Namespace) -> str:
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    from client import AdminClient
+    from raftka.client import AdminClient
     return AdminClient(bootstrap_servers=bootstrap_servers(args), request_timeout_ms=args.timeout_ms,
                        client_id="raftka-topics")
 
@@ -78,8 +78,8 @@ def _unknown(name: str) -> CommandError:
 
 @one_line_errors
 def run_create(args: argparse.Namespace) -> int:
-    from client import NewTopic
-    from client.errors import TopicAlreadyExistsError
+    from raftka.client import NewTopic
+    from raftka.client.errors import TopicAlreadyExistsError
     name = _topic(args)
     configs = parse_key_values(args.config, "--config")
     with _admin(args) as admin:
@@ -147,7 +147,7 @@ def _ids(ids: list[int]) -> str:
 
 @one_line_errors
 def run_delete(args: argparse.Namespace) -> int:
-    from client.errors import UnknownTopicOrPartitionError
+    from raftka.client.errors import UnknownTopicOrPartitionError
     name = _topic(args)
     with _admin(args) as admin:
         try:
@@ -163,7 +163,7 @@ def run_delete(args: argparse.Namespace) -> int:
 
 @one_line_errors
 def run_alter(args: argparse.Namespace) -> int:
-    from client import ConfigResource
+    from raftka.client import ConfigResource
     name = _topic(args)
     changes: dict[str, str | None] = dict(parse_key_values(args.config, "--config"))
     for key in args.delete_config or []:

@@ -3,7 +3,7 @@
     python spark/examples/worldcup_stats.py --bootstrap-servers 127.0.0.1:9092 \\
         --output /tmp/worldcup --run-seconds 60
 
-Input: the topic ``worldcup-events`` as scripts/quickstart.sh fills it (scripts/worldcup_demo.py):
+Input: the topic ``worldcup-events`` as scripts/quickstart.sh fills it (examples/worldcup_demo.py):
 one JSON object per event, keyed by match id, e.g.
 
     {"type": "goal", "team": "Brazil", "player": "BRA-9", "score": "1-0", "match_id": "WC-00042",
@@ -32,9 +32,6 @@ import os
 import sys
 import time
 from typing import Any
-
-if __package__ in (None, ""):  # run as a script from a checkout: make `spark` and `client` importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 EVENTS_TOPIC = "worldcup-events"
 STATS_TOPIC = "worldcup-stats"
@@ -154,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
-    from spark.session import local_session
+    from raftka.spark.session import local_session
     spark = local_session("worldcup-stats", master=args.master,
                           conf={"spark.ui.showConsoleProgress": "false"})
     try:

@@ -17,10 +17,9 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from client import CommitFailedError, Consumer, ConsumerRebalanceListener  # noqa: E402
-from client.errors import RaftkaError  # noqa: E402
+from raftka.client import CommitFailedError, Consumer, ConsumerRebalanceListener
+from raftka.client.errors import RaftkaError
 
 RUN_S_MAX = 600  # the parent stops us long before this
 

@@ -14,10 +14,9 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from client.protocol.records import BatchBuilder  # noqa: E402
-from storage import Log  # noqa: E402
+from raftka.common.records import BatchBuilder
+from raftka.storage import Log
 
 APPENDS_MAX = 1_000_000  # the parent kills us long before this
 PRODUCER_ID = 42

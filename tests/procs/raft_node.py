@@ -13,9 +13,9 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from raft_meta.raft import RaftClient, RaftConfig, parse_voters  # noqa: E402
+from raftka.common.server_config import parse_voters
+from raftka.raft_meta.raft import RaftClient, RaftConfig
 
 
 class ListMachine:

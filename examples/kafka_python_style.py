@@ -1,7 +1,7 @@
 """kafka-python's usual producer and consumer examples, run against Raftka.
 
 Only the import lines differ from kafka-python (``from kafka import ...`` becomes
-``from client import ...``, ``kafka.errors`` becomes ``client.errors``). Run it against a
+``from raftka.client import ...``, ``kafka.errors`` becomes ``raftka.client.errors``). Run it against a
 cluster (tests/test_client_examples.py does):
 
     RAFTKA_BOOTSTRAP=127.0.0.1:9092 python docs/examples/kafka_python_style.py
@@ -14,8 +14,8 @@ import logging
 import os
 import sys
 
-from client import KafkaConsumer, KafkaProducer      # was: from kafka import ...
-from client.errors import KafkaError                  # was: from kafka.errors import KafkaError
+from raftka.client import KafkaConsumer, KafkaProducer      # was: from kafka import ...
+from raftka.client.errors import KafkaError                  # was: from kafka.errors import KafkaError
 
 log = logging.getLogger("example")
 BOOTSTRAP = os.environ.get("RAFTKA_BOOTSTRAP", "localhost:9092").split(",")

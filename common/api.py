@@ -1,7 +1,7 @@
 """API keys, names and versions of Raftka's wire protocol (docs/protocol.md).
 
 Numbers and names are Kafka's. Every API is at version 0 today; ``SUPPORTED_API_VERSIONS`` is
-what a server built on :class:`client.protocol.transport.Server` accepts by default, and
+what a server built on :class:`raftka.common.server.Server` accepts by default, and
 :func:`api_versions_body` builds the ApiVersions (18) answer for the keys a server serves.
 """
 from __future__ import annotations

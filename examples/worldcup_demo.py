@@ -1,6 +1,6 @@
 """The quickstart demo: a stream of World Cup match events through a 3-broker Raftka cluster.
 
-    python scripts/worldcup_demo.py --dir .raftka --events 100000 --matches 3000
+    python examples/worldcup_demo.py --dir .raftka --events 100000 --matches 3000
 
 1. Generates ``--events`` events (kickoff, goals, cards, substitutions, full time) over
    ``--matches`` matches played in parallel, each keyed by its match id and numbered within
@@ -14,7 +14,7 @@
 4. Prints a summary: events produced and consumed, per-partition offsets, time taken.
 
 Exit code 0 when every event was acknowledged, consumed once, and in order per match.
-Only the public client API (client/) and the cluster API's lookup of the local cluster are used.
+Only the public client API (raftka.client) and the cluster kit's lookup of the local cluster are used.
 """
 from __future__ import annotations
 
@@ -26,12 +26,9 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without install
-
-from client import AdminClient, Consumer, Producer, TopicPartition  # noqa: E402
+from raftka.client import AdminClient, Consumer, Producer, TopicPartition
 
 TEAMS = ("Argentina", "Brazil", "France", "Germany", "Spain", "England", "Italy", "Netherlands",
          "Uruguay", "Portugal", "Belgium", "Croatia", "Morocco", "Japan", "Mexico", "USA", "Senegal",

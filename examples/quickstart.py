@@ -5,7 +5,7 @@
 import os
 import uuid
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from raftka.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 
 bootstrap = os.environ.get("RAFTKA_BOOTSTRAP", "localhost:9092")
 topic = f"quickstart-{uuid.uuid4().hex[:6]}"

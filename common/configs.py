@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from client.protocol.errors import ConfigError
+from raftka.common.errors import ConfigError
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1

@@ -26,13 +26,13 @@ import asyncio
 import logging
 from typing import Callable, Sequence
 
-from client.protocol import errors
-from client.protocol.errors import RaftkaError
-from raft_meta.controller.rpc import call
-from raft_meta.controller.state import ControllerStateMachine
-from raft_meta.metadata.delta import MetadataDelta
-from raft_meta.metadata.image import MetadataImage
-from raft_meta.metadata.loader import MetadataLoader
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
+from raftka.common.transport import call
+from raftka.raft_meta.metadata.state import ControllerStateMachine
+from raftka.raft_meta.metadata.delta import MetadataDelta
+from raftka.raft_meta.metadata.image import MetadataImage
+from raftka.raft_meta.metadata.loader import MetadataLoader
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from typing import Final, Iterator, NamedTuple
 
 import crc32c as _crc32c
 
-from client.protocol.errors import (
+from raftka.common.errors import (
     CODES,
     CorruptRecordError,
     MessageTooLargeError,
