@@ -13,20 +13,26 @@ from typing import Any, Mapping
 from raftka.common.configs import TOPIC_CONFIGS
 
 
+def _default(name: str) -> Any:
+    return TOPIC_CONFIGS.keys[name].default
+
+
 @dataclass(frozen=True)
 class LogConfig:
-    """The subset of topic configs the partition log acts on (Kafka's names in the comments)."""
+    """The subset of topic configs the partition log acts on; each field is its topic config's name
+    with dots as underscores."""
 
-    segment_bytes: int = 1073741824          # segment.bytes
-    segment_ms: int = 604800000              # segment.ms
-    segment_index_bytes: int = 10485760      # segment.index.bytes
-    index_interval_bytes: int = 4096         # index.interval.bytes
-    retention_ms: int = 604800000            # retention.ms (-1: keep forever)
-    retention_bytes: int = -1                # retention.bytes (-1: no limit)
-    max_message_bytes: int = 1048588         # max.message.bytes (largest batch accepted)
-    flush_messages: int = 2**63 - 1          # flush.messages
-    flush_ms: int = 2**63 - 1                # flush.ms
-    message_timestamp_type: str = "CreateTime"  # message.timestamp.type
+    # The defaults are read from TOPIC_CONFIGS, the one declaration; tests check they stay equal.
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    segment_index_bytes: int = _default("segment.index.bytes")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    retention_ms: int = _default("retention.ms")              # -1: keep forever
+    retention_bytes: int = _default("retention.bytes")        # -1: no limit
+    max_message_bytes: int = _default("max.message.bytes")    # largest batch accepted
+    flush_messages: int = _default("flush.messages")
+    flush_ms: int = _default("flush.ms")
+    message_timestamp_type: str = _default("message.timestamp.type")
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any] | None) -> "LogConfig":

@@ -25,7 +25,7 @@ Contract:
 - Durability: ``flush`` fsyncs every segment written since the last flush and moves the recovery
   point; ``flush.messages`` / ``flush.ms`` decide when it runs (Kafka's default: never, leaving
   durability to replication; the page cache survives a process crash).
-- Recovery on open: segments wholly below the recovery point are trusted (indexes checked for
+- Recovery on open (``storage/loader.py``): segments wholly below the recovery point are trusted (indexes checked for
   shape, rebuilt if bad); from the segment holding the recovery point on, every batch is
   re-validated and the log is cut at the first bad one. A clean close skips that scan.
 
@@ -60,19 +60,14 @@ from raftka.common.records import (
     validate_batch,
     validate_batches,
 )
-from raftka.storage.checkpoint import CheckpointError, CheckpointFile, fsync_dir
+from raftka.storage.checkpoint import CheckpointFile, fsync_dir
 from raftka.storage.config import LogConfig
+from raftka.storage import loader
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from raftka.storage.index import RELATIVE_OFFSET_MAX, IndexError_
+from raftka.storage.index import RELATIVE_OFFSET_MAX
+from raftka.storage.loader import CLEAN_SHUTDOWN_FILE
 from raftka.storage.producer_state import ProducerStateManager
-from raftka.storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    AppendedBatch,
-    LogSegment,
-    parse_base_offset,
-)
+from raftka.storage.segment import AppendedBatch, LogSegment
 
 log = logging.getLogger(__name__)
 # The last appended batches stay in memory, so a fetch at the log's tail (followers and
@@ -86,7 +81,6 @@ RecordListTooLargeError = for_code(CODES["RECORD_LIST_TOO_LARGE"])
 HW_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 
 
 @dataclass(frozen=True)
@@ -171,120 +165,12 @@ class Log:
             raise
         return self
 
-    def _read_checkpoint(self, file: CheckpointFile, default: int) -> int:
-        try:
-            return file.read_value(default)
-        except CheckpointError as error:
-            log.warning("%s: %s; using %d", self, error, default)
-            return default
-
     def _new_segment(self, base_offset: int, *, create: bool) -> LogSegment:
         return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                           index_bytes_max=self.config.segment_index_bytes, create=create)
 
     def _load(self) -> None:
-        clean = (self.dir / CLEAN_SHUTDOWN_FILE).exists()
-        lso_ckpt = self._read_checkpoint(self._lso_file, 0)
-        rp_ckpt = self._read_checkpoint(self._rp_file, 0)
-        hw_ckpt = self._read_checkpoint(self._hw_file, 0)
-
-        bases: set[int] = set()
-        for entry in os.scandir(self.dir):
-            name = entry.name
-            if name.endswith(".tmp"):
-                os.unlink(entry.path)  # an interrupted atomic write; the old file is intact
-                continue
-            base = parse_base_offset(name)
-            if base is not None and name.endswith(LOG_SUFFIX):
-                bases.add(base)
-        for entry in os.scandir(self.dir):  # indexes and snapshots whose segment is gone
-            base = parse_base_offset(entry.name)
-            if base is not None and base not in bases and entry.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
-                os.unlink(entry.path)
-
-        segments = self._segments  # filled in place, so a failed open can close them
-        for base in sorted(bases):
-            segments.append(self._new_segment(base, create=False))
-        # Segments wholly below the checkpointed log start offset were being deleted.
-        while len(segments) > 1 and segments[1].base_offset <= lso_ckpt:
-            segments.pop(0).delete()
-        if not segments:
-            segments.append(self._new_segment(lso_ckpt, create=True))
-
-        recovered_headers: list[BatchHeader] = []
-        i = 0
-        while i < len(segments):
-            seg = segments[i]
-            is_last = i == len(segments) - 1
-            next_base = None if is_last else segments[i + 1].base_offset
-            trusted = clean or (next_base is not None and next_base <= rp_ckpt)
-            if trusted:
-                try:
-                    seg.load(next_base)
-                except (IndexError_, CorruptRecordError) as error:
-                    log.warning("%s: %s: %s; rebuilding", self, seg.log_path.name, error)
-                    trusted = False
-            if not trusted:
-                result = seg.recover()
-                recovered_headers.extend(result.headers)
-                if result.truncated_bytes:
-                    log.warning("%s: recovery cut %d bytes from %s at position %d: %s", self,
-                                result.truncated_bytes, seg.log_path.name, result.valid_bytes,
-                                result.problem)
-            if next_base is not None and seg.next_offset != next_base:
-                log.warning("%s: %s ends at offset %d but the next segment starts at %d; "
-                            "deleting the %d segment(s) after it", self, seg.log_path.name,
-                            seg.next_offset, next_base, len(segments) - i - 1)
-                for later in segments[i + 1:]:
-                    later.delete()
-                del segments[i + 1:]
-            i += 1
-        self._set_segments(segments)
-
-        leo = self.log_end_offset
-        self.log_start_offset = max(lso_ckpt, segments[0].base_offset)
-        if self.log_start_offset > leo:
-            self.log_start_offset = leo
-
-        # Leader epochs: the checkpoint, then the epochs of every recovered batch.
-        try:
-            entries = self.leader_epoch_cache.checkpoint.read()
-        except CheckpointError as error:
-            log.warning("%s: %s; rebuilding from batch headers", self, error)
-            entries = None
-        if entries is None:
-            self.leader_epoch_cache = LeaderEpochCache(self.dir, lambda: self.log_end_offset)
-            for _, header in self._all_headers():
-                self.leader_epoch_cache._assign(header.partition_leader_epoch, header.base_offset)
-            if self.leader_epoch_cache.epoch_entries() or self.leader_epoch_cache.checkpoint.path.exists():
-                self.leader_epoch_cache.flush()
-        else:
-            self.leader_epoch_cache = LeaderEpochCache(self.dir, lambda: self.log_end_offset,
-                                                       [(e, s) for e, s in entries])
-            for header in recovered_headers:  # epochs whose checkpoint write a crash pre-empted
-                if header.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
-                    self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        self.leader_epoch_cache.truncate_from_end(leo)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-
-        self.high_watermark = min(max(hw_ckpt, self.log_start_offset), leo)
-        self._hw_checkpointed = hw_ckpt
-
-        self.producer_state.load(self._headers_from, self.log_start_offset, leo)
-
-        # Everything now in the files has been validated: make it durable and say so.
-        if not clean:
-            for seg in self._segments:
-                if seg.size and (seg.next_offset > rp_ckpt or seg is self._segments[-1]):
-                    seg.flush()
-        self.recovery_point = leo
-        self._rp_checkpointed = rp_ckpt if self._rp_file.path.exists() else 0
-        self._checkpoint_recovery_point()
-        if lso_ckpt != self.log_start_offset:  # a missing file reads as 0
-            self._lso_file.write_value(self.log_start_offset)
-        if clean:
-            os.unlink(self.dir / CLEAN_SHUTDOWN_FILE)
-            fsync_dir(self.dir)
+        loader.load(self)
 
     def _all_headers(self) -> Iterable[tuple[int, BatchHeader]]:
         """(segment index, header) of every batch in the log, oldest first (header reads only)."""

@@ -874,3 +874,14 @@ def test_property_random_operations_agree_with_a_model_of_the_log(tmp_path_facto
         if model:
             assert lg.leader_epoch_cache.epoch_entries() == expected_epochs, f"seed {seed} step {step} {op}"
     lg.close()
+
+
+def test_log_config_defaults_are_the_topic_config_defaults():
+    """LogConfig() and TOPIC_CONFIGS must agree on every default: re-typing one would fail here."""
+    import dataclasses
+    from raftka.common.configs import TOPIC_CONFIGS
+    from raftka.storage.config import LogConfig
+    defaults = LogConfig()
+    for f in dataclasses.fields(LogConfig):
+        assert getattr(defaults, f.name) == TOPIC_CONFIGS.keys[f.name.replace("_", ".")].default, f.name
+    assert LogConfig.from_mapping({}) == defaults
