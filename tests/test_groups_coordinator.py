@@ -372,3 +372,22 @@ def test_offsets_of_a_long_empty_group_expire_and_live_records_are_rewritten_bef
         reloaded = await loaded(coordinator(store))  # and the log says the same
         assert "idle" not in reloaded.groups and reloaded.groups["busy"].offsets[("t", 0)].offset == 3
     run(main())
+
+
+def test_a_join_whose_protocol_metadata_is_an_integer_is_refused_without_allocating_it():
+    """bytes(n) of an integer allocates n zero bytes; the coordinator must answer INVALID_REQUEST
+    instead. tracemalloc's peak over the call shows nothing near the asked-for 128 MB is allocated."""
+    import tracemalloc
+
+    async def main():
+        c = await loaded(coordinator())
+        tracemalloc.start()
+        try:
+            with pytest.raises(errors.InvalidRequestError) as refused:
+                await c.join_group(join_body(protocols=(("range", 128 * 1024 * 1024),)))
+            _, peak_bytes = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert refused.value.code == errors.INVALID_REQUEST
+        assert peak_bytes < 4 * 1024 * 1024
+    run(main())

@@ -152,6 +152,16 @@ def _str_or_none(value: Any, name: str) -> str | None:
     return value
 
 
+def _bytes_field(value: Any, name: str) -> bytes:
+    """A request's bytes field; anything else is refused, since bytes(n) of an integer would
+    allocate n zero bytes (a 178-byte JoinGroup once made the coordinator allocate 134 MB)."""
+    if value is None:
+        return b""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise errors.InvalidRequestError(f"{name} must be bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
 @dataclass
 class CoordinatorStats:
     """Counters for /metrics."""
@@ -363,7 +373,7 @@ class GroupCoordinator:
         raw_protocols = body.get("protocols")
         if not isinstance(member_id, str) or not isinstance(raw_protocols, list):
             raise errors.InvalidRequestError("member_id must be a string and protocols a list")
-        protocols = [(str(p["name"]), bytes(p.get("metadata") or b"")) for p in raw_protocols]
+        protocols = [(str(p["name"]), _bytes_field(p.get("metadata"), "protocols[].metadata")) for p in raw_protocols]
         code = self.owner_error(group_id)
         if code:
             return _join_error(code)
@@ -610,7 +620,8 @@ class GroupCoordinator:
         future = member.sync_future = asyncio.get_running_loop().create_future()
         if member_id == group.leader_id:
             raw = body.get("assignments") or []
-            assignments = {str(a["member_id"]): bytes(a.get("assignment") or b"") for a in raw}
+            assignments = {str(a["member_id"]): _bytes_field(a.get("assignment"), "assignments[].assignment")
+                           for a in raw}
             self._spawn(self._store_assignment(group, group.generation_id, assignments),
                         f"store-assignment-{group_id}")
         return await future
