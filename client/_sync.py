@@ -2,14 +2,60 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import logging
 import threading
-from typing import Any, Coroutine, TypeVar
+import weakref
+from typing import Any, Coroutine, Protocol, TypeVar
 
 from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
 
 T = TypeVar("T")
 LOOP_START_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
+
+
+class _Closable(Protocol):
+    def close(self) -> Any: ...
+
+
+# Blocking clients not yet closed. Held weakly: the exit hook keeps nothing alive, and a client
+# collected unclosed (its __del__ stops its thread) drops out by itself.
+_open_clients: "weakref.WeakSet[_Closable]" = weakref.WeakSet()
+_open_clients_lock = threading.Lock()  # guards _open_clients and _exit_hook_registered
+_exit_hook_registered = False
+
+
+def close_at_exit(client: _Closable) -> None:
+    """Have ``client.close()`` run at interpreter exit unless the client is closed (or collected)
+    first, as kafka-python's clients do: otherwise its event loop dies with tasks pending and
+    Python prints "Task was destroyed but it is pending!"."""
+    global _exit_hook_registered
+    with _open_clients_lock:
+        _open_clients.add(client)
+        if not _exit_hook_registered:
+            atexit.register(_close_open_clients)
+            _exit_hook_registered = True
+
+
+def forget_at_exit(client: _Closable) -> None:
+    """``client`` was closed: nothing left to do for it at exit."""
+    with _open_clients_lock:
+        _open_clients.discard(client)
+
+
+def _close_open_clients() -> None:
+    # atexit runs before daemon threads are frozen, so each client's I/O thread still answers.
+    with _open_clients_lock:
+        clients = list(_open_clients)
+        _open_clients.clear()
+    for client in clients:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - at exit a failed close is logged, never raised
+            log.warning("closing %s at interpreter exit failed", type(client).__name__, exc_info=True)
 
 
 class LoopThread:

@@ -3,6 +3,8 @@
 Rebalance listeners run on the application's thread, inside ``poll`` (or ``close``,
 ``unsubscribe``), as in kafka-python: the I/O thread hands each call over and waits, so a
 listener may call the consumer's blocking methods (``commit``, ``seek``, ``position``...).
+Every call into the asyncio Consumer runs on the I/O thread (``_call``, ``_run``, or the loop
+thread's ``run``): the asyncio Consumer is never touched from another thread, so it takes no lock.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Coroutine, Iterable, Iterator
 
-from raftka.client._sync import LoopThread
+from raftka.client._sync import LoopThread, close_at_exit, forget_at_exit
 from raftka.client.aio.consumer import Consumer as AioConsumer
 from raftka.client.aio.group import CommitFailedError, ConsumerRebalanceListener
 from raftka.client.errors import IllegalStateError, KafkaTimeoutError
@@ -77,6 +79,7 @@ class Consumer:
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._callbacks: queue.Queue[Any] = queue.Queue()
         self._running = threading.local()
+        close_at_exit(self)  # closed (committing, leaving its group) at interpreter exit if never closed
 
     def _run(self, coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
         """Run ``coro`` (poll, close, unsubscribe: calls that may run rebalance listeners) on the
@@ -257,7 +260,7 @@ class Consumer:
 
     def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """Positions, minus records fetched for the iterator but not yet handed out."""
-        offsets = self._call(self._aio._consumed_offsets)
+        offsets = self._call(self._aio.consumed_offsets)
         for record in self._iter_buffer:
             tp = TopicPartition(record.topic, record.partition)
             if tp in offsets and record.offset < offsets[tp].offset:
@@ -309,6 +312,7 @@ class Consumer:
             return
         if getattr(self._running, "depth", 0):
             raise IllegalStateError("close() cannot be called from a rebalance listener")
+        forget_at_exit(self)
         timeout_s = CLOSE_TIMEOUT_S if timeout is None else max(0.0, timeout)
         deadline = time.monotonic() + timeout_s + CLOSE_MARGIN_S
         try:

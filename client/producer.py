@@ -6,7 +6,9 @@ batches. When something must be waited for (the topic's metadata, a producer id,
 ``buffer_memory``) the record goes to the I/O thread instead and ``send`` waits for that append,
 so a missing topic or a full buffer raises from ``send`` after ``max_block_ms``, as in
 kafka-python. Either way the record is in its batch when ``send`` returns, so a thread's records
-keep their send order.
+keep their send order. On the caller's thread this uses only the asyncio core's hand-over API
+(``closing``, ``serialize``, ``try_append``: the thread rules are in client/aio/producer.py's
+module doc); everything else runs on the I/O thread. docs/client.md describes the threads.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import time
 from collections import deque
 from typing import Any, Sequence
 
-from raftka.client._sync import LoopThread
+from raftka.client._sync import LoopThread, close_at_exit, forget_at_exit
 from raftka.client.aio.producer import Producer as AioProducer
 from raftka.client.aio.timeouts import wait_for
 from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
@@ -74,6 +76,7 @@ class Producer:
         self._stopped = False  # set when the I/O thread is stopped (cheaper than is_alive per send)
         # No serializers: bytes values without key or headers need no serialize() call.
         self._plain = self.config["key_serializer"] is None and self.config["value_serializer"] is None
+        close_at_exit(self)  # flushed then closed at interpreter exit when the application never closes it
 
     def send(self, topic: str, value: Any = None, key: Any = None,
              headers: Sequence[tuple[str, bytes]] | None = None, partition: int | None = None,
@@ -82,7 +85,7 @@ class Producer:
         partition, offset, timestamp). Blocks up to ``max_block_ms`` for metadata or buffer room,
         then raises KafkaTimeoutError; a bad record raises at once."""
         aio = self._aio
-        if aio._closing or self._stopped:
+        if aio.closing or self._stopped:
             raise KafkaClosedError("the producer is closed")
         if value is None and key is None:
             raise ValueError("send needs a value or a key (a None value with a key is a tombstone)")
@@ -151,6 +154,7 @@ class Producer:
         thread. Returns the failures as ``flush`` does. Safe to call twice. Returns within
         ``timeout`` + CLOSE_MARGIN_S seconds even when the I/O thread is stuck (as Kafka's
         producer does, it then gives up on that thread: logged, and [] returned)."""
+        forget_at_exit(self)
         if not self._io.alive:
             self._stopped = True
             return []

@@ -14,10 +14,13 @@ Memory: every appended record reserves its estimated size from ``buffer_memory``
 would exceed it waits up to ``max_block_ms`` for acknowledgements to release bytes, then fails
 with KafkaTimeoutError. While anyone waits for memory, every batch counts as ready (no linger).
 
-Threads: appends may come from the application's threads (the blocking Producer appends on the
-caller's thread, as Kafka's Java producer does) while the I/O thread drains. ``lock`` guards the
-queues, the open batches' builders and ``buffer_used``; the sender holds it while it picks and
-closes batches. A record's outcome is its batch's :class:`ProduceRequestResult`, completed once.
+Threads (the producer's rules are in client/aio/producer.py's module doc): ``try_append`` may
+be called from any thread (the blocking Producer appends on the caller's thread, as Kafka's Java
+producer does) while the I/O thread drains; every other method runs on the I/O thread. ``lock``
+(a plain Lock, held for a few dict and builder operations, never across an await or a call back
+into the accumulator) guards the queues, the open batches' builders, ``buffer_used``,
+``incomplete`` and ``closed``; the sender holds it while it picks and closes batches. A record's
+outcome is its batch's :class:`ProduceRequestResult`, completed once.
 """
 from __future__ import annotations
 
@@ -137,8 +140,9 @@ class RecordAccumulator:
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.buffer_used = 0
         self.closed = False  # set by the producer's close: no appends after it
-        # Re-entrant: the sender fails expired batches (which releases memory) while holding it.
-        self.lock = threading.RLock()
+        # Not re-entrant: nothing done under it takes it again (expired and failed batches are
+        # taken out under it and failed after it is released). See the rules in the module doc.
+        self.lock = threading.Lock()
         self._memory_freed: asyncio.Condition | None = None
         self.memory_waiters = 0
         self.incomplete: set[ProducerBatch] = set()

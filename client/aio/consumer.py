@@ -280,7 +280,7 @@ class Consumer:
         self._group: GroupMember | None = None
         if c["group_id"] is not None:
             self._group = GroupMember(self.cluster, c, make_assignors(c["partition_assignment_strategy"]),
-                                      subscribed_topics=self._subscribed_topics, positions=self._consumed_offsets,
+                                      subscribed_topics=self._subscribed_topics, positions=self.consumed_offsets,
                                       apply_assignment=self._apply_group_assignment, wake=self._data.set)
         if topics:
             self.subscribe(topics)
@@ -353,7 +353,7 @@ class Consumer:
         self.cluster.add_topics({tp.topic for tp in added})
         self._wakeup.set()
 
-    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+    def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """What the application has consumed: the position of every assigned partition."""
         return {tp: OffsetAndMetadata(s.position) for tp, s in self._states.items() if s.position is not None}
 
@@ -921,7 +921,7 @@ class Consumer:
         group = self._need_group("commit()")
         self._check_open()
         await self.start()
-        chosen = self._consumed_offsets() if offsets is None else self._normalize(offsets)
+        chosen = self.consumed_offsets() if offsets is None else self._normalize(offsets)
         await group.commit(chosen, self.config["request_timeout_ms"])
 
     def commit_async(self, offsets: Any = None, callback: Any = None) -> "asyncio.Task[None]":
@@ -929,7 +929,7 @@ class Consumer:
         (default ``default_offset_commit_callback``). Returns the task."""
         group = self._need_group("commit_async()")
         self._check_open()
-        chosen = self._consumed_offsets() if offsets is None else self._normalize(offsets)
+        chosen = self.consumed_offsets() if offsets is None else self._normalize(offsets)
         return group.commit_async(chosen, callback or self.config["default_offset_commit_callback"])
 
     async def committed(self, partition: TopicPartition, metadata: bool = False,

@@ -19,6 +19,24 @@ more of it is sent - until every request in flight for it has answered. Later ba
 already in flight come back (with OUT_OF_ORDER_SEQUENCE_NUMBER from the leader under
 idempotence, or an error of their own) and are requeued behind it, so the partition resumes in
 order. A batch is retried while ``retries`` and ``delivery_timeout_ms`` allow.
+
+Threads: the hand-over API. The producer lives on one event loop (the I/O thread, ``_loop``).
+Three members may be used from any other thread, and the blocking Producer (client/producer.py)
+uses only these on the caller's thread:
+
+    closing       a bool, set once by ``close()``; read without a lock (a stale False is
+                  harmless: ``try_append`` then fails in the accumulator, or the record is
+                  failed by close with the rest)
+    serialize()   pure: the configured serializers and the header check
+    try_append()  appends to the partition's open batch without waiting, or returns None (then
+                  the caller hands the record to the I/O thread, which calls ``append_waiting``)
+
+Everything else runs on the I/O thread. What ``try_append`` shares with the I/O thread is guarded
+so: the accumulator's queues, open batches and ``buffer_used`` by ``accumulator.lock`` (a plain
+Lock, taken once per record, see accumulator.py); the sender is woken through
+``loop.call_soon_threadsafe``; the partition caches (``_tps``, ``_sticky_tps``) and the
+metadata it reads are replaced or updated one dict operation at a time, each atomic under the
+GIL, and a stale entry only picks a partition the I/O thread's own append could have picked too.
 """
 from __future__ import annotations
 
@@ -177,7 +195,7 @@ class Producer:
         self._sticky_ok = isinstance(self.partitioner, DefaultPartitioner)
         self._sticky_tps: dict[str, TopicPartition] = {}
         self._flushing = 0
-        self._closing = False
+        self.closing = False  # set by close(); part of the hand-over API (module doc)
         self._closed = False
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -199,7 +217,7 @@ class Producer:
                    timestamp_ms: int | None = None) -> "asyncio.Future[RecordMetadata]":
         """Queue one record; returns a future of its RecordMetadata. Waits up to
         ``max_block_ms`` for the topic's metadata and for room in ``buffer_memory``."""
-        if self._closing or self._closed:
+        if self.closing or self._closed:
             raise KafkaClosedError("the producer is closed")
         if value is None and key is None:
             raise ValueError("send needs a value or a key (a None value with a key is a tombstone)")
@@ -235,7 +253,7 @@ class Producer:
                              timestamp_ms: int | None) -> FutureRecordMetadata:
         """Append a serialized record, waiting up to ``max_block_ms`` for metadata, a producer id
         and room in ``buffer_memory``; the record's future (completed with its batch)."""
-        if self._closing or self._closed:
+        if self.closing or self._closed:
             raise KafkaClosedError("the producer is closed")
         await self.start()
         c = self.config
@@ -261,11 +279,12 @@ class Producer:
     def try_append(self, topic: str, key_bytes: bytes | None, value_bytes: bytes | None,
                    header_list: list[tuple[str, bytes | None]] | None, partition: int | None,
                    timestamp_ms: int | None) -> FutureRecordMetadata | None:
-        """Append without waiting, from any thread: the record's future, or None when something
+        """Append without waiting, from any thread (the hand-over API, see the module doc): the
+        record's future, or None when something
         must be waited for (metadata, a producer id, buffer room; then use ``append_waiting``).
         Raises at once for a bad partition or a record too large. The hot path of every send:
         kept to a few calls per record."""
-        if self._closing or self._loop is None:
+        if self.closing or self._loop is None:
             return None
         if self.producer_id < 0 and self._idempotent:
             return None
@@ -396,7 +415,7 @@ class Producer:
         KafkaClosedError. Returns the failures as ``flush`` does."""
         if self._closed:
             return []
-        self._closing = True
+        self.closing = True
         try:
             failures = await self.flush(timeout_ms)
         except KafkaTimeoutError:
@@ -501,7 +520,7 @@ class Producer:
             await self._reset_producer_id()
             if self._reset_pid:  # no new producer id yet: send nothing under the old sequences
                 return now + c["retry_backoff_ms"] / 1000
-        urgent = bool(self._flushing or self._closing)
+        urgent = bool(self._flushing or self.closing)
         by_node: dict[int, list[ProducerBatch]] = {}
         size_by_node: dict[int, int] = {}
         with self.accumulator.lock:  # appends from other threads wait while batches are picked
