@@ -45,7 +45,7 @@ HEALTHY_TIMEOUT_S = 90.0
 FINAL_READ_TIMEOUT_S = 120.0
 SINK_START_TIMEOUT_S = 240.0  # JVM start to the first micro-batch with rows: 30-70 s at load ~12
 SINK_CATCH_UP_TIMEOUT_S = 120.0  # after the final read, for Spark's last micro-batch
-SINK_STOP_TIMEOUT_S = 120.0  # SIGTERM -> query stopped, output read back, JVM stopped
+SINK_STOP_TIMEOUT_S = 180.0  # SIGTERM -> query stopped (stopTimeout 60 s), output read back and written
 SINK_LIFETIME_EXTRA_S = 900.0  # the sink stops by itself this long after the run should have ended
 
 
@@ -264,11 +264,12 @@ def collect_sink(sink: SparkSink, final: dict[str, Any], history: HistoryWriter,
         return
     rows = sum(len(r) for r in body["records"].values())
     results["spark_sink"] = {"rows": rows, "batches": sink.batches, "restarts": sink.restarts,
-                             "caught_up": caught_up, "catch_up_s": waited}
+                             "caught_up": caught_up, "catch_up_s": waited, "stop_s": body.get("stop_s")}
     history.append("spark", "ok", "sink", records=body["records"], batches=sink.batches, restarts=sink.restarts,
                    caught_up=caught_up, end=sink.end, high_watermark=high)
     say(f"[{history.now():6.1f}s] spark: {rows} rows in {sink.batches} micro-batches, {sink.restarts} query "
-        f"restarts; {'caught up' if caught_up else 'NOT caught up'} {waited:.1f} s after the final read")
+        f"restarts; {'caught up' if caught_up else 'NOT caught up'} {waited:.1f} s after the final read; "
+        f"stopped and read back in {body.get('stop_s')} s")
 
 
 def watch_recovery(ctx: Context, history: HistoryWriter, name: str, config: Any, until: float,

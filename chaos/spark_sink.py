@@ -2,7 +2,7 @@
 
 A Spark streaming query copies the workload's topic into Parquet while the faults happen; at the
 end its output must equal the committed log exactly. The query runs in its own process,
-``raftka spark sink`` (spark/examples/parquet_sink.py: format ``raftka`` from the earliest
+``raftka spark sink`` (spark/sink.py: format ``raftka`` from the earliest
 offset -> Parquet with a checkpoint, a micro-batch every second, a failed query started again
 from its checkpoint), never in the harness: a JVM does not belong in the runner, and the harness
 reaches Spark only through the ``raftka`` command. It connects through the client proxies, so
@@ -31,6 +31,7 @@ from typing import Any, Callable
 from raftka.cluster import project_env
 
 TERM_WAIT_S = 15.0  # after SIGTERM on teardown, before SIGKILL
+EXIT_AFTER_ROWS_S = 30.0  # after the rows are written, for the process (and its JVM) to exit
 OUTPUT_LINES_MAX = 100_000  # JSON lines kept in memory (one per micro-batch)
 
 
@@ -58,6 +59,7 @@ class SparkSink:
         self.batches = 0  # distinct micro-batches completed
         self._batch_ids: set[Any] = set()
         self.restarts = 0
+        self.rows_written = False
         self.started_at: float | None = None
         self._changed = threading.Condition()
         self._reader: threading.Thread | None = None
@@ -101,6 +103,8 @@ class SparkSink:
                         self.end = {int(p): int(o) for p, o in (event.get("end") or {}).items()}
                     elif event["event"] == "restart":
                         self.restarts = int(event.get("restarts", self.restarts + 1))
+                    elif event["event"] == "stopped":
+                        self.rows_written = True  # the last line: it said so after writing the rows file
                     self._changed.notify_all()
                 if self.on_event is not None:
                     self.on_event(event)
@@ -120,9 +124,6 @@ class SparkSink:
                 self._changed.wait(min(left, 1.0))
         return True
 
-    def _seen(self, name: str) -> bool:
-        return any(e["event"] == name for e in self.events)
-
     def wait_first_rows(self, timeout_s: float) -> bool:
         """Until a micro-batch with rows completed (the JVM and Spark's Python workers are warm);
         False if none did within ``timeout_s``."""
@@ -138,23 +139,35 @@ class SparkSink:
 
     def stop(self, timeout_s: float) -> dict[str, Any]:
         """SIGTERM, wait for the process to read its output back and exit; the rows file's
-        content. SinkError when it fails or takes longer than ``timeout_s``."""
+        content. SinkError when it fails or its output is not written within ``timeout_s``.
+
+        The output counts once the ``stopped`` event says the rows file is written: a JVM slow
+        to shut down after that (seen on a loaded box) costs at most ``EXIT_AFTER_ROWS_S`` more,
+        and ``close`` then ends it."""
         assert self.process is not None
+        signalled = time.monotonic()
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
+        written = self._wait(lambda: self.rows_written, timeout_s)
+        left = max(0.0, timeout_s - (time.monotonic() - signalled))
         try:
-            code = self.process.wait(timeout_s)
+            code: int | None = self.process.wait(min(left, EXIT_AFTER_ROWS_S) if written else left)
         except subprocess.TimeoutExpired:
-            raise SinkError(f"the Spark sink did not stop within {timeout_s:.0f} s of SIGTERM") from None
-        if self._reader is not None:
+            if not written:
+                last = self.events[-1]["event"] if self.events else "none"
+                raise SinkError(f"the Spark sink did not stop within {timeout_s:.0f} s of SIGTERM (its last "
+                                f"event: {last}; Spark's log: {self.log_path})") from None
+            code = None  # the rows are written; the JVM is still shutting down
+        if self._reader is not None and code is not None:
             self._reader.join(10)
-        if code != 0:
+        if code not in (0, None):
             raise SinkError(f"the Spark sink exited with status {code}" + self.exit_note())
         try:
             body = json.loads(self.rows_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise SinkError(f"the Spark sink's rows are unreadable: {error}") from None
         body["records"] = {int(p): rows for p, rows in body.get("records", {}).items()}
+        body["stop_s"] = round(time.monotonic() - signalled, 1)
         return body
 
     def exit_note(self) -> str:

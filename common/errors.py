@@ -7,7 +7,7 @@ of :class:`RaftkaError`. ``for_code(code)`` gives the class; ``error_for(code, .
 ``retriable`` means the same request may succeed if sent again later (perhaps to another
 broker); ``invalid_metadata`` means the client should refresh its metadata before retrying.
 
-Kafka's AlterPartition answers a stale partition epoch with INVALID_UPDATE_VERSION; DESIGN.md
+Kafka's AlterPartition answers a stale partition epoch with INVALID_UPDATE_VERSION; docs/design.md
 calls that situation "stale partition epoch", and Raftka keeps Kafka's name for the code.
 """
 from __future__ import annotations

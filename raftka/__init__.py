@@ -1,6 +1,7 @@
-"""The `raftka` command and the local-cluster API: the layer above every other package.
+"""Raftka's import namespace: every package installs under it (raftka.client, raftka.broker, ...).
 
-`raftka.cli` dispatches subcommands (server, quorum, perf, ...); each lives in
-`raftka/commands/<name>.py`. Nothing below this package imports it.
+This folder holds the rooms above the servers: the command line (`raftka.cli`, a module per
+subcommand in `raftka/cli/commands/`), the local-cluster kit (`raftka.cluster`) and the
+benchmarks (`raftka.bench`). It imports nothing, so `import raftka.client` loads the client only.
 """
 __version__ = "0.1.0"

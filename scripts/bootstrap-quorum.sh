@@ -14,7 +14,7 @@
 # --stop stops every node (brokers first); --delete also removes DIR's cluster data.
 # Defaults: 3 controllers, 3 brokers, DIR=.raftka, base port 9092 (brokers 9092.., then each
 # controller's Raft and RPC ports, then the brokers' HTTP ports); --base-port 0 picks free ports.
-# This is `raftka cluster up` / `raftka cluster down` (raftka/cluster.py) with the venv set up.
+# This is `raftka cluster up` / `raftka cluster down` (the raftka.cluster package) with the venv set up.
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 

@@ -8,7 +8,8 @@ Spark's Kafka source. Reads stop at the high watermark (committed records only).
 
 Modules: ``source`` (the DataSource), ``reader`` (batch and streaming planning), ``fetch``
 (the worker's read of one offset range), ``writer``, ``options``, ``offsets``, ``schema``,
-``metadata`` (driver-side cluster questions), ``session`` (local SparkSession, Java check).
+``metadata`` (driver-side cluster questions), ``session`` (local SparkSession, Java check),
+``sink`` (a topic into Parquet exactly once: `raftka spark sink`, run by the chaos harness).
 docs/spark.md has the details. Only the public client API (``client``) is used.
 """
 from __future__ import annotations

@@ -170,13 +170,9 @@ def http_get(address: str, path: str) -> tuple[int, str]:
 # -- the module's cluster ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(module_cluster_factory):
     """3 controllers + 3 brokers (real processes), stopped by PID at the end of the module."""
-    started = Cluster.start(tmp_path_factory.mktemp("broker"), controllers=3, brokers=3, configs=FAST)
-    try:
-        yield started
-    finally:
-        started.close()
+    return module_cluster_factory("broker", controllers=3, brokers=3, configs=FAST)
 
 
 def test_a_produced_batch_is_replicated_and_read_back_from_the_leader(cluster):

@@ -21,13 +21,9 @@ RETRIABLE = {errors.NOT_LEADER_OR_FOLLOWER, errors.LEADER_NOT_AVAILABLE, errors.
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(module_cluster_factory):
     """3 controllers + 3 brokers for this module's fault tests, stopped by PID at the end."""
-    started = Cluster.start(tmp_path_factory.mktemp("failover"), controllers=3, brokers=3, configs=FAST)
-    try:
-        yield started
-    finally:
-        started.close()
+    return module_cluster_factory("failover", controllers=3, brokers=3, configs=FAST)
 
 
 def current_leader(cluster: Cluster, topic: str) -> int | None:

@@ -17,14 +17,10 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli-tools") / ".raftka"
-    c = Cluster.start(root, controllers=1, brokers=3,
-                      configs={"default.replication.factor": 3, "min.insync.replicas": 2})
-    try:
-        yield c
-    finally:
-        c.close()
+def cluster(module_cluster_factory):
+    # in a directory named .raftka, as the tools' default ./.raftka is
+    return module_cluster_factory("cli-tools", controllers=1, brokers=3, subdir=".raftka",
+                                  configs={"default.replication.factor": 3, "min.insync.replicas": 2})
 
 
 def raftka(*args: str, stdin: str | None = None, cwd: Path | None = None, timeout_s: float = 90

@@ -27,23 +27,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from raftka.cluster import Cluster
-    c = Cluster.start(tmp_path_factory.mktemp("client-cluster"), controllers=1, brokers=3,
-                      configs={"default.replication.factor": 3, "num.partitions": 3})
-    try:
-        yield c
-    finally:
-        c.close()
+def cluster(module_cluster_factory):
+    return module_cluster_factory("client-cluster", controllers=1, brokers=3,
+                                  configs={"default.replication.factor": 3, "num.partitions": 3})
 
 
 @pytest.fixture(scope="module")
-def admin(cluster):
-    a = AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=10_000)
-    try:
-        yield a
-    finally:
-        a.close()
+def admin(cluster, module_admin_factory):
+    return module_admin_factory(cluster, request_timeout_ms=10_000)
 
 
 def new_topic(admin: AdminClient, partitions: int = 3, replication: int = 3, configs=None) -> str:

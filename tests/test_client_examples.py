@@ -17,13 +17,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    from raftka.cluster import Cluster
-    cluster = Cluster.start(tmp_path_factory.mktemp("examples"), controllers=1, brokers=1)
-    try:
-        yield cluster.bootstrap_servers
-    finally:
-        cluster.close()
+def bootstrap(module_cluster_factory):
+    return module_cluster_factory("examples", controllers=1, brokers=1).bootstrap_servers
 
 
 def run_example(name: str, bootstrap: str) -> subprocess.CompletedProcess:

@@ -18,14 +18,9 @@ RECORDS_PER_THREAD = 4000
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from raftka.cluster import Cluster
-    c = Cluster.start(tmp_path_factory.mktemp("send-threads"), controllers=1, brokers=3,
-                      configs={"default.replication.factor": 3})
-    try:
-        yield c
-    finally:
-        c.close()
+def cluster(module_cluster_factory):
+    return module_cluster_factory("send-threads", controllers=1, brokers=3,
+                                  configs={"default.replication.factor": 3})
 
 
 def test_threads_through_a_full_buffer_keep_order_and_lose_nothing(cluster):

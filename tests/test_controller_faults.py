@@ -21,7 +21,7 @@ from raftka.raft_meta.metadata.loader import MetadataLoader
 from raftka.common.transport import call_sync
 from raftka.raft_meta.metadata.state import ControllerStateMachine
 from raftka.cluster import wait_until
-from raftka.controller_client import controller_request
+from raftka.cluster.controller_client import controller_request
 
 
 def committed_log(cluster, node_id):

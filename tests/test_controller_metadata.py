@@ -16,7 +16,7 @@ import pytest
 
 from raftka.common import errors
 from raftka.cluster import ControllerCluster, wait_until
-from raftka.controller_client import controller_request
+from raftka.cluster.controller_client import controller_request
 
 CONFIGS = {"broker.session.timeout.ms": 1500, "broker.heartbeat.interval.ms": 300}
 

@@ -15,7 +15,7 @@ import pytest
 
 from raftka.common import errors
 from raftka.cluster import Process, free_ports, project_env, python_argv, wait_until, write_properties
-from raftka.controller_client import controller_request, describe_quorum
+from raftka.cluster.controller_client import controller_request, describe_quorum
 
 
 def test_three_controllers_elect_one_active_controller_and_agree_on_it(controller_cluster):
@@ -236,7 +236,7 @@ def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory)
     assert 'raftka_controller_leader_id{node="1"} 1' in text
     assert 'raftka_controller_brokers{node="1",state="fenced"} 0' in text  # no broker registered yet
     assert 'raftka_controller_term{node="1"}' in text and 'raftka_controller_commit_index{node="1"}' in text
-    from raftka.controller_client import controller_request
+    from raftka.cluster.controller_client import controller_request
     code, _ = controller_request(cluster.bootstrap_controllers, 62, {"broker_id": 7, "incarnation_id": "x",
                                                                      "listeners": {"PLAINTEXT": "127.0.0.1:9"}})
     assert code == errors.NONE  # a newly registered broker starts fenced
@@ -262,7 +262,8 @@ def test_an_idle_rpc_connection_is_closed_after_connections_max_idle_ms_and_sigt
 
 
 def test_the_local_quorum_launcher_starts_a_quorum_and_stops_it_on_sigterm(tmp_path):
-    launcher = Process("launcher", python_argv("-m", "raftka.cluster", "--voters", "3", "--dir", str(tmp_path)),
+    launcher = Process("launcher", python_argv("-m", "raftka", "quorum", "run", "--voters", "3", "--dir",
+                                             str(tmp_path)),
                        env=project_env())
     try:
         launcher.wait_for_line(lambda l: l.startswith("bootstrap controllers"), timeout_s=60)

@@ -43,19 +43,14 @@ GROUP_CONSUMER = dict(auto_offset_reset="earliest", session_timeout_ms=3000, hea
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(module_cluster_factory):
     """1 controller + 3 brokers (real processes), stopped by PID at the end of the module."""
-    started = Cluster.start(tmp_path_factory.mktemp("groups"), controllers=1, brokers=3, configs=FAST)
-    try:
-        yield started
-    finally:
-        started.close()
+    return module_cluster_factory("groups", controllers=1, brokers=3, configs=FAST)
 
 
 @pytest.fixture(scope="module")
-def admin(cluster):
-    with AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=15_000) as client:
-        yield client
+def admin(cluster, module_admin_factory):
+    return module_admin_factory(cluster, request_timeout_ms=15_000)
 
 
 def new_topic(admin: AdminClient, partitions: int, prefix: str = "t") -> str:

@@ -10,7 +10,7 @@ import uuid
 from raftka.common import errors
 from raftka.raft_meta.metadata.fetcher import MetadataFetcher
 from raftka.cluster import wait_until
-from raftka.controller_client import controller_request
+from raftka.cluster.controller_client import controller_request
 
 
 def create(cluster, name):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka import perf_client
+from raftka.bench import client as perf_client
 from raftka.bench import report
 from raftka.cli import main
 
@@ -38,12 +38,10 @@ def ordered(lat: dict) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(module_cluster_factory):
     """One controller + 3 brokers (RF 3, min ISR 2) for the tool smoke tests; stopped by PID."""
-    from raftka.cluster import Cluster
-    with Cluster.start(tmp_path_factory.mktemp("perf-tools"), controllers=1, brokers=3,
-                       configs={"default.replication.factor": 3, "min.insync.replicas": 2}) as c:
-        yield c
+    return module_cluster_factory("perf-tools", controllers=1, brokers=3,
+                                  configs={"default.replication.factor": 3, "min.insync.replicas": 2})
 
 
 # -- pure pieces ---------------------------------------------------------------------------

@@ -40,31 +40,27 @@ def spark():
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
+def loaded(module_cluster_factory):
     """A cluster with RECORDS 100-byte records in topic 'perf'."""
-    from raftka.cluster import Cluster
-    cluster = Cluster.start(tmp_path_factory.mktemp("spark-perf"), controllers=1, brokers=3,
-                            configs={"default.replication.factor": 3, "min.insync.replicas": 2})
-    try:
-        with AdminClient(bootstrap_servers=cluster.bootstrap_servers) as admin:
-            admin.create_topics([NewTopic("perf", PARTITIONS, 3)])
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                [d] = admin.describe_topics(["perf"])
-                if len(d["partitions"]) == PARTITIONS and all(p["leader"] >= 0 for p in d["partitions"]):
-                    break
-                time.sleep(0.1)
-        began = time.monotonic()
-        value = b"x" * 100
-        with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=20, batch_size=262_144,
-                      compression_type="lz4") as producer:
-            for i in range(RECORDS):
-                producer.send("perf", value, partition=i % PARTITIONS)
-            assert not producer.flush(timeout=600)
-        print(f"\nproduced {RECORDS:,} records in {time.monotonic() - began:.1f} s")
-        yield cluster
-    finally:
-        cluster.close()
+    cluster = module_cluster_factory("spark-perf", controllers=1, brokers=3,
+                                     configs={"default.replication.factor": 3, "min.insync.replicas": 2})
+    with AdminClient(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.create_topics([NewTopic("perf", PARTITIONS, 3)])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            [d] = admin.describe_topics(["perf"])
+            if len(d["partitions"]) == PARTITIONS and all(p["leader"] >= 0 for p in d["partitions"]):
+                break
+            time.sleep(0.1)
+    began = time.monotonic()
+    value = b"x" * 100
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=20, batch_size=262_144,
+                  compression_type="lz4") as producer:
+        for i in range(RECORDS):
+            producer.send("perf", value, partition=i % PARTITIONS)
+        assert not producer.flush(timeout=600)
+    print(f"\nproduced {RECORDS:,} records in {time.monotonic() - began:.1f} s")
+    return cluster
 
 
 def _median_rate(label: str, run) -> float:

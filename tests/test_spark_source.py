@@ -54,22 +54,13 @@ def spark():
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from raftka.cluster import Cluster
-    c = Cluster.start(tmp_path_factory.mktemp("spark-cluster"), controllers=1, brokers=3, configs=RF3)
-    try:
-        yield c
-    finally:
-        c.close()
+def cluster(module_cluster_factory):
+    return module_cluster_factory("spark-cluster", controllers=1, brokers=3, configs=RF3)
 
 
 @pytest.fixture(scope="module")
-def admin(cluster):
-    a = AdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=15_000)
-    try:
-        yield a
-    finally:
-        a.close()
+def admin(cluster, module_admin_factory):
+    return module_admin_factory(cluster, request_timeout_ms=15_000)
 
 
 @pytest.fixture(scope="module")
@@ -431,12 +422,13 @@ def test_streaming_write_copies_a_topic_and_a_failed_write_is_an_error(spark, cl
 # -- the demo pipeline --
 
 def test_worldcup_stats_counts_goals_and_cards_per_match_and_team_in_windows(spark, cluster, admin, tmp_path):
-    """spark/examples/worldcup_stats.py over events with known timestamps (two 10 s windows per
+    """examples/spark/worldcup_stats.py over events with known timestamps (two 10 s windows per
     match and team, plus a late event that moves the watermark past them): the Parquet output and
     the latest record per window in the stats topic both equal the counts made here."""
     import json
     import random
-    from raftka.spark.examples import worldcup_stats as demo
+    from raftka.cli.commands.spark import _example  # by path, as `raftka spark demo` loads it
+    demo = _example("spark/worldcup_stats")
     events_topic, stats_topic = new_topic(admin, partitions=2), new_topic(admin, partitions=1)
     rng = random.Random(2026)
     base_ms = (int(time.time()) // 10 - 30) * 10_000

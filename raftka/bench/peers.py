@@ -186,7 +186,7 @@ async def nats_publish(urls: list[str], stream: str, replicas: int, records: int
                        window: int = PUBLISH_WINDOW) -> dict[str, Any]:
     """Create ``stream`` (file storage, ``replicas``) and publish ``records`` with acks."""
     import nats
-    from raftka.perf_client import payload
+    from raftka.bench.client import payload
     nc = await nats.connect(servers=urls)
     try:
         js = nc.jetstream(publish_async_max_pending=window)
@@ -234,7 +234,7 @@ async def nats_consume(urls: list[str], stream: str, records: int, batch: int = 
 async def nats_sequential(urls: list[str], stream: str, replicas: int, samples: int, size: int) -> dict[str, Any]:
     """One acknowledged publish at a time: latency percentiles (ms)."""
     import nats
-    from raftka.perf_client import payload, percentiles
+    from raftka.bench.client import payload, percentiles
     nc = await nats.connect(servers=urls)
     try:
         js = nc.jetstream()
@@ -269,7 +269,7 @@ async def nats_failover(cluster: NatsCluster, kills: int, rate: float, size: int
     process (it kills servers)."""
     import nats
     import statistics
-    from raftka.perf_client import SEQ, acks_flowing, payload
+    from raftka.bench.client import SEQ, acks_flowing, payload
     rounds: list[dict[str, Any]] = []
     padding = payload(size - SEQ.size)
     for round_ in range(kills):
@@ -349,7 +349,7 @@ async def nats_failover(cluster: NatsCluster, kills: int, rate: float, size: int
 def redis_xadd(port: int, key: str, records: int, size: int, batch: int = BATCH) -> dict[str, Any]:
     """XADD ``records`` values, pipelined ``batch`` at a time (each pipeline waits for its replies)."""
     import redis
-    from raftka.perf_client import payload
+    from raftka.bench.client import payload
     r = redis.Redis(host="127.0.0.1", port=port)
     value = payload(size)
     r.xadd(key, {"v": value})
@@ -388,7 +388,7 @@ def redis_xread(port: int, key: str, records: int, batch: int = BATCH) -> dict[s
 
 def redis_sequential(port: int, key: str, samples: int, size: int) -> dict[str, Any]:
     import redis
-    from raftka.perf_client import payload, percentiles
+    from raftka.bench.client import payload, percentiles
     r = redis.Redis(host="127.0.0.1", port=port)
     value = payload(size)
     for _ in range(50):

@@ -155,7 +155,7 @@ async def raw_load(address: str, topic: str, seconds: float, window: int = 8, re
     from raftka.common import errors
     from raftka.common.records import BatchBuilder
     from raftka.common.transport import Connection
-    from raftka.perf_client import payload
+    from raftka.bench.client import payload
     builder = BatchBuilder(batch_size=1 << 22)
     value = payload(record_size)
     for _ in range(records_per_batch):
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{out['records_per_s']:,.0f} records/s, {out['failed_requests']} failed requests")
         return 0
     from raftka.cluster import Cluster
-    from raftka.perf_client import ensure_topic, _leader_of
+    from raftka.bench.client import ensure_topic, _leader_of
 
     def on_term(signum: int, _frame: Any) -> None:
         raise SystemExit(128 + signum)

@@ -182,7 +182,7 @@ def render(raw: dict[str, Any]) -> str:
               "- All three systems run side by side; run i of every figure of every system is taken "
               "before run i+1, so each system's runs see the same stretches of the shared box's load. "
               "Failovers come last, each with the other systems stopped.",
-              "- Raftka: `raftka perf produce|consume|e2e|failover` (raftka/perf_client.py) through the "
+              "- Raftka: `raftka perf produce|consume|e2e|failover` (raftka/bench/client.py) through the "
               "public client, each run in a fresh process against one cluster of 3 controllers + 3 "
               "brokers on 127.0.0.1; one partition per topic, a fresh topic per run; producer defaults "
               f"(batch_size 16384, linger_ms 5, idempotent with acks=all){' plus ' + ' '.join(env['producer_props']) if env.get('producer_props') else ''}; "

@@ -2,7 +2,7 @@
 
 Every action is one short-lived command: `up` starts detached processes (own session, output in
 `DIR/<node>/server.log`) and records them in `DIR/cluster.json`; the others attach to them by
-PID. The work is done by the cluster API (raftka/cluster.py: ``Cluster.up``, ``Cluster.open``),
+PID. The work is done by the cluster API (raftka.cluster: ``Cluster.up``, ``Cluster.open``),
 the same code tests and the chaos harness use.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import argparse
 import json
 import time
 
-from raftka.commands._common import (CommandError, add_dir_arg, cluster_dir, one_line_errors,
-                                     parse_key_values, print_table, say)
+from raftka.cli.commands._common import (CommandError, add_dir_arg, cluster_dir, one_line_errors,
+                                         parse_key_values, print_table, say)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from raftka.commands._common import CommandError, one_line_errors
+from raftka.cli.commands._common import CommandError, one_line_errors
 
 PRINT_BYTES_MAX = 1024  # a printed key or value is cut after this many bytes (--max-bytes)
 

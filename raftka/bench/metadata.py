@@ -57,7 +57,7 @@ def register(perf: argparse._SubParsersAction) -> None:
 
 
 def _ok(cluster: Any, api_key: int, body: Any, timeout_s: float = 60.0) -> Any:
-    from raftka.controller_client import controller_request
+    from raftka.cluster.controller_client import controller_request
     deadline = time.monotonic() + timeout_s
     while True:
         code, out = controller_request(cluster.bootstrap_controllers, api_key, body,
@@ -85,7 +85,7 @@ class _Heartbeats:
         self.thread.start()
 
     def _beat(self) -> None:
-        from raftka.controller_client import controller_request
+        from raftka.cluster.controller_client import controller_request
         while not self.stop.wait(0.5):
             for broker_id, epoch in self.epochs.items():
                 try:

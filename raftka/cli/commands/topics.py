@@ -10,8 +10,8 @@ import argparse
 import time
 from typing import Any
 
-from raftka.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
-                                     parse_key_values)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
+                                         parse_key_values)
 
 LEADERS_WAIT_S = 15.0  # after create: brokers learn the topic from the metadata log a moment later
 

@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any
 
-from raftka.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
-                                     say)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
+                                         say)
 
 ACKS = {"all": "all", "-1": "all", "1": 1, "0": 0}
 LINE_BYTES_MAX = 1_048_576  # a longer line is refused (a record larger than max.request.size anyway)

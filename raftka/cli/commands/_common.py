@@ -1,7 +1,7 @@
 """Shared by the console tools (`raftka cluster`, `topics`, `produce`, `consume`, `dump-log`):
 finding the cluster, turning operating errors into one line, small parsers.
 
-Not a command itself (the leading underscore keeps raftka/cli.py from registering it).
+Not a command itself (the leading underscore keeps raftka/cli/__init__.py from registering it).
 """
 from __future__ import annotations
 

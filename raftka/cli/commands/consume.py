@@ -17,8 +17,8 @@ import sys
 import warnings
 from typing import Any
 
-from raftka.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
-                                     say)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
+                                         say)
 
 POLL_MS = 500
 
@@ -71,7 +71,7 @@ def _text(data: bytes | None) -> str:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from raftka.client import Consumer, TopicPartition
-    from raftka.commands.produce import check_topic
+    from raftka.cli.commands.produce import check_topic
     if args.offset is not None and args.partition is None:
         raise CommandError("--offset needs --partition")
     if args.max_messages is not None and args.max_messages < 1:

@@ -1,6 +1,6 @@
 """`raftka perf ...`: benchmarks, like kafka-producer-perf-test and friends.
 
-Each benchmark is a sub-subcommand; its module registers it in `register_<name>` below.
+Each benchmark is a sub-subcommand; its module in raftka/bench/ registers it (``register``).
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     perf = parser.add_subparsers(dest="perf_command", metavar="BENCHMARK")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     register_storage(perf)
-    from raftka import perf_metadata
-    perf_metadata.register(perf)
-    from raftka import perf_client  # produce, consume, e2e, failover
-    perf_client.register(perf)
+    from raftka.bench import metadata
+    metadata.register(perf)
+    from raftka.bench import client  # produce, consume, e2e, failover
+    client.register(perf)
 
 
 def register_storage(perf: argparse._SubParsersAction) -> None:
-    from raftka import perf_storage
-    perf_storage.register(perf)
+    from raftka.bench import storage
+    storage.register(perf)

@@ -1,6 +1,6 @@
 """World Cup stats: a Spark streaming aggregation over the quickstart's ``worldcup-events``.
 
-    python spark/examples/worldcup_stats.py --bootstrap-servers 127.0.0.1:9092 \\
+    python examples/spark/worldcup_stats.py --bootstrap-servers 127.0.0.1:9092 \\
         --output /tmp/worldcup --run-seconds 60
 
 Input: the topic ``worldcup-events`` as scripts/quickstart.sh fills it (examples/worldcup_demo.py):

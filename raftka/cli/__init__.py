@@ -1,6 +1,6 @@
 """`raftka` console entry point: one command, subcommands for every role and tool.
 
-Each subcommand is a module in `raftka/commands/` with `register(subparsers)`, which adds its
+Each subcommand is a module in `raftka/cli/commands/` with `register(subparsers)`, which adds its
 parser and sets `func` to a callable taking the parsed arguments and returning an exit code.
 Modules import heavy dependencies inside `func`, so `raftka --help` stays fast.
 
@@ -14,7 +14,7 @@ import importlib
 import sys
 from typing import Sequence
 
-# Order shown in --help. A module in raftka/commands/ that is not named here is shown after
+# Order shown in --help. A module in raftka/cli/commands/ that is not named here is shown after
 # these, so adding a command is adding its module.
 COMMAND_ORDER = (
     "server",
@@ -32,9 +32,9 @@ COMMAND_ORDER = (
 
 
 def command_modules() -> list[str]:
-    """Names of the modules in raftka/commands/, in --help order."""
+    """Names of the modules in raftka/cli/commands/, in --help order."""
     import pkgutil
-    from raftka import commands
+    from raftka.cli import commands
     present = {info.name for info in pkgutil.iter_modules(commands.__path__)
                if not info.name.startswith("_")}
     return [name for name in COMMAND_ORDER if name in present] + sorted(present - set(COMMAND_ORDER))
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"raftka {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in command_modules():
-        importlib.import_module(f"raftka.commands.{name}").register(subparsers)
+        importlib.import_module(f"raftka.cli.commands.{name}").register(subparsers)
     return parser
 
 

@@ -4,7 +4,7 @@
     raftka spark demo --bootstrap-server 127.0.0.1:9092 --seconds 30
     raftka spark sink --topic events --output DIR [--rows-out rows.json]   # until Ctrl-C / SIGTERM
 
-``demo``: the World Cup stats pipeline (spark/examples/worldcup_stats.py).
+``demo``: the World Cup stats pipeline (examples/spark/worldcup_stats.py, loaded by path).
 
 Starts a local SparkSession (Java 17+ needed), creates ``worldcup-events`` and
 ``worldcup-stats`` if missing, and runs the streaming aggregation (goals and cards per match and
@@ -12,7 +12,7 @@ team, in windows) to Parquet and to ``worldcup-stats``, while a live feed produc
 events for ``--seconds``. Then it stops the queries and prints what the Parquet output holds.
 Run it again with the same ``--output``: the queries go on from their checkpoints.
 
-``sink``: a topic streamed into Parquet exactly once (spark/examples/parquet_sink.py), one JSON
+``sink``: a topic streamed into Parquet exactly once (spark/sink.py), one JSON
 line per completed micro-batch on stdout; on Ctrl-C or SIGTERM it stops the query, and with
 ``--rows-out`` reads its own output back into a JSON file. The chaos harness runs it during
 faults (``raftka chaos run --spark``).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import random
@@ -33,8 +34,8 @@ import threading
 import time
 from typing import Any, Iterator
 
-from raftka.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, cluster_dir,
-                                     describe_error, one_line_errors, say)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, cluster_dir,
+                                         describe_error, one_line_errors, say)
 
 EVENTS_PARTITIONS = 6
 STATS_PARTITIONS = 3
@@ -140,16 +141,18 @@ def _stop_spark(spark: Any) -> None:
     spark.stop()
 
 
+@functools.cache  # one module object per example: its constants and functions stay the same
 def _example(name: str) -> Any:
-    """Load ``examples/<name>.py`` of the source checkout by path: the examples are not part of
-    the installed package, and nothing in the product imports them."""
+    """Load ``examples/<name>.py`` (``name`` may hold a folder: "spark/worldcup_stats") of the
+    source checkout by path: the examples are not part of the installed package, and nothing in
+    the product imports them."""
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    path = Path(__file__).resolve().parents[3] / "examples" / f"{name}.py"  # raftka/cli/commands/
     if not path.is_file():
         raise CommandError(f"{path} not found: the demo runs the examples of a source checkout "
                            "(git clone, then pip install -e .)")
-    spec = importlib.util.spec_from_file_location(f"raftka_example_{name}", path)
+    spec = importlib.util.spec_from_file_location(f"raftka_example_{name.replace('/', '_')}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -157,12 +160,12 @@ def _example(name: str) -> Any:
 
 def _ensure_topics(bootstrap: str) -> None:
     from raftka.client import AdminClient, NewTopic
-    from raftka.spark.examples.worldcup_stats import EVENTS_TOPIC, STATS_TOPIC
+    demo = _example("spark/worldcup_stats")
     with AdminClient(bootstrap_servers=bootstrap) as admin:
         existing = set(admin.list_topics())
         brokers = len(admin.describe_cluster()["brokers"]) or 1
         wanted = [NewTopic(name, parts, min(3, brokers), {"min.insync.replicas": min(2, brokers)})
-                  for name, parts in ((EVENTS_TOPIC, EVENTS_PARTITIONS), (STATS_TOPIC, STATS_PARTITIONS))
+                  for name, parts in ((demo.EVENTS_TOPIC, EVENTS_PARTITIONS), (demo.STATS_TOPIC, STATS_PARTITIONS))
                   if name not in existing]
         if not wanted:
             return
@@ -192,7 +195,7 @@ class LiveFeed(threading.Thread):
         import json
         from raftka.client import Producer
         generate = _example("worldcup_demo").generate
-        from raftka.spark.examples.worldcup_stats import EVENTS_TOPIC
+        events_topic = _example("spark/worldcup_stats").EVENTS_TOPIC
         run_id = f"{random.randrange(16**4):04x}"
         total = max(2 * FEED_MATCHES, int(self.seconds * self.per_second))
         events = generate(total, FEED_MATCHES, random.randrange(2**31))
@@ -203,7 +206,7 @@ class LiveFeed(threading.Thread):
                     if self.stop_event.is_set():
                         break
                     event["match_id"] = f"LIVE-{run_id}-{event['match_id'][3:]}"
-                    producer.send(EVENTS_TOPIC, json.dumps(event, separators=(",", ":")).encode(),
+                    producer.send(events_topic, json.dumps(event, separators=(",", ":")).encode(),
                                   key=event["match_id"].encode())
                     self.sent = i + 1
                     ahead = began + (i + 1) / self.per_second - time.monotonic()
@@ -251,8 +254,8 @@ def run_demo(args: argparse.Namespace) -> int:
     output = os.path.abspath(args.output or os.path.join(cluster_dir(args), "spark-worldcup"))
     _ensure_topics(bootstrap)
     from raftka.client import Consumer, TopicPartition
-    from raftka.spark.examples import worldcup_stats as demo
-    from raftka.spark.examples.parquet_sink import stop_between_batches
+    from raftka.spark.sink import stop_between_batches
+    demo = _example("spark/worldcup_stats")
     log_path = _spark_log_path(args, output)
     say(f"==> starting Spark ({args.master}); output and checkpoints in {output}"
         + (f"; Spark's log: {log_path}" if log_path else ""))
@@ -313,14 +316,19 @@ def run_sink(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_servers(args)
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
-    from raftka.spark.examples import parquet_sink
+    from raftka.spark import sink as parquet_sink
 
     def emit(event: dict[str, Any]) -> None:
         print(json.dumps(event, separators=(",", ":")), flush=True)
 
     stop = threading.Event()
+    signalled: list[float] = []  # when the stop signal came: the stop's phases are timed from it
+
+    def on_signal(*_: Any) -> None:
+        signalled.append(time.monotonic())
+        stop.set()
     for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, lambda *_: stop.set())
+        signal.signal(number, on_signal)
     timer = threading.Timer(args.max_seconds, stop.set)
     timer.daemon = True
     timer.start()
@@ -329,11 +337,14 @@ def run_sink(args: argparse.Namespace) -> int:
         _wait_for_topic(bootstrap, args.topic, args.wait_topic_s, stop)
         summary = parquet_sink.run(spark, bootstrap, args.topic, output, stop, emit, trigger_ms=args.trigger_ms,
                                    restarts_max=args.restarts_max)
-        event: dict[str, Any] = {"event": "stopped", **summary}
+        since = signalled[0] if signalled else time.monotonic()
+        event: dict[str, Any] = {"event": "stopped", **summary,
+                                 "query_stop_s": round(time.monotonic() - since, 2)}
         if args.rows_out:
             records = parquet_sink.read_back(spark, output)
             parquet_sink.write_rows(args.rows_out, args.topic, records, summary)
-            event.update(rows=sum(len(r) for r in records.values()), rows_out=os.path.abspath(args.rows_out))
+            event.update(rows=sum(len(r) for r in records.values()), rows_out=os.path.abspath(args.rows_out),
+                         read_back_s=round(time.monotonic() - since, 2))
         emit(event)
     except RuntimeError as error:  # the query kept failing; the reason is its first line
         raise CommandError(str(error)) from None

@@ -1,13 +1,12 @@
-"""The cluster API: start, stop, kill, pause and restart Raftka processes on this machine.
+"""The local cluster: controller quorums and brokers as real processes on this machine.
 
 Used by tests, scripts, the `raftka cluster` command, the chaos harness and Spark tests, so that
-starting and killing real processes is written once. Every process is a real subprocess on
-127.0.0.1, with ports chosen at run time (below 32768, outside Linux's ephemeral range, so a
-port we picked is not taken by an outgoing connection meanwhile) or consecutive from a base
-port. Each node runs in its own session and logs to ``<dir>/<node>/server.log``; the cluster
-keeps its layout and PIDs in ``<dir>/cluster.json`` so a later process can attach to it
-(``Cluster.open``). Every wait has a timeout; ``close()`` stops every process this object
-started, by PID.
+starting and killing real processes is written once. Every node is a `raftka server` process on
+127.0.0.1 (a :class:`~raftka.cluster.process.Process` with the "log" sink), with ports chosen
+at run time or consecutive from a base port (:class:`~raftka.cluster.ports.PortPlan`). Each node
+runs in its own session and logs to ``<dir>/<node>/server.log``; the cluster keeps its layout
+and PIDs in ``<dir>/cluster.json`` so a later process can attach to it (``Cluster.open``).
+Every wait has a timeout; ``close()`` stops every process this object started, by PID.
 
     with ControllerCluster.start(tmp_path, voters=3) as cluster:
         leader = cluster.wait_for_leader(timeout_s=15)
@@ -22,567 +21,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
-import random
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable
 
-PORT_MIN = 20000
-PORT_MAX = 32000  # exclusive; below the ephemeral range (32768+)
-PORT_ATTEMPTS_MAX = 500
-OUTPUT_LINES_MAX = 10_000  # per process, oldest dropped
-STOP_TIMEOUT_S = 10.0
-READY_TIMEOUT_S = 60.0  # a cold Python start on a loaded 2-core box can take seconds
+from raftka.cluster.errors import ClusterError, NoClusterError, PortInUseError
+from raftka.cluster.ports import PortPlan, port_is_free
+from raftka.cluster.process import (LOG, READY_TIMEOUT_S, STOP_TIMEOUT_S, Process, project_env, python_argv,
+                                    stop_together, wait_until)
+from raftka.cluster.state import (LOCK_FILE, META_PROPERTIES, STATE_FILE, STATE_VERSION, new_cluster_id,
+                                  read_properties, state_lock, write_atomic, write_properties)
+
 PROGRESS_EVERY_S = 5.0  # long waits say they are still waiting this often
-
 DEFAULT_DIR = ".raftka"  # where `raftka cluster` and the console tools look by default
 DEFAULT_BASE_PORT = 9092  # `raftka cluster up`: the first broker listens here, as Kafka's does
-STATE_FILE = "cluster.json"
-STATE_VERSION = 1
-LOCK_FILE = "cluster.lock"
-META_PROPERTIES = "meta.properties"  # per log dir, as kafka-storage format writes it
-
-_ports_lock = threading.Lock()
-_ports_given: set[int] = set()
-
-
-def free_ports(count: int, *, rng: random.Random | None = None) -> list[int]:
-    """``count`` distinct TCP ports in [PORT_MIN, PORT_MAX) that are free right now on 127.0.0.1.
-
-    Ports handed out earlier in this process are not handed out again, so two clusters in one
-    test run do not collide even before their processes bind.
-    """
-    rng = rng or random.Random()
-    ports: list[int] = []
-    with _ports_lock:
-        for _ in range(PORT_ATTEMPTS_MAX):
-            if len(ports) == count:
-                break
-            port = rng.randrange(PORT_MIN, PORT_MAX)
-            if port in _ports_given or port in ports:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            ports.append(port)
-        if len(ports) < count:
-            raise RuntimeError(f"found only {len(ports)} of {count} free ports after {PORT_ATTEMPTS_MAX} tries")
-        _ports_given.update(ports)
-    return ports
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float, *, interval_s: float = 0.05,
-               what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; TimeoutError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as error:  # e.g. connection refused while a process starts
-            last_error = error
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what} not reached within {timeout_s} s"
-                               + (f" (last error: {last_error})" if last_error else ""))
-        time.sleep(interval_s)
-
-
-class Process:
-    """One subprocess with its stdout+stderr lines collected by a reader thread.
-
-    ``wait_for_line(pred, timeout_s)`` waits for a matching output line; ``kill()`` sends SIGKILL,
-    ``pause()``/``resume()`` SIGSTOP/SIGCONT, ``stop()`` SIGTERM then SIGKILL after a timeout.
-    """
-
-    def __init__(self, name: str, argv: Sequence[str], *, cwd: str | None = None,
-                 env: dict[str, str] | None = None, stdin: bool = False,
-                 log_path: str | os.PathLike[str] | None = None) -> None:
-        self.name = name
-        self.argv = list(argv)
-        self.log_path = Path(log_path) if log_path is not None else None
-        self._lines: list[str] = []
-        self._lines_lock = threading.Condition()
-        self._stdout_queue: queue.Queue[str] = queue.Queue(maxsize=OUTPUT_LINES_MAX)
-        self.popen = subprocess.Popen(
-            self.argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, bufsize=1,
-            start_new_session=True)  # its own process group: a test's Ctrl-C does not hit it twice
-        self.pid = self.popen.pid
-        self._reader = threading.Thread(target=self._read, name=f"out-{name}", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.popen.stdout is not None
-        log_file = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
-        try:
-            for line in self.popen.stdout:
-                line = line.rstrip("\n")
-                if log_file:
-                    log_file.write(line + "\n")
-                    log_file.flush()
-                with self._lines_lock:
-                    self._lines.append(line)
-                    if len(self._lines) > OUTPUT_LINES_MAX:
-                        del self._lines[: len(self._lines) - OUTPUT_LINES_MAX]
-                    self._lines_lock.notify_all()
-                try:
-                    self._stdout_queue.put_nowait(line)
-                except queue.Full:
-                    pass
-        finally:
-            if log_file:
-                log_file.close()
-            with self._lines_lock:
-                self._lines_lock.notify_all()
-
-    @property
-    def lines(self) -> list[str]:
-        with self._lines_lock:
-            return list(self._lines)
-
-    def output(self, last: int = 40) -> str:
-        return "\n".join(self.lines[-last:])
-
-    def wait_for_line(self, predicate: Callable[[str], bool], timeout_s: float, *, start: int = 0) -> str:
-        """The first output line (from line number ``start``) matching ``predicate``."""
-        deadline = time.monotonic() + timeout_s
-        seen = start
-        with self._lines_lock:
-            while True:
-                while seen < len(self._lines):
-                    line = self._lines[seen]
-                    seen += 1
-                    if predicate(line):
-                        return line
-                if self.popen.poll() is not None and not self._reader.is_alive():
-                    raise RuntimeError(f"{self.name} exited with {self.popen.returncode} before the "
-                                       f"expected line; last output:\n{self.output()}")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"{self.name}: expected line not seen within {timeout_s} s; "
-                                       f"last output:\n{self.output()}")
-                self._lines_lock.wait(min(remaining, 0.2))
-
-    def send_line(self, text: str) -> None:
-        assert self.popen.stdin is not None, "started without stdin=True"
-        self.popen.stdin.write(text + "\n")
-        self.popen.stdin.flush()
-
-    def request_json(self, text: str, timeout_s: float = 10.0) -> dict[str, Any]:
-        """Send one line and return the next JSON object line the process prints."""
-        start = len(self.lines)
-        self.send_line(text)
-        line = self.wait_for_line(lambda l: l.startswith("{"), timeout_s, start=start)
-        return json.loads(line)
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def kill(self) -> None:
-        """kill -9 and reap."""
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
-        self.popen.wait(STOP_TIMEOUT_S)
-
-    def pause(self) -> None:
-        os.kill(self.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
-
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        """SIGTERM (after SIGCONT, in case it is paused), SIGKILL if it has not exited in time."""
-        if self.alive():
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-                os.kill(self.pid, signal.SIGTERM)
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.popen.wait(timeout_s)
-            except ProcessLookupError:
-                pass
-        if self.popen.stdin:
-            try:
-                self.popen.stdin.close()
-            except OSError:
-                pass
-        return self.popen.returncode
-
-
-def python_argv(*args: str) -> list[str]:
-    """Run with this interpreter (the project's venv), unbuffered."""
-    return [sys.executable, "-u", *args]
-
-
-def project_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child process: this one's, unbuffered. Children run this
-    interpreter (``python_argv``), so they import the same installed raftka."""
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    if extra:
-        env.update(extra)
-    return env
-
-
-# -- server processes that log to a file and outlive their starter -----------------------------
-
-class ClusterError(RuntimeError):
-    """An operating error of the cluster API (no cluster in the directory, a port in use, a node
-    that exited before it was ready). The first line of the message is meant for the user."""
-
-
-class NoClusterError(ClusterError):
-    """The directory holds no cluster state file (nothing was ever started there)."""
-
-
-class PortInUseError(ClusterError):
-    """A port a node must listen on is taken by another process."""
-
-    def __init__(self, port: int, what: str) -> None:
-        self.port = port
-        super().__init__(f"port {port} is in use ({what} needs it); stop whatever listens there or "
-                         f"pick other ports (--base-port)")
-
-
-class NodeExitedError(ClusterError):
-    """A node's process exited before printing its ready line; the message ends with its last
-    output lines."""
-
-
-LOG_TAIL_BYTES_MAX = 4 * 1024 * 1024  # ``lines``/``output`` read at most this much of a log file
-POLL_INTERVAL_S = 0.05
-
-
-def pid_state(pid: int) -> str | None:
-    """The kernel's one-letter state of ``pid`` (R, S, T, Z, ...), or None when there is no such
-    process. Falls back to ``os.kill(pid, 0)`` (state "?") where /proc is missing."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return "?"
-        return "?"
-    return stat.rsplit(")", 1)[1].split()[0]  # the command name in ( ) may hold spaces
-
-
-def pid_is_ours(pid: int, marker: str) -> bool:
-    """True when ``pid`` is a live (not zombie) process whose command line contains ``marker``
-    (a node's config path): a PID recorded by an earlier run may since have been reused."""
-    state = pid_state(pid)
-    if state is None or state in ("Z", "X"):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask ps
-        run = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
-        cmdline = run.stdout
-    return marker in cmdline
-
-
-class NodeProcess:
-    """One server process whose stdout and stderr go straight to a log file (no pipe), in its own
-    session, so it outlives the process that started it (``raftka cluster up`` exits, the
-    cluster keeps running) and a later process can attach to it by PID.
-
-    ``spawn(...)`` starts one; ``attach(...)`` adopts one started earlier (``alive()`` then also
-    checks that the PID still runs our command line, ``marker``). Same surface as
-    :class:`Process`: ``alive``, ``kill`` (SIGKILL), ``pause``/``resume`` (SIGSTOP/SIGCONT),
-    ``stop`` (SIGTERM, then SIGKILL), ``wait_for_line``, ``lines``, ``output``. Lines are those
-    written to the log since this incarnation started (``log_offset``).
-    """
-
-    def __init__(self, name: str, pid: int, argv: Sequence[str], log_path: str | os.PathLike[str],
-                 log_offset: int, marker: str, popen: subprocess.Popen[bytes] | None = None) -> None:
-        self.name = name
-        self.pid = pid
-        self.argv = list(argv)
-        self.log_path = Path(log_path)
-        self.log_offset = log_offset
-        self.marker = marker
-        self.popen = popen
-
-    @classmethod
-    def spawn(cls, name: str, argv: Sequence[str], *, log_path: str | os.PathLike[str],
-              marker: str, env: dict[str, str] | None = None, cwd: str | None = None) -> "NodeProcess":
-        """Start ``argv`` detached (own session, stdin /dev/null), appending its output to
-        ``log_path`` after a header line."""
-        log_path = Path(log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            log.write(f"=== raftka.cluster: starting {name} at {stamp}: {' '.join(argv)}\n".encode())
-            log.flush()
-            offset = log.tell()
-            popen = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-        return cls(name, popen.pid, argv, log_path, offset, marker, popen)
-
-    @classmethod
-    def attach(cls, name: str, pid: int, argv: Sequence[str], log_path: str | os.PathLike[str],
-               log_offset: int, marker: str) -> "NodeProcess":
-        """Adopt a process started by another run (it is not our child: no exit code)."""
-        return cls(name, pid, argv, log_path, log_offset, marker, None)
-
-    # -- state --
-    def alive(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
-        return pid_is_ours(self.pid, self.marker)
-
-    def paused(self) -> bool:
-        """Stopped by SIGSTOP (``pause``) and not resumed."""
-        return self.alive() and pid_state(self.pid) == "T"
-
-    @property
-    def returncode(self) -> int | None:
-        return self.popen.returncode if self.popen is not None else None
-
-    # -- signals: only to a process that is still ours (never to a reused PID) --
-    def _signal(self, sig: int) -> bool:
-        if not self.alive():
-            return False
-        try:
-            os.kill(self.pid, sig)
-        except ProcessLookupError:
-            return False
-        return True
-
-    def kill(self) -> None:
-        """kill -9 and wait until it is gone."""
-        self._signal(signal.SIGKILL)
-        self.wait_exit(STOP_TIMEOUT_S)
-
-    def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def terminate(self) -> None:
-        """SIGCONT (in case it is paused), then SIGTERM; does not wait."""
-        if self._signal(signal.SIGCONT):
-            self._signal(signal.SIGTERM)
-
-    def wait_exit(self, timeout_s: float) -> bool:
-        """Wait until the process has exited (reaped if it is our child); False on timeout."""
-        if self.popen is not None:
-            try:
-                self.popen.wait(timeout_s)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
-        deadline = time.monotonic() + timeout_s
-        while self.alive():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_INTERVAL_S)
-        return True
-
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        """SIGTERM (after SIGCONT), SIGKILL if it has not exited within ``timeout_s``; returns the
-        exit code when it is our child."""
-        self.terminate()
-        if not self.wait_exit(timeout_s):
-            self._signal(signal.SIGKILL)
-            self.wait_exit(timeout_s)
-        return self.returncode
-
-    # -- output --
-    def _read_log(self, start: int, limit: int | None = None) -> tuple[bytes, int]:
-        """Bytes of the log from ``start`` (at most ``limit``) and the position after them."""
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(start)
-                data = log.read() if limit is None else log.read(limit)
-        except FileNotFoundError:
-            return b"", start
-        return data, start + len(data)
-
-    @property
-    def lines(self) -> list[str]:
-        """This incarnation's output lines (the last ``OUTPUT_LINES_MAX``)."""
-        try:
-            size = self.log_path.stat().st_size
-        except FileNotFoundError:
-            return []
-        start = max(self.log_offset, size - LOG_TAIL_BYTES_MAX)
-        data, _ = self._read_log(start)
-        lines = data.decode(errors="replace").splitlines()
-        if start > self.log_offset and lines:
-            lines = lines[1:]  # cut mid-line
-        return lines[-OUTPUT_LINES_MAX:]
-
-    def output(self, last: int = 40) -> str:
-        return "\n".join(self.lines[-last:])
-
-    def wait_for_line(self, predicate: Callable[[str], bool], timeout_s: float, *, start: int = 0) -> str:
-        """The first output line (from line number ``start`` of this incarnation) matching
-        ``predicate``; NodeExitedError if the process exits first, TimeoutError after
-        ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        position, pending, seen = self.log_offset, b"", 0
-        while True:
-            exited = not self.alive()  # checked before reading: a line written before exit is seen
-            data, position = self._read_log(position, LOG_TAIL_BYTES_MAX)
-            pending += data
-            *complete, pending = pending.split(b"\n")
-            for raw in complete:
-                seen += 1
-                line = raw.decode(errors="replace")
-                if seen > start and predicate(line):
-                    return line
-            if exited and not data:
-                code = self.returncode
-                raise NodeExitedError(
-                    f"{self.name} exited{f' with code {code}' if code is not None else ''} before it was "
-                    f"ready (see {self.log_path})\nlast output:\n{self.output()}")
-            if data:
-                continue  # more may be there already
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.name}: expected line not seen within {timeout_s} s (see "
-                                   f"{self.log_path})\nlast output:\n{self.output()}")
-            time.sleep(POLL_INTERVAL_S)
-
-
-def stop_all(processes: Iterable[Any]) -> None:
-    """Stop processes one by one (SIGTERM, then SIGKILL); never raises."""
-    for process in processes:
-        try:
-            process.stop()
-        except Exception:
-            pass
-
-
-def stop_together(processes: Iterable[Any], timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM every live process at once, wait for all within ``timeout_s``, SIGKILL the rest.
-    Works on :class:`NodeProcess` (``terminate``/``wait_exit``); never raises."""
-    live = []
-    for process in processes:
-        try:
-            if process.alive():
-                process.terminate()
-                live.append(process)
-        except Exception:
-            pass
-    deadline = time.monotonic() + timeout_s
-    for process in live:
-        try:
-            if not process.wait_exit(max(0.0, deadline - time.monotonic())):
-                process.kill()
-        except Exception:
-            pass
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True when nothing listens on ``port``. SO_REUSEADDR as our servers set it, so a port
-    whose last connection lingers in TIME_WAIT counts as free (the server will bind it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_block(count: int, *, rng: random.Random | None = None) -> int:
-    """The first of ``count`` consecutive free ports in [PORT_MIN, PORT_MAX), none handed out
-    before by this process (for ``base_port`` in tests)."""
-    rng = rng or random.Random()
-    with _ports_lock:
-        for _ in range(PORT_ATTEMPTS_MAX):
-            base = rng.randrange(PORT_MIN, PORT_MAX - count)
-            block = range(base, base + count)
-            if any(p in _ports_given for p in block) or not all(port_is_free(p) for p in block):
-                continue
-            _ports_given.update(block)
-            return base
-    raise RuntimeError(f"found no block of {count} free ports after {PORT_ATTEMPTS_MAX} tries")
-
-
-class PortPlan:
-    """Where a cluster's ports come from: consecutive ports from ``base_port`` in the order they
-    are taken (a layout users can predict), or, without a base port, free ports chosen now."""
-
-    def __init__(self, base_port: int | None = None) -> None:
-        if base_port is not None and not 1 <= base_port <= 65535:
-            raise ClusterError(f"base port {base_port} is not a TCP port (1-65535)")
-        self.base_port = base_port
-        self._next = base_port
-
-    def take(self, count: int) -> list[int]:
-        if self._next is None:
-            return free_ports(count)
-        ports = list(range(self._next, self._next + count))
-        self._next += count
-        if ports and ports[-1] > 65535:
-            raise ClusterError(f"base port {self.base_port} leaves too few ports below 65536")
-        return ports
-
-
-def new_cluster_id() -> str:
-    """A random cluster id in Kafka's form (a UUID as 22 characters of URL-safe base64)."""
-    import base64
-    import uuid
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line and not line.startswith(("#", "!")) and "=" in line:
-            key, value = line.split("=", 1)
-            values[key.strip()] = value.strip()
-    return values
-
-
-@contextlib.contextmanager
-def state_lock(root: str | os.PathLike[str], timeout_s: float = READY_TIMEOUT_S * 2) -> Iterator[None]:
-    """Hold ``root/cluster.lock`` (flock) so two commands do not start or stop one cluster at
-    the same time. TimeoutError after ``timeout_s``."""
-    import fcntl
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"another raftka command holds {root / LOCK_FILE} "
-                                       f"(waited {timeout_s:.0f} s)") from None
-                time.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-# -- controller quorums ----------------------------------------------------------------------
 
 @dataclass
 class NodeSpec:
@@ -637,16 +91,6 @@ class NodeSpec:
                    http_port=state.get("http_port"))
 
 
-def write_properties(path: Path, values: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["# written by raftka.cluster"] + [f"{k}={v}" for k, v in values.items()]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class ControllerCluster:
@@ -680,8 +124,8 @@ class ControllerCluster:
             node_id = i + 1
             self.nodes[node_id] = NodeSpec(node_id, ("controller",), ports[2 * i], ports[2 * i + 1], None,
                                            self.root / f"controller-{node_id}")
-        self.processes: dict[int, NodeProcess] = {}
-        self.started: list[NodeProcess] = []  # every process ever started by this object, for close()
+        self.processes: dict[int, Process] = {}
+        self.started: list[Process] = []  # every process ever started by this object, for close()
 
     @classmethod
     def start(cls, root: str | os.PathLike[str], voters: int = 3, configs: dict[str, Any] | None = None,
@@ -763,7 +207,7 @@ class ControllerCluster:
                         f"not cluster {self.cluster_id} node {node_id}; use an empty directory")
                 continue
             log_dir.mkdir(parents=True, exist_ok=True)
-            _write_atomic(meta, f"# written by raftka.cluster (format)\nversion=1\n"
+            write_atomic(meta, f"# written by raftka.cluster (format)\nversion=1\n"
                                 f"cluster.id={self.cluster_id}\nnode.id={node_id}\n")
 
     def check_ports(self, node_id: int) -> None:
@@ -772,7 +216,7 @@ class ControllerCluster:
             if not port_is_free(port):
                 raise PortInUseError(port, what)
 
-    def launch(self, node_id: int) -> NodeProcess:
+    def launch(self, node_id: int) -> Process:
         """Format the node's storage, write its config and start its process (does not wait for
         readiness). Records the PID in the state file."""
         spec = self.nodes[node_id]
@@ -783,14 +227,15 @@ class ControllerCluster:
         write_properties(spec.config_path, self.config_values(node_id))
         self.format_storage(node_id)
         config = str(spec.config_path)
-        process = NodeProcess.spawn(spec.name, python_argv("-m", "raftka", "server", "--config", config),
-                                    log_path=spec.log_path, marker=config, env=project_env())
+        # The "log" sink: the node outlives this process (`raftka cluster up` exits).
+        process = Process(spec.name, python_argv("-m", "raftka", "server", "--config", config), sink=LOG,
+                          log_path=spec.log_path, marker=config, env=project_env())
         self.processes[node_id] = process
         self.started.append(process)
         self.save_state()
         return process
 
-    def process(self, node_id: int) -> NodeProcess:
+    def process(self, node_id: int) -> Process:
         return self.processes[node_id]
 
     def wait_ready(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> str:
@@ -798,7 +243,7 @@ class ControllerCluster:
         return self.processes[node_id].wait_for_line(lambda l: " ready " in l and l.startswith("raftka "),
                                                      timeout_s)
 
-    def _running(self, node_id: int) -> NodeProcess:
+    def _running(self, node_id: int) -> Process:
         process = self.processes.get(node_id)
         if node_id not in self.nodes:
             raise ClusterError(f"no node {node_id} in this cluster (nodes: {', '.join(map(str, self.nodes))})")
@@ -822,7 +267,7 @@ class ControllerCluster:
         """SIGTERM (clean shutdown), SIGKILL after STOP_TIMEOUT_S; the exit code if known."""
         return self.processes[node_id].stop()
 
-    def restart(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> NodeProcess:
+    def restart(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> Process:
         """Stop (if running) and start again on the same ports and directory; waits for ready."""
         process = self.processes.get(node_id)
         if process is not None and process.alive():
@@ -841,7 +286,7 @@ class ControllerCluster:
 
     def describe_quorum(self, node_id: int, timeout_s: float = 5.0) -> dict[str, Any]:
         """Quorum status as seen by one controller (its DescribeQuorum RPC)."""
-        from raftka.controller_client import describe_quorum
+        from raftka.cluster.controller_client import describe_quorum
         host, port = self.controller_address(node_id)
         return describe_quorum(f"{host}:{port}", timeout_s=timeout_s)
 
@@ -886,7 +331,7 @@ class ControllerCluster:
 
     def save_state(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.state_path, json.dumps(self.state(), indent=2, sort_keys=True) + "\n")
+        write_atomic(self.state_path, json.dumps(self.state(), indent=2, sort_keys=True) + "\n")
 
     def close(self) -> None:
         """Stop every process this object started (SIGTERM, then SIGKILL), by PID: brokers
@@ -895,7 +340,7 @@ class ControllerCluster:
         stop_together(only_brokers)
         stop_together([p for p in self.started if p not in only_brokers])
 
-    def _roles_of(self, process: NodeProcess) -> tuple[str, ...]:
+    def _roles_of(self, process: Process) -> tuple[str, ...]:
         for node_id, spec in self.nodes.items():
             if process.marker == str(spec.config_path):
                 return spec.roles
@@ -984,7 +429,7 @@ class Cluster(ControllerCluster):
                                                      timeout_s)
 
     def restart(self, node_id: int, timeout_s: float = READY_TIMEOUT_S,
-                progress: Callable[[str], None] | None = None) -> NodeProcess:
+                progress: Callable[[str], None] | None = None) -> Process:
         """Stop (if running) and start again on the same ports and directory; waits for ready
         (a broker killed with -9 can take up to broker.session.timeout.ms: its old incarnation
         must be fenced before it may register again)."""
@@ -1033,7 +478,7 @@ class Cluster(ControllerCluster):
             spec = NodeSpec.from_state(entry, root)
             self.nodes[spec.node_id] = spec
             if entry.get("pid"):
-                self.processes[spec.node_id] = NodeProcess.attach(
+                self.processes[spec.node_id] = Process.attach(
                     spec.name, int(entry["pid"]), entry.get("argv") or [], spec.log_path,
                     int(entry.get("log_offset") or 0), entry.get("marker") or str(spec.config_path))
         self.controller_ids = [int(n) for n in state["controller_ids"]]
@@ -1279,8 +724,8 @@ PLAIN_CLUSTERS = ("raftka.cluster.Cluster", "raftka.cluster.ControllerCluster")
 
 
 def _class_name(cluster: ControllerCluster) -> str:
-    """"raftka.cluster.Cluster" for ours (also when this module runs as __main__), else the
-    subclass's module and name."""
+    """"raftka.cluster.Cluster" for ours (the name state files have always recorded, whatever
+    module defines it), else the subclass's module and name."""
     if type(cluster) in (Cluster, ControllerCluster):
         return f"raftka.cluster.{type(cluster).__name__}"
     return f"{type(cluster).__module__}.{type(cluster).__qualname__}"
@@ -1295,45 +740,3 @@ def local_bootstrap_servers(root: str | os.PathLike[str] = DEFAULT_DIR) -> str:
         raise NoClusterError(f"no cluster running in {cluster.root} (start it with: raftka cluster up "
                              f"--dir {cluster.root}, or pass --bootstrap-server HOST:PORT)")
     return ",".join(cluster.broker_address(b) for b in live)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m raftka.cluster --voters 3 --dir DIR``: start a local controller quorum, print
-    its endpoints, and keep it running until Ctrl-C / SIGTERM (then stop every process)."""
-    import argparse
-    parser = argparse.ArgumentParser(prog="python -m raftka.cluster",
-                                     description="Start a local controller quorum for trying Raftka out.")
-    parser.add_argument("--voters", type=int, default=3, choices=[1, 3, 5])
-    parser.add_argument("--brokers", type=int, default=0,
-                        help="also start this many brokers (default 0: controllers only)")
-    parser.add_argument("--dir", required=True, help="directory for configs, logs and data")
-    parser.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
-    args = parser.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if args.brokers > 0:
-        started: ControllerCluster = Cluster.start(
-            args.dir, controllers=args.voters, brokers=args.brokers, timeout_s=args.ready_timeout_s,
-            configs={"default.replication.factor": min(3, args.brokers),
-                     "min.insync.replicas": min(2, args.brokers)})
-    else:
-        started = ControllerCluster.start(args.dir, voters=args.voters, timeout_s=args.ready_timeout_s)
-    with started as cluster:
-        if isinstance(cluster, Cluster):
-            print(f"brokers ready: bootstrap servers {cluster.bootstrap_servers}", flush=True)
-        leader = cluster.wait_for_leader(timeout_s=args.ready_timeout_s)
-        print(f"controller quorum ready: voters {cluster.voters_string}", flush=True)
-        print(f"bootstrap controllers (RPC): {cluster.bootstrap_controllers}", flush=True)
-        print(f"active controller: {leader}; logs in {args.dir}/controller-N/server.log", flush=True)
-        print(f"try: raftka quorum status --bootstrap-controller {cluster.bootstrap_controllers.split(',')[0]}",
-              flush=True)
-        try:
-            while not stop.wait(0.5):
-                pass
-        except KeyboardInterrupt:
-            pass
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
