@@ -1,6 +1,7 @@
 """Opening a partition directory: Kafka's LogLoader, split from the running ``Log``.
 
-``load(log)`` runs once, from ``Log.open``, on a Log that holds nothing yet. It reads the
+``load`` runs once, from ``Log.open``, before the Log holds anything, and returns what it found
+(``LoadedLog``); the Log starts from that. It reads the
 checkpoints, removes leftovers (``.tmp`` files, indexes whose segment is gone, segments wholly
 below the log start offset), trusts segments below the recovery point (indexes checked, rebuilt
 if bad) and re-validates every batch from there on, cutting the log at the first batch that fails
@@ -11,19 +12,18 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
 
 from raftka.common.errors import CorruptRecordError
 from raftka.common.records import BatchHeader
 from raftka.storage.checkpoint import CheckpointError, CheckpointFile, fsync_dir
 from raftka.storage.epoch_cache import LeaderEpochCache
 from raftka.storage.index import IndexError_
-from raftka.storage.segment import (
-    INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_base_offset,
-)
-
-if TYPE_CHECKING:
-    from raftka.storage.log import Log
+from raftka.storage.producer_state import ProducerStateManager
+from raftka.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_base_offset
 
 # Written by a clean close, removed on open: its presence lets the loader skip the batch scan.
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
@@ -32,43 +32,91 @@ CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 logger = logging.getLogger("raftka.storage.log")
 
 
-def _read_checkpoint(log: "Log", file: CheckpointFile, default: int) -> int:
+@dataclass
+class Checkpoints:
+    """The files a log keeps its offsets in (owned by the Log; the loader reads and updates them)."""
+
+    log_start_offset: CheckpointFile
+    recovery_point: CheckpointFile
+    high_watermark: CheckpointFile
+
+
+@dataclass
+class LoadedLog:
+    """What opening a partition directory found: the Log starts from this."""
+
+    segments: list[LogSegment]
+    log_start_offset: int
+    high_watermark: int
+    hw_checkpointed: int  # the high watermark the checkpoint file holds
+    recovery_point: int  # everything in the segments is validated and flushed up to here
+    leader_epoch_cache: LeaderEpochCache
+
+
+def _read_checkpoint(name: str, file: CheckpointFile, default: int) -> int:
     try:
         return file.read_value(default)
     except CheckpointError as error:
-        logger.warning("%s: %s; using %d", log, error, default)
+        logger.warning("%s: %s; using %d", name, error, default)
         return default
 
 
-def load(log: "Log") -> None:
-    """Recover ``log`` from its directory (see the module docstring)."""
-    clean = (log.dir / CLEAN_SHUTDOWN_FILE).exists()
-    lso_ckpt = _read_checkpoint(log, log._lso_file, 0)
-    rp_ckpt = _read_checkpoint(log, log._rp_file, 0)
-    hw_ckpt = _read_checkpoint(log, log._hw_file, 0)
+def headers_from(segments: list[LogSegment], offset: int) -> Iterator[BatchHeader]:
+    """Headers of every batch from the one holding ``offset`` to the end of ``segments``."""
+    start = max(0, bisect_right([seg.base_offset for seg in segments], offset) - 1)
+    for seg in segments[start:]:
+        if seg.next_offset <= offset:
+            continue
+        found = seg.find(offset)
+        if found is None:
+            continue
+        for _, header in seg.scan_headers(found[0]):
+            yield header
+
+
+def load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: ProducerStateManager,
+         new_segment: Callable[[int, bool], LogSegment], log_end_offset: Callable[[], int]) -> LoadedLog:
+    """Recover the log in ``directory`` (see the module docstring). ``name`` is the log's name
+    in warnings; ``new_segment(base_offset, create)`` opens a segment with the log's config;
+    ``log_end_offset`` is the running log's (for the leader epoch cache it hands back).
+    ``producer_state`` is rebuilt in place. A failure closes every segment it opened."""
+    segments: list[LogSegment] = []
+    try:
+        return _load(directory, name, checkpoints, producer_state, new_segment, log_end_offset, segments)
+    except BaseException:
+        for seg in segments:
+            seg.close()
+        raise
+
+
+def _load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: ProducerStateManager,
+          new_segment: Callable[[int, bool], LogSegment], log_end_offset: Callable[[], int],
+          segments: list[LogSegment]) -> LoadedLog:
+    clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
+    lso_ckpt = _read_checkpoint(name, checkpoints.log_start_offset, 0)
+    rp_ckpt = _read_checkpoint(name, checkpoints.recovery_point, 0)
+    hw_ckpt = _read_checkpoint(name, checkpoints.high_watermark, 0)
 
     bases: set[int] = set()
-    for entry in os.scandir(log.dir):
-        name = entry.name
-        if name.endswith(".tmp"):
+    for entry in os.scandir(directory):
+        if entry.name.endswith(".tmp"):
             os.unlink(entry.path)  # an interrupted atomic write; the old file is intact
             continue
-        base = parse_base_offset(name)
-        if base is not None and name.endswith(LOG_SUFFIX):
+        base = parse_base_offset(entry.name)
+        if base is not None and entry.name.endswith(LOG_SUFFIX):
             bases.add(base)
-    for entry in os.scandir(log.dir):  # indexes and snapshots whose segment is gone
+    for entry in os.scandir(directory):  # indexes and snapshots whose segment is gone
         base = parse_base_offset(entry.name)
         if base is not None and base not in bases and entry.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
             os.unlink(entry.path)
 
-    segments = log._segments  # filled in place, so a failed open can close them
-    for base in sorted(bases):
-        segments.append(log._new_segment(base, create=False))
+    for base in sorted(bases):  # filled in place, so a failed open can close them
+        segments.append(new_segment(base, False))
     # Segments wholly below the checkpointed log start offset were being deleted.
     while len(segments) > 1 and segments[1].base_offset <= lso_ckpt:
         segments.pop(0).delete()
     if not segments:
-        segments.append(log._new_segment(lso_ckpt, create=True))
+        segments.append(new_segment(lso_ckpt, True))
 
     recovered_headers: list[BatchHeader] = []
     i = 0
@@ -81,66 +129,61 @@ def load(log: "Log") -> None:
             try:
                 seg.load(next_base)
             except (IndexError_, CorruptRecordError) as error:
-                logger.warning("%s: %s: %s; rebuilding", log, seg.log_path.name, error)
+                logger.warning("%s: %s: %s; rebuilding", name, seg.log_path.name, error)
                 trusted = False
         if not trusted:
             result = seg.recover()
             recovered_headers.extend(result.headers)
             if result.truncated_bytes:
-                logger.warning("%s: recovery cut %d bytes from %s at position %d: %s", log,
-                            result.truncated_bytes, seg.log_path.name, result.valid_bytes,
-                            result.problem)
+                logger.warning("%s: recovery cut %d bytes from %s at position %d: %s", name,
+                               result.truncated_bytes, seg.log_path.name, result.valid_bytes, result.problem)
         if next_base is not None and seg.next_offset != next_base:
             logger.warning("%s: %s ends at offset %d but the next segment starts at %d; "
-                        "deleting the %d segment(s) after it", log, seg.log_path.name,
-                        seg.next_offset, next_base, len(segments) - i - 1)
+                           "deleting the %d segment(s) after it", name, seg.log_path.name,
+                           seg.next_offset, next_base, len(segments) - i - 1)
             for later in segments[i + 1:]:
                 later.delete()
             del segments[i + 1:]
         i += 1
-    log._set_segments(segments)
 
-    leo = log.log_end_offset
-    log.log_start_offset = max(lso_ckpt, segments[0].base_offset)
-    if log.log_start_offset > leo:
-        log.log_start_offset = leo
+    leo = segments[-1].next_offset
+    log_start_offset = min(max(lso_ckpt, segments[0].base_offset), leo)
 
     # Leader epochs: the checkpoint, then the epochs of every recovered batch.
+    epoch_file = LeaderEpochCache(directory, log_end_offset).checkpoint
     try:
-        entries = log.leader_epoch_cache.checkpoint.read()
+        entries = epoch_file.read()
     except CheckpointError as error:
-        logger.warning("%s: %s; rebuilding from batch headers", log, error)
+        logger.warning("%s: %s; rebuilding from batch headers", name, error)
         entries = None
     if entries is None:
-        log.leader_epoch_cache = LeaderEpochCache(log.dir, lambda: log.log_end_offset)
-        for _, header in log._all_headers():
-            log.leader_epoch_cache._assign(header.partition_leader_epoch, header.base_offset)
-        if log.leader_epoch_cache.epoch_entries() or log.leader_epoch_cache.checkpoint.path.exists():
-            log.leader_epoch_cache.flush()
+        rebuilt = [(header.partition_leader_epoch, header.base_offset)
+                   for seg in segments for _, header in seg.scan_headers(0)]
+        epochs = LeaderEpochCache(directory, log_end_offset, rebuilt)
+        if epochs.epoch_entries() or epochs.checkpoint.path.exists():
+            epochs.flush()
     else:
-        log.leader_epoch_cache = LeaderEpochCache(log.dir, lambda: log.log_end_offset,
-                                                   [(e, s) for e, s in entries])
+        epochs = LeaderEpochCache(directory, log_end_offset, [(e, s) for e, s in entries])
         for header in recovered_headers:  # epochs whose checkpoint write a crash pre-empted
-            if header.partition_leader_epoch > log.leader_epoch_cache.latest_epoch:
-                log.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-    log.leader_epoch_cache.truncate_from_end(leo)
-    log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
+            if header.partition_leader_epoch > epochs.latest_epoch:
+                epochs.assign(header.partition_leader_epoch, header.base_offset)
+    epochs.truncate_from_end(leo)
+    epochs.truncate_from_start(log_start_offset)
 
-    log.high_watermark = min(max(hw_ckpt, log.log_start_offset), leo)
-    log._hw_checkpointed = hw_ckpt
-
-    log.producer_state.load(log._headers_from, log.log_start_offset, leo)
+    producer_state.load(lambda offset: headers_from(segments, offset), log_start_offset, leo)
 
     # Everything now in the files has been validated: make it durable and say so.
     if not clean:
-        for seg in log._segments:
-            if seg.size and (seg.next_offset > rp_ckpt or seg is log._segments[-1]):
+        for seg in segments:
+            if seg.size and (seg.next_offset > rp_ckpt or seg is segments[-1]):
                 seg.flush()
-    log.recovery_point = leo
-    log._rp_checkpointed = rp_ckpt if log._rp_file.path.exists() else 0
-    log._checkpoint_recovery_point()
-    if lso_ckpt != log.log_start_offset:  # a missing file reads as 0
-        log._lso_file.write_value(log.log_start_offset)
+    if leo != (rp_ckpt if checkpoints.recovery_point.path.exists() else 0):  # a missing file reads as 0
+        checkpoints.recovery_point.write_value(leo)
+    if lso_ckpt != log_start_offset:  # a missing file reads as 0
+        checkpoints.log_start_offset.write_value(log_start_offset)
     if clean:
-        os.unlink(log.dir / CLEAN_SHUTDOWN_FILE)
-        fsync_dir(log.dir)
+        os.unlink(directory / CLEAN_SHUTDOWN_FILE)
+        fsync_dir(directory)
+    return LoadedLog(segments=segments, log_start_offset=log_start_offset,
+                     high_watermark=min(max(hw_ckpt, log_start_offset), leo), hw_checkpointed=hw_ckpt,
+                     recovery_point=leo, leader_epoch_cache=epochs)

@@ -150,15 +150,14 @@ class Log:
         config value, KafkaStorageError when the directory cannot be read or written."""
         cfg = config if isinstance(config, LogConfig) else LogConfig.from_mapping(config)
         directory = Path(dir)
-        self = None
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self = cls(directory, cfg, topic=topic, partition=partition, clock_ms=clock_ms)
-            self._load()
-        except BaseException as error:
-            if self is not None:
-                for seg in self._segments:
-                    seg.close()
+            self._start_from(loader.load(
+                directory, str(self), loader.Checkpoints(self._lso_file, self._rp_file, self._hw_file),
+                self.producer_state, lambda base, create: self._new_segment(base, create=create),
+                lambda: self.log_end_offset))
+        except BaseException as error:  # the loader closed the segments it had opened
             if isinstance(error, OSError):
                 raise KafkaStorageError(f"cannot open the log in {directory}: {error}",
                                         topic=topic, partition=partition) from error
@@ -169,25 +168,18 @@ class Log:
         return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                           index_bytes_max=self.config.segment_index_bytes, create=create)
 
-    def _load(self) -> None:
-        loader.load(self)
-
-    def _all_headers(self) -> Iterable[tuple[int, BatchHeader]]:
-        """(segment index, header) of every batch in the log, oldest first (header reads only)."""
-        for i, seg in enumerate(self._segments):
-            for _, header in seg.scan_headers(0):
-                yield i, header
+    def _start_from(self, loaded: loader.LoadedLog) -> None:
+        """Take what the loader found; the checkpoint files now hold its offsets."""
+        self._set_segments(loaded.segments)
+        self.log_start_offset = loaded.log_start_offset
+        self.high_watermark = loaded.high_watermark
+        self._hw_checkpointed = loaded.hw_checkpointed
+        self.recovery_point = self._rp_checkpointed = loaded.recovery_point
+        self.leader_epoch_cache = loaded.leader_epoch_cache
 
     def _headers_from(self, offset: int) -> Iterable[BatchHeader]:
         """Headers of every batch from the one holding ``offset`` to the log end."""
-        for seg in self._segments[self._segment_index_for(offset):]:
-            if seg.next_offset <= offset:
-                continue
-            found = seg.find(offset)
-            if found is None:
-                continue
-            for _, header in seg.scan_headers(found[0]):
-                yield header
+        return loader.headers_from(self._segments, offset)
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         self._segments = segments
