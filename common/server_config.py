@@ -10,7 +10,6 @@ protocol: BrokerRegistration, CreateTopics, DescribeQuorum, ...). They must diff
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from dataclasses import dataclass
@@ -58,8 +57,8 @@ SERVER_CONFIGS = (
             "after broker.session.timeout.ms (a broker that closes the connection itself heartbeats again "
             "at once). -1: only the session timeout fences.", at_least(-1))
     .define("controller.quorum.secret", "password", None,
-            "Cluster secret for the Raft port (required unless every voter address is loopback).")
-    .define("controller.quorum.secret.file", "string", None, "A file whose first line is controller.quorum.secret.")
+            "Cluster secret for the Raft port (required: pysyncobj authenticates and encrypts peers with it).")
+    .define("controller.quorum.secret.file", "string", None, "A file whose first line is controller.quorum.secret (mode 600: refused when others may read it).")
     .define("controller.quorum.request.timeout.ms", "int", 5000,
             "How long the controller waits for a metadata record to commit before answering REQUEST_TIMED_OUT.",
             between(1, 300_000))
@@ -186,25 +185,37 @@ def parse_voters(value: str) -> dict[int, str]:
     return voters
 
 
-def is_loopback(address: str) -> bool:
-    host = address.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a DNS name: may resolve to anything
-
-
 def check_secret(voters: Mapping[int, str], password: str | None) -> None:
-    """Refuse a Raft quorum reachable beyond loopback without a secret (pickle on the port)."""
-    exposed = sorted(a for a in voters.values() if not is_loopback(a))
-    if exposed and not password:
+    """Refuse a Raft member without a secret, loopback included: the Raft port unpickles what it
+    receives, and on one machine every local user (and every process a browser tricks into
+    connecting) can reach a loopback port too."""
+    if not password:
         raise ConfigError(
             SECRET_KEY,
-            f"required because Raft address(es) {', '.join(exposed)} are not loopback: the Raft "
-            "port unpickles what it receives, so without a secret anyone who can reach it can "
-            "run code on this node (set controller.quorum.secret or controller.quorum.secret.file)")
+            f"required for the Raft port(s) {', '.join(sorted(voters.values()))}: pysyncobj unpickles what it "
+            "receives, so without a secret anyone who can reach the port can run code on this node (set "
+            "controller.quorum.secret.file to a file only this user can read; `raftka cluster up` and "
+            "scripts/bootstrap-quorum.sh generate one)")
+
+
+def raft_bind_address(voter_address: str, controller_listener: tuple[str, int] | None) -> str:
+    """Where this node's Raft port listens: its own voter address, or the same port on every
+    interface when its controller listener says so (``CONTROLLER://0.0.0.0:port``)."""
+    host, _, port = voter_address.rpartition(":")
+    if controller_listener is not None and controller_listener[0] in ("", "0.0.0.0", "::"):
+        return f"{controller_listener[0] or '0.0.0.0'}:{port}"
+    return f"{host}:{port}"
+
+
+def secret_file_problem(path: str) -> str | None:
+    """Why a secret file is unsafe to use (others may read or change it), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # reading it reports the error
+    if mode & 0o077:
+        return f"{path} is readable or writable by others (mode {mode & 0o777:o}); chmod 600 it"
+    return None
 
 
 @dataclass(frozen=True)
@@ -234,6 +245,11 @@ class ServerConfig:
     def controller_listener(self) -> tuple[str, int]:
         name = self.values["controller.listener.names"][0]
         return self.listeners[name]
+
+    @property
+    def raft_bind_address(self) -> str:
+        """host:port this controller's Raft port listens on (see ``raft_bind_address``)."""
+        return raft_bind_address(self.voters[self.node_id], self.controller_listener)
 
     def proxies(self, key: str) -> dict[int, str]:
         """``broker.dial.proxies`` / ``controller.rpc.proxies`` as {node id: "host:port"}."""
@@ -297,6 +313,9 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
     secret = values["controller.quorum.secret"]
     secret_file = values["controller.quorum.secret.file"]
     if secret_file and not secret:
+        problem = secret_file_problem(secret_file)
+        if problem:
+            raise ConfigError("controller.quorum.secret.file", problem)
         try:
             with open(secret_file, encoding="utf-8") as f:
                 secret = f.readline().strip()

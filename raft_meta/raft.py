@@ -31,8 +31,10 @@ Durability
 
 Security
     The Raft port unpickles what it receives. A ``password`` (the cluster secret) makes pysyncobj
-    check an HMAC (Fernet) before unpickling; it is required whenever any Raft address is not
-    loopback, and the client refuses to start without it (:class:`ConfigError`).
+    check an HMAC (Fernet) before unpickling; it is always required, loopback included, and the
+    client refuses to start without it (:class:`ConfigError`). The port listens on the node's
+    own voters address (``bind_address`` overrides), never on every interface by default. A
+    connection whose frames do not authenticate is dropped with one rate-limited log line.
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.node import TCPNode
 
 from raftka.common.errors import ConfigError, InvalidRequestError, NotControllerError, RequestTimedOutError
+from raftka.common.ratelog import RateLimitedLog
 from raftka.common.server_config import check_secret
 
 log = logging.getLogger(__name__)
@@ -142,6 +145,49 @@ class RaftConfig:
     # Snapshot (and truncate the journal) after this many entries or seconds.
     snapshot_min_entries: int = 5000
     snapshot_min_interval_s: float = 300.0
+    # host:port the Raft port listens on; None: this node's voters address (pysyncobj's own
+    # default would be every interface, 0.0.0.0, whatever the voters address says).
+    bind_address: str | None = None
+
+
+class _LoggingEncryptor:
+    """pysyncobj's Fernet, with one rate-limited log line for a peer whose frames do not
+    authenticate (a wrong secret, or an attacker): pysyncobj drops such a connection silently."""
+
+    def __init__(self, fernet: Any) -> None:
+        self._fernet = fernet
+
+    def _rejected(self, what: str) -> None:
+        _rejected_peers.warning("raft-auth", "dropped a connection to the Raft port: %s (a peer with another "
+                                "controller.quorum.secret, or not a Raft peer)", what)
+
+    def extract_timestamp(self, token: bytes) -> int:
+        try:
+            return self._fernet.extract_timestamp(token)
+        except Exception:
+            self._rejected("a frame that is not a token of this cluster's secret")
+            raise
+
+    def decrypt(self, token: bytes, *args: Any) -> bytes:
+        try:
+            return self._fernet.decrypt(token, *args)
+        except Exception:
+            self._rejected("a frame that does not authenticate with this cluster's secret")
+            raise
+
+    def __getattr__(self, name: str) -> Any:  # encrypt and the rest: Fernet's own
+        return getattr(self._fernet, name)
+
+
+_rejected_peers = RateLimitedLog(log)
+
+
+def _log_rejected_peers(node: SyncObj) -> None:
+    # pysyncobj keeps its encryptor private and hands it to each connection it accepts or makes
+    # (pinned pysyncobj 0.3.x; checked by tests/test_raft.py, which sends it a wrong-secret frame).
+    fernet = getattr(node, "_SyncObj__encryptor", None)
+    if fernet is not None and not isinstance(fernet, _LoggingEncryptor):
+        node._SyncObj__encryptor = _LoggingEncryptor(fernet)  # type: ignore[attr-defined]
 
 
 class _DialNode(TCPNode):
@@ -223,12 +269,14 @@ class RaftClient:
             logCompactionMinEntries=config.snapshot_min_entries,
             logCompactionMinTime=config.snapshot_min_interval_s,
             dynamicMembershipChange=False,
+            bindAddress=None if self.observer else (config.bind_address or config.voters[config.node_id]),
         )
         self._applier = _Applier(self)
         self_address = None if self.observer else config.voters[config.node_id]
         others = [_DialNode(a, config.dial[n]) if n in config.dial else a
                   for n, a in sorted(config.voters.items()) if n != config.node_id]
         self._node = SyncObj(self_address, others, conf=conf, consumers=[self._applier])
+        _log_rejected_peers(self._node)
         self._node.addOnTickCallback(self._on_tick)
 
     # -- tick thread -------------------------------------------------------------------------

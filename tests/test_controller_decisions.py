@@ -47,7 +47,8 @@ class CommitAtOnce:
 def controller():
     config = server_config({"process.roles": "controller", "node.id": "1",
                             "controller.quorum.voters": "1@127.0.0.1:9301",
-                            "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "unused"})
+                            "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "unused",
+                                "controller.quorum.secret": "s3cret"})
     state = ControllerStateMachine(MetadataLoader())
     raft = CommitAtOnce(state)
     service = ControllerService(config, raft, state)  # type: ignore[arg-type]

@@ -108,23 +108,26 @@ def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster)
     assert controller_cluster.alive(leader)
 
 
-def test_a_controller_refuses_to_start_on_a_non_loopback_raft_address_without_a_secret(tmp_path):
+def test_a_controller_refuses_to_start_without_a_secret_or_with_a_secret_file_others_can_read(tmp_path):
     raft_port, rpc_port = free_ports(2)
     config = tmp_path / "server.properties"
-    write_properties(config, {"process.roles": "controller", "node.id": 1,
-                              "controller.quorum.voters": f"1@0.0.0.0:{raft_port}",
-                              "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d")})
-    run = subprocess.run(python_argv("-m", "raftka", "server", "--config", str(config)),
-                         capture_output=True, text=True, env=project_env(), timeout=60)
-    assert run.returncode == 1
-    assert "controller.quorum.secret" in run.stderr and "not loopback" in run.stderr
-    # With a secret in a file, the same config starts.
+    base = {"process.roles": "controller", "node.id": 1, "controller.quorum.voters": f"1@127.0.0.1:{raft_port}",
+            "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d")}
+
+    def refused(values: dict, needle: str) -> None:
+        write_properties(config, values)
+        run = subprocess.run(python_argv("-m", "raftka", "server", "--config", str(config)),
+                             capture_output=True, text=True, env=project_env(), timeout=60)
+        assert run.returncode == 1 and needle in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+    refused(base, "controller.quorum.secret")  # loopback too: the port unpickles
     secret = tmp_path / "secret"
     secret.write_text("correct horse battery staple\n")
-    write_properties(config, {"process.roles": "controller", "node.id": 1,
-                              "controller.quorum.voters": f"1@0.0.0.0:{raft_port}",
-                              "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d"),
-                              "controller.quorum.secret.file": str(secret)})
+    secret.chmod(0o644)
+    refused({**base, "controller.quorum.secret.file": str(secret)}, "chmod 600")
+    # With the file its owner's only, the same config starts.
+    secret.chmod(0o600)
+    write_properties(config, {**base, "controller.quorum.secret.file": str(secret)})
     process = Process("secret-ok", python_argv("-m", "raftka", "server", "--config", str(config)), env=project_env())
     try:
         process.wait_for_line(lambda l: " ready " in l, timeout_s=60)
@@ -141,7 +144,8 @@ def test_a_controller_refuses_to_start_on_a_non_loopback_raft_address_without_a_
 def test_a_bad_server_config_value_names_the_key(tmp_path, key, value, needle):
     raft_port, rpc_port = free_ports(2)
     values = {"process.roles": "controller", "node.id": 1, "controller.quorum.voters": f"1@127.0.0.1:{raft_port}",
-              "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d")}
+              "listeners": f"CONTROLLER://127.0.0.1:{rpc_port}", "log.dirs": str(tmp_path / "d"),
+              "controller.quorum.secret": "s3cret"}
     values[key] = value
     config = tmp_path / "server.properties"
     write_properties(config, values)
@@ -283,7 +287,8 @@ def test_max_connections_has_kafkas_name_and_the_old_name_is_read_as_a_deprecate
     from raftka.common.errors import ConfigError
     from raftka.common.server_config import server_config
     base = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9301",
-            "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "data"}
+            "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "data",
+            "controller.quorum.secret": "s3cret"}
     assert server_config(base)["max.connections"] == 1000
     assert server_config({**base, "max.connections": "7"})["max.connections"] == 7
     old = server_config({**base, "connections.max": "9"})

@@ -104,7 +104,8 @@ def test_after_a_snapshot_the_fetcher_hands_over_the_delta_from_its_old_image_to
     async def scenario():
         config = server_config({"process.roles": "controller", "node.id": "1",
                                 "controller.quorum.voters": "1@127.0.0.1:9301",
-                                "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "unused"})
+                                "listeners": "CONTROLLER://127.0.0.1:9401", "log.dirs": "unused",
+                                "controller.quorum.secret": "s3cret"})
         state = ControllerStateMachine(MetadataLoader(), recent_records_max=2)
         raft = CommitAtOnce(state)
         service = ControllerService(config, raft, state)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from raftka.common.errors import ConfigError
-from raftka.common.server_config import check_secret, parse_voters
+from raftka.cluster.state import new_secret
+from raftka.common.server_config import check_secret, parse_voters, raft_bind_address
 from raftka.raft_meta.raft import RaftClient, RaftConfig
 from raftka.cluster import Process, free_ports, project_env, python_argv, stop_all, wait_until
 
@@ -24,7 +25,7 @@ NODE = str(Path(__file__).parent / "procs" / "raft_node.py")
 class Quorum:
     def __init__(self, tmp_path: Path, voters: int = 3, password: str | None = None) -> None:
         self.tmp_path = tmp_path
-        self.password = password
+        self.password = password or new_secret()  # a Raft member refuses to run without one
         ports = free_ports(voters)
         self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
         self.ids = list(range(1, voters + 1))
@@ -156,13 +157,22 @@ def test_an_observer_receives_the_committed_log_and_does_not_vote(quorum):
     assert observer.alive()
 
 
-def test_a_non_loopback_raft_address_without_a_secret_is_refused():
+@pytest.mark.parametrize("voters", ["1@10.1.2.3:9301,2@127.0.0.1:9302", "1@127.0.0.1:9301,2@localhost:9302"])
+def test_a_raft_member_without_a_secret_is_refused_loopback_too(voters):
     with pytest.raises(ConfigError) as caught:
-        check_secret(parse_voters("1@10.1.2.3:9301,2@127.0.0.1:9302"), None)
+        check_secret(parse_voters(voters), None)
     assert caught.value.key == "controller.quorum.secret"
-    assert "10.1.2.3:9301" in str(caught.value)
-    check_secret(parse_voters("1@10.1.2.3:9301"), "s3cret")  # with a secret: fine
-    check_secret(parse_voters("1@127.0.0.1:9301,2@localhost:9302"), None)  # loopback: fine
+    assert "9301" in str(caught.value) and "run code" in str(caught.value)
+    check_secret(parse_voters(voters), "s3cret")  # with a secret: fine
+    with pytest.raises(ConfigError):  # not even for a node that only observes
+        RaftClient(RaftConfig(voters=parse_voters(voters), node_id=None, log_dir=None), state_machine=None)  # type: ignore[arg-type]
+
+
+def test_the_raft_port_listens_on_the_voter_address_unless_the_controller_listener_says_every_interface():
+    assert raft_bind_address("127.0.0.1:9301", ("127.0.0.1", 9401)) == "127.0.0.1:9301"
+    assert raft_bind_address("10.0.0.5:9301", None) == "10.0.0.5:9301"
+    assert raft_bind_address("10.0.0.5:9301", ("0.0.0.0", 9401)) == "0.0.0.0:9301"
+    assert raft_bind_address("[::1]:9301", ("::", 9401)) == ":::9301"
 
 
 @pytest.mark.parametrize("bad", ["", "1@127.0.0.1", "x@127.0.0.1:1", "1@127.0.0.1:1,1@127.0.0.1:2",
@@ -175,7 +185,7 @@ def test_malformed_voters_strings_name_the_key(bad):
 
 def test_a_node_id_missing_from_the_voters_is_refused(tmp_path):
     with pytest.raises(ConfigError) as caught:
-        RaftClient(RaftConfig(voters={1: "127.0.0.1:20001"}, node_id=7, log_dir=str(tmp_path)),
+        RaftClient(RaftConfig(voters={1: "127.0.0.1:20001"}, node_id=7, log_dir=str(tmp_path), password="s3cret"),
                    state_machine=None)  # type: ignore[arg-type]
     assert caught.value.key == "node.id"
 

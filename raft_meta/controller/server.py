@@ -45,7 +45,7 @@ def build_raft(config: ServerConfig) -> tuple[RaftClient, ControllerStateMachine
     raft = RaftClient(
         RaftConfig(
             voters=config.voters, node_id=config.node_id, log_dir=config.metadata_dir,
-            password=config.secret, dial=config.dial,
+            password=config.secret, dial=config.dial, bind_address=config.raft_bind_address,
             snapshot_min_entries=config["metadata.log.snapshot.min.records"],
             snapshot_min_interval_s=config["metadata.log.max.snapshot.interval.ms"] / 1000,
         ),

@@ -31,8 +31,9 @@ from raftka.cluster.errors import ClusterError, NoClusterError, PortInUseError
 from raftka.cluster.ports import PortPlan, port_is_free
 from raftka.cluster.process import (LOG, READY_TIMEOUT_S, STOP_TIMEOUT_S, Process, project_env, python_argv,
                                     stop_together, wait_until)
-from raftka.cluster.state import (LOCK_FILE, META_PROPERTIES, STATE_FILE, STATE_VERSION, new_cluster_id,
-                                  read_properties, state_lock, write_atomic, write_properties)
+from raftka.cluster.state import (LOCK_FILE, META_PROPERTIES, SECRET_FILE, STATE_FILE, STATE_VERSION,
+                                  new_cluster_id, new_secret, read_properties, state_lock, write_atomic,
+                                  write_properties)
 
 PROGRESS_EVERY_S = 5.0  # long waits say they are still waiting this often
 DEFAULT_DIR = ".raftka"  # where `raftka cluster` and the console tools look by default
@@ -114,7 +115,8 @@ class ControllerCluster:
         assert voters >= 1, voters
         self.root = Path(root).resolve()  # absolute: configs and PIDs' command lines name it
         self.configs = dict(configs or {})
-        self.secret = secret
+        # Every cluster has a secret: the Raft port refuses to run without one (it unpickles).
+        self.secret: str | None = secret or new_secret()
         self.cluster_id = cluster_id or new_cluster_id()
         plan = port_plan or PortPlan(base_port)
         self.base_port = plan.base_port
@@ -180,8 +182,8 @@ class ControllerCluster:
             "listeners": ",".join(listeners),
             "log.dirs": str(spec.data_dir / "data"),
         }
-        if self.secret:
-            values["controller.quorum.secret"] = self.secret
+        if "controller" in spec.roles:
+            values["controller.quorum.secret.file"] = str(self.secret_path)  # not the secret itself
         if "broker" in spec.roles:
             values["controller.quorum.bootstrap.servers"] = self.bootstrap_controllers
         values.update(self.configs)
@@ -224,6 +226,7 @@ class ControllerCluster:
         if old is not None and old.alive():
             raise ClusterError(f"{spec.name} is still running (pid {old.pid})")
         self.check_ports(node_id)
+        self.write_secret()
         write_properties(spec.config_path, self.config_values(node_id))
         self.format_storage(node_id)
         config = str(spec.config_path)
@@ -324,10 +327,33 @@ class ControllerCluster:
             nodes[str(node_id)] = entry
         return {"version": STATE_VERSION, "cluster_id": self.cluster_id, "base_port": self.base_port,
                 "started_by": _class_name(self),
-                "configs": self.configs, "secret": self.secret,
+                "configs": self.configs,  # the secret stays in its own file
                 "controller_ids": [n for n, s in self.nodes.items() if "controller" in s.roles],
                 "broker_ids": [n for n, s in self.nodes.items() if "broker" in s.roles],
                 "nodes": nodes}
+
+    @property
+    def secret_path(self) -> Path:
+        return self.root / SECRET_FILE
+
+    def write_secret(self) -> None:
+        """``root/cluster.secret``, mode 600, named by every controller's config. A cluster
+        attached without one gets a new one only while none of its nodes runs (a running node
+        keeps the secret it started with, and a new one would cut it off)."""
+        if self.secret is None:
+            running = [self.nodes[n].name for n in self.nodes if self.alive(n)]
+            if running:
+                raise ClusterError(f"{self.secret_path} is missing while {', '.join(running)} run(s) with the "
+                                   f"secret it held; stop the cluster (`raftka cluster down --dir {self.root}`) "
+                                   "and start it again to make a new one")
+            self.secret = new_secret()
+        try:
+            if self.secret_path.read_text(encoding="utf-8").strip() == self.secret:
+                return
+        except OSError:
+            pass
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.secret_path, self.secret + "\n")
 
     def save_state(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -468,7 +494,10 @@ class Cluster(ControllerCluster):
         attributes extend this)."""
         self.root = root
         self.configs = dict(state.get("configs") or {})
-        self.secret = state.get("secret")
+        try:  # only launching a node needs it (write_secret)
+            self.secret = (root / SECRET_FILE).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            self.secret = None
         self.cluster_id = state["cluster_id"]
         self.base_port = state.get("base_port")
         self.nodes = {}
@@ -693,6 +722,7 @@ class Cluster(ControllerCluster):
                     if spec.data_dir.parent == self.root:  # never outside the cluster's directory
                         shutil.rmtree(spec.data_dir, ignore_errors=True)
                 self.state_path.unlink(missing_ok=True)
+                self.secret_path.unlink(missing_ok=True)
             else:
                 self.save_state()
         if delete:

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 from raftka.cluster.process import READY_TIMEOUT_S
 
 STATE_FILE = "cluster.json"
+SECRET_FILE = "cluster.secret"  # the Raft port's secret, mode 600
 STATE_VERSION = 1
 LOCK_FILE = "cluster.lock"
 META_PROPERTIES = "meta.properties"  # per log dir, as kafka-storage format writes it
@@ -36,17 +37,29 @@ def read_properties(path: Path) -> dict[str, str]:
     return values
 
 
+def new_secret() -> str:
+    """A random cluster secret for the Raft port (256 bits, URL-safe text)."""
+    import secrets
+    return secrets.token_urlsafe(32)
+
+
 def write_properties(path: Path, values: dict[str, Any]) -> None:
+    """A node's server.properties, readable by its owner only (mode 600): a config may hold a
+    secret."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# written by raftka.cluster"] + [f"{k}={v}" for k, v in values.items()]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader
-    sees the old file or the new one, never half of one."""
+    sees the old file or the new one, never half of one. Mode 600: only the owner may read it
+    (the cluster's files name its secret file, configs and processes)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        os.fchmod(file.fileno(), 0o600)  # a leftover .tmp keeps its old mode otherwise
+        file.write(text)
     os.replace(tmp, path)
 
 
