@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Coroutine, Iterable, Iterator
+from typing import Any, Callable, Coroutine, Iterable, Iterator, NamedTuple
 
 from raftka.client._sync import LoopThread, close_at_exit, forget_at_exit
 from raftka.client.aio.consumer import Consumer as AioConsumer
@@ -34,6 +34,14 @@ log = logging.getLogger(__name__)
 __all__ = ["Consumer", "ConsumerRebalanceListener", "CommitFailedError", "OffsetAndMetadata"]
 
 
+class _ListenerCall(NamedTuple):
+    """One rebalance-listener call handed from the I/O thread to the thread inside ``_run``."""
+
+    fn: Callable[[set[TopicPartition]], Any]
+    partitions: set[TopicPartition]
+    done: concurrent.futures.Future[Any]  # completed once ``fn`` returned (or raised)
+
+
 class _OnCallerThread:
     """Wraps the application's listener for the asyncio consumer: each call is run on the
     thread blocked in ``Consumer._run`` and awaited."""
@@ -44,7 +52,7 @@ class _OnCallerThread:
 
     async def _hand_over(self, fn: Callable[[set[TopicPartition]], Any], partitions: set[TopicPartition]) -> None:
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.consumer._callbacks.put((fn, partitions, done))
+        self.consumer._callbacks.put(_ListenerCall(fn, partitions, done))
         await asyncio.wrap_future(done)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -63,9 +71,9 @@ class Consumer:
     subscribes; arguments are kafka-python's (``bootstrap_servers``, ``auto_offset_reset``,
     ``key_deserializer``, ``value_deserializer``, ``consumer_timeout_ms``, ``max_poll_records``,
     ``fetch_min_bytes``, ``fetch_max_wait_ms``, ``max_partition_fetch_bytes``, ...; see
-    client.aio.consumer.DEFAULTS). ``group_id`` is accepted but groups are not implemented yet:
-    see docs/client.md. Iterating yields ConsumerRecord and stops after ``consumer_timeout_ms``
-    without a record.
+    client.aio.consumer.DEFAULTS). ``group_id`` makes it a member of that consumer group (see
+    docs/consumer-groups.md). Iterating yields ConsumerRecord and stops after
+    ``consumer_timeout_ms`` without a record.
     """
 
     def __init__(self, *topics: str, **configs: Any) -> None:
@@ -104,13 +112,12 @@ class Consumer:
                     return future.result()
                 if isinstance(item, concurrent.futures.Future):
                     continue  # an earlier call's completion (it timed out): not ours
-                fn, partitions, done = item
                 try:
-                    fn(partitions)
+                    item.fn(item.partitions)
                 except BaseException as error:  # the asyncio side logs it and goes on
-                    done.set_exception(error)
+                    item.done.set_exception(error)
                 else:
-                    done.set_result(None)
+                    item.done.set_result(None)
         finally:
             self._running.depth = 0
 

@@ -98,7 +98,7 @@ def _batch_bytes(values: list[bytes], base_offset: int = 0) -> bytes:
 
 
 def test_fetched_records_come_out_in_order_within_fetch_offset_and_high_watermark():
-    from raftka.client.aio.consumer import decode_records
+    from raftka.client.aio.fetcher import decode_records
     raw = _batch_bytes([b"a", b"b", b"c"], 0) + _batch_bytes([b"d", b"e"], 3)
     found, next_offset = decode_records(raw, 1, 4, True, "t", 2)
     assert [(r.offset, r.value, r.topic, r.partition) for r in found] == [(1, b"b", "t", 2), (2, b"c", "t", 2),
@@ -109,7 +109,9 @@ def test_fetched_records_come_out_in_order_within_fetch_offset_and_high_watermar
 def test_a_failing_deserializer_stops_the_poll_at_its_record():
     import asyncio
 
-    from raftka.client.aio.consumer import Consumer, PartitionState, decode_records
+    from raftka.client.aio.consumer import Consumer
+    from raftka.client.aio.fetcher import decode_records
+    from raftka.client.aio.subscription_state import FetchedChunk, PartitionState
     from raftka.client.errors import SerializationError
 
     def value_deserializer(v: bytes) -> str:
@@ -123,15 +125,15 @@ def test_a_failing_deserializer_stops_the_poll_at_its_record():
         raw = _batch_bytes([b"a", b"b", b"bad", b"c"])
         found, _ = decode_records(raw, 0, -1, True, "t", 0)
         state = PartitionState(position=0, fetch_position=4)
-        state.buffer.append([0, found, 0, len(raw), len(raw)])
+        state.buffer.append(FetchedChunk(0, found, len(raw)))
         state.buffered_bytes = len(raw)
-        consumer._states[tp] = state
-        first = consumer._drain(10)
+        consumer._subscriptions.states[tp] = state
+        first = consumer._fetcher.drain(10)
         assert [r.value for r in first[tp]] == ["a", "b"] and state.position == 2
         with pytest.raises(SerializationError, match="offset 2"):
-            consumer._drain(10)
+            consumer._fetcher.drain(10)
         assert state.position == 2  # still at the record that fails
         state.position = 3  # the application seeks past it
-        assert [r.value for r in consumer._drain(10)[tp]] == ["c"]
+        assert [r.value for r in consumer._fetcher.drain(10)[tp]] == ["c"]
         assert state.buffered_bytes == 0 and not state.buffer
     asyncio.run(main())

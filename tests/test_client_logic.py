@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from raftka.client import aio
+from raftka.client.aio.sender import Sender
 from raftka.client import KafkaTimeoutError, NoOffsetForPartitionError, TopicPartition
 from raftka.client.errors import MessageTooLargeError, OffsetOutOfRangeError
 from raftka.common import errors
@@ -614,12 +615,12 @@ def test_produce_requests_are_submitted_from_the_senders_pass_and_never_overtake
         return SubmitConnection(kafka, port)
     kafka.connect = connect  # type: ignore[method-assign]
     tasks = []
-    task_path = aio.Producer._produce
+    task_path = Sender._produce
 
     def counted(self: Any, node: int, batches: Any, *args: Any) -> Any:
         tasks.append(len(batches))
         return task_path(self, node, batches, *args)
-    monkeypatch.setattr(aio.Producer, "_produce", counted)
+    monkeypatch.setattr(Sender, "_produce", counted)
 
     async def main() -> None:
         p = producer(kafka, linger_ms=0, batch_size=1024)
@@ -669,10 +670,10 @@ def test_a_batch_sent_as_the_leaders_connection_opens_waits_for_the_one_connecti
         p = producer(kafka, linger_ms=0)
         futures = [await p.send("t", b"first")]
         for _ in range(100):  # until the first batch's task waits for the connection
-            if p._node_waiting.get(2):
+            if p._sender._node_waiting.get(2):
                 break
             await asyncio.sleep(0)
-        assert p._node_waiting.get(2) == 1
+        assert p._sender._node_waiting.get(2) == 1
         gate.set()
         for i in range(20):  # a batch per loop turn while the connection comes up
             futures.append(await p.send("t", b"%d" % i))

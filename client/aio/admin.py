@@ -15,7 +15,8 @@ import time
 
 from raftka.client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
-from raftka.client.aio.consumer import EARLIEST, LATEST, list_offsets
+from raftka.client.aio.fetcher import list_offsets
+from raftka.client.aio.subscription_state import EARLIEST, LATEST
 from raftka.client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
 from raftka.client.assignors import decode_assignment, decode_subscription
 from raftka.client.errors import ConfigError, KafkaTimeoutError

@@ -274,6 +274,11 @@ class GroupMember:
         self._retry_at = 0.0
 
     @property
+    def in_callback(self) -> bool:
+        """True while a rebalance listener runs (the consumer's poll must not re-enter it)."""
+        return self._in_callback
+
+    @property
     def in_generation(self) -> bool:
         """True while this member holds a generation (joined and not known to be out)."""
         return bool(self.member_id) and self.generation > 0 and not self.lost
