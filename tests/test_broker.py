@@ -10,11 +10,12 @@ import threading
 import time
 import urllib.request
 
+import crc32c
 import msgpack
 import pytest
 
 from raftka.common import errors
-from raftka.common.records import BatchBuilder, iter_records
+from raftka.common.records import CRC_OFFSET, RECORDS_OFFSET, BatchBuilder, iter_records
 from raftka.common.transport import call_sync, decode_payload, encode_frame
 from raftka.cluster import Cluster, wait_until
 
@@ -325,6 +326,15 @@ def test_bad_batches_get_typed_errors_and_nothing_is_appended(cluster):
     code, out = request(address, PRODUCE, {"acks": 2, "timeout_ms": 100, "topic_data": []})
     assert code == errors.INVALID_REQUIRED_ACKS
     assert produce(address, "strict", batch([b"ok"]))["base_offset"] == 0  # nothing was appended before
+    # The poison pill: a valid CRC over a garbage record length. Acknowledged before #hardening,
+    # it made the partition unreadable from then on; the leader's record walk refuses it.
+    poison = bytearray(batch([b"bad"]))
+    poison[RECORDS_OFFSET] = 0x7F  # record length -64
+    struct.pack_into(">I", poison, CRC_OFFSET, crc32c.crc32c(bytes(poison[CRC_OFFSET + 4:])))
+    answer = produce(address, "strict", bytes(poison))
+    assert answer["error_code"] == errors.CORRUPT_MESSAGE and "record 0 declares length -64" in answer["error_message"]
+    assert produce(address, "strict", batch([b"after"]))["base_offset"] == 1
+    wait_until(lambda: read_all(address, "strict") == [(0, b"ok"), (1, b"after")], 10, what="both good records readable")
 
 
 def test_a_malformed_frame_closes_only_that_connection(cluster):

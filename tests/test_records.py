@@ -19,7 +19,8 @@ def raw_batch(body: bytes = b"\x00" * 7, *, base_offset: int = 0, epoch: int = -
               max_ts: int = 1000, producer_id: int = -1, producer_epoch: int = -1,
               base_sequence: int = -1, record_count: int = 1, magic: int = 2,
               crc: int | None = None) -> bytes:
-    """A batch built straight from the documented layout, records section given as bytes."""
+    """A batch built straight from the documented layout, records section given as bytes (not
+    records: tests of the header and framing pass ``check_records=False`` to validate_batches)."""
     after_crc = struct.pack(">hiqqqhii", attributes, last_offset_delta, base_ts, max_ts,
                             producer_id, producer_epoch, base_sequence, record_count) + body
     if crc is None:
@@ -116,7 +117,7 @@ def test_every_single_bit_flip_after_the_crc_field_is_detected():
 def test_validate_batches_accepts_exact_whole_batches():
     a = raw_batch(last_offset_delta=2, record_count=3)
     b = raw_batch(b"\x01" * 20)
-    headers = rec.validate_batches(a + b)
+    headers = rec.validate_batches(a + b, check_records=False)
     assert [h.record_count for h in headers] == [3, 1]
 
 
@@ -129,9 +130,9 @@ def test_validate_batches_refuses_empty_partial_and_trailing_bytes():
 
 def test_validate_batches_refuses_a_batch_larger_than_max_batch_bytes():
     a = raw_batch(b"\x00" * 100)
-    assert rec.validate_batches(a, max_batch_bytes=len(a))
+    assert rec.validate_batches(a, check_records=False, max_batch_bytes=len(a))
     with pytest.raises(MessageTooLargeError):
-        rec.validate_batches(a, max_batch_bytes=len(a) - 1)
+        rec.validate_batches(a, check_records=False, max_batch_bytes=len(a) - 1)
 
 
 def test_validate_batches_refuses_unsupported_codecs_and_gapped_offsets():
@@ -170,7 +171,7 @@ def test_assign_offsets_changes_only_base_offset_and_epoch_and_keeps_the_crc_val
     for kind in (bytes, bytearray, memoryview):
         out = rec.assign_offsets(kind(a + b), 1000, 9)
         assert isinstance(out, bytes) and len(out) == len(a + b)
-        h1, h2 = rec.validate_batches(out)
+        h1, h2 = rec.validate_batches(out, check_records=False)
         assert (h1.base_offset, h1.partition_leader_epoch) == (1000, 9)
         assert (h2.base_offset, h2.partition_leader_epoch) == (1003, 9)
         # Nothing else moved: bytes outside the two stamped fields of each batch are equal.
@@ -188,7 +189,7 @@ def test_assign_offsets_refuses_partial_batches():
 def test_set_log_append_time_stamps_max_timestamp_and_type_and_recomputes_the_crc():
     a = raw_batch(b"\x07" * 5, attributes=rec.COMPRESSION_LZ4, max_ts=5)
     out = rec.set_log_append_time(a + a, 123456)
-    for h in rec.validate_batches(out):
+    for h in rec.validate_batches(out, check_records=False):
         assert h.max_timestamp == 123456 and h.timestamp_type == 1
         assert h.compression == rec.COMPRESSION_LZ4
 
@@ -382,3 +383,56 @@ def test_out_of_range_header_fields_raise_value_error_on_build():
     builder.append(1, None, b"x")
     with pytest.raises(ValueError, match="out of range"):
         builder.build()
+
+
+# -- the leader's record walk ------------------------------------------------------------------
+
+def _resealed(batch: bytearray) -> bytes:
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def _three(compression_type: int = 0) -> bytes:
+    builder = rec.BatchBuilder(batch_size=1 << 20, compression_type=compression_type)
+    for value in (b"one", b"two", b"three"):
+        builder.append(1000, None, value)
+    return builder.build()
+
+
+def test_a_valid_crc_over_a_garbage_record_length_is_corrupt_message():
+    """The poison pill seen from outside: CRC right, first record's length varint garbage."""
+    poison = bytearray(_three())
+    poison[rec.RECORDS_OFFSET] = 0x7F  # zigzag -64: a negative record length
+    poison = _resealed(poison)
+    rec.validate_batch(poison)  # the header and CRC alone pass: that is how it got stored before
+    with pytest.raises(CorruptRecordError, match="record 0 declares length -64"):
+        rec.validate_batches(poison)
+    rec.validate_batches(poison, check_records=False)  # the follower's and the reader's check
+
+
+def test_records_out_of_place_or_miscounted_are_invalid_record():
+    batch = bytearray(_three())
+    first_len = rec.decode_varint(batch, rec.RECORDS_OFFSET)
+    offset_delta_at = first_len[1] + 1 + 1  # after length, attributes, 1-byte timestamp delta
+    batch[offset_delta_at] = 2 * 5  # record 0 says offset delta 5
+    with pytest.raises(rec.InvalidRecordError, match="record 0 has offset delta 5"):
+        rec.validate_batches(_resealed(batch))
+    short = bytearray(_three())
+    struct.pack_into(">i", short, rec.RECORD_COUNT_OFFSET, 4)  # declares 4, holds 3
+    struct.pack_into(">i", short, rec.LAST_OFFSET_DELTA_OFFSET, 3)  # lastOffsetDelta 3 to match
+    with pytest.raises(rec.InvalidRecordError, match="declares 4 records but holds 3"):
+        rec.validate_batches(_resealed(short))
+
+
+def test_a_compressed_batch_is_walked_after_decompression():
+    import lz4.frame
+    batch = bytearray(_three(rec.COMPRESSION_LZ4))
+    inner = bytearray(lz4.frame.decompress(bytes(batch[rec.RECORDS_OFFSET:])))
+    inner[0] = 0x7F
+    packed = lz4.frame.compress(bytes(inner), block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                content_checksum=False, store_size=False)
+    damaged = bytearray(batch[:rec.RECORDS_OFFSET]) + packed
+    struct.pack_into(">i", damaged, 8, len(damaged) - 12)  # batchLength
+    with pytest.raises(CorruptRecordError, match="declares length -64"):
+        rec.validate_batches(_resealed(damaged))
+    rec.validate_batches(_three(rec.COMPRESSION_LZ4))  # the undamaged one passes

@@ -126,3 +126,31 @@ def test_fuzzed_records_inside_a_valid_batch_decode_or_raise_corrupt_record_erro
         rec.decode_batch(bytes(out))
     except CorruptRecordError:
         pass
+
+
+# -- the leader's record walk (validate_batches with check_records) ---------------------------
+
+def reseal(batch: bytes | bytearray) -> bytes:
+    """The batch with its CRC recomputed: what a buggy or hostile producer can send."""
+    out = bytearray(batch)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@common
+@given(records=record_lists, data=st.data())
+def test_a_resealed_damaged_batch_is_refused_by_the_walk_or_decodes_whole(records, data):
+    """Accepted by the leader => every consumer can decode it, all recordCount records: the
+    invariant that keeps a valid-CRC poison pill out of the log."""
+    batch = bytearray(build(records))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(rec.RECORDS_OFFSET, len(batch) - 1))
+        batch[at] = data.draw(st.integers(0, 255))
+    damaged = reseal(batch)
+    try:
+        headers = rec.validate_batches(damaged)
+    except (CorruptRecordError, rec.InvalidRecordError):
+        return
+    header, decoded = rec.decode_batch(damaged)
+    assert len(decoded) == header.record_count == headers[0].record_count
+    assert [r.offset - header.base_offset for r in decoded] == list(range(header.record_count))
