@@ -2,9 +2,9 @@
 in-memory __consumer_offsets (every append is "committed" at once, or fails when told to).
 
 These tests drive JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit bodies straight into
-broker/group/coordinator.py and check what Kafka's GroupCoordinator would answer: member ids,
-generations, fencing of stale generations, rebalance on join/leave/expiry, static members,
-loading from the log after a failover.
+broker/group/coordinator.py (offsets go through its OffsetManager, broker/group/offsets.py) and
+check what Kafka's GroupCoordinator would answer: member ids, generations, fencing of stale
+generations, rebalance on join/leave/expiry, static members, loading from the log after a failover.
 """
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def test_leaving_makes_the_group_empty_and_its_offsets_stay():
                                       "topics": [{"name": "t", "partitions": [{"partition_index": 3,
                                                                                "committed_offset": 7}]}]})
         assert tool["topics"][0]["partitions"][0]["error_code"] == 0
-        assert c.groups["g"].offsets[("t", 3)].offset == 7
+        assert c.groups["g"].state is GroupState.EMPTY and c.offsets.committed("g")[("t", 3)].offset == 7
     run(main())
 
 
@@ -284,7 +284,7 @@ def test_the_new_leader_loads_groups_and_offsets_from_the_log_and_the_old_one_an
         new = await loaded(coordinator(store))
         group = new.groups["g"]
         assert group.state is GroupState.STABLE and group.generation_id == 1
-        assert group.members[ja["member_id"]].assignment == b"x" and group.offsets[("t", 0)].offset == 9
+        assert group.members[ja["member_id"]].assignment == b"x" and new.offsets.committed("g")[("t", 0)].offset == 9
         # The member carries on with its generation: no rebalance needed after the move.
         assert (await new.heartbeat({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"]}))[
             "error_code"] == 0
@@ -303,7 +303,7 @@ def test_a_failed_write_answers_coordinator_errors_and_changes_nothing():
                                      "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                               "committed_offset": 2}]}]})
         assert out["topics"][0]["partitions"][0]["error_code"] == errors.COORDINATOR_NOT_AVAILABLE
-        assert c.groups["g"].offsets[("t", 0)].offset == 1
+        assert c.offsets.committed("g")[("t", 0)].offset == 1
         store.fail_with = errors.NOT_LEADER_OR_FOLLOWER
         out = await c.offset_commit({"group_id": "g", "generation_id": -1, "member_id": "",
                                      "topics": [{"name": "t", "partitions": [{"partition_index": 0,
@@ -364,13 +364,15 @@ def test_offsets_of_a_long_empty_group_expire_and_live_records_are_rewritten_bef
         written = {p: len(log) for p, log in store.logs.items()}
         wall[0] += 6_000  # past half the retention: live records are written again
         await c.maintain()
-        assert c.groups["idle"].offsets[("t", 0)].offset == 3 and c.groups["busy"].offsets[("t", 0)].offset == 3
+        assert c.offsets.committed("idle")[("t", 0)].offset == 3 and c.offsets.committed("busy")[("t", 0)].offset == 3
         assert sum(len(log) for log in store.logs.values()) > sum(written.values())
         wall[0] += 6_000  # "idle" has been empty for over the retention: its offsets expire
         await c.maintain()
-        assert "idle" not in c.groups and c.groups["busy"].offsets[("t", 0)].offset == 3
+        assert "idle" not in c.groups and not c.offsets.committed("idle")  # the offsets went with the group
+        assert c.offsets.committed("busy")[("t", 0)].offset == 3
         reloaded = await loaded(coordinator(store))  # and the log says the same
-        assert "idle" not in reloaded.groups and reloaded.groups["busy"].offsets[("t", 0)].offset == 3
+        assert "idle" not in reloaded.groups and not reloaded.offsets.committed("idle")
+        assert reloaded.offsets.committed("busy")[("t", 0)].offset == 3
     run(main())
 
 
@@ -390,4 +392,42 @@ def test_a_join_whose_protocol_metadata_is_an_integer_is_refused_without_allocat
             tracemalloc.stop()
         assert refused.value.code == errors.INVALID_REQUEST
         assert peak_bytes < 4 * 1024 * 1024
+    run(main())
+
+
+def test_a_group_dropped_while_its_commit_is_written_loses_its_offsets_with_it_and_the_log_keeps_them():
+    """The coordinator tells its offset manager when a group is gone (resign, DeleteGroups): a
+    commit whose write finishes after that is not applied to the dropped group, and a reload
+    reads it from the log."""
+    class GatedStore(FakeStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.gate.set()
+
+        async def append(self, partition: int, entries, timeout_ms: int) -> int:
+            base = await super().append(partition, entries, timeout_ms)
+            await self.gate.wait()
+            return base
+
+    async def main():
+        store = GatedStore()
+        c = await loaded(coordinator(store))
+        body = {"group_id": "g", "generation_id": -1, "member_id": "",
+                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 4}]}]}
+        store.gate.clear()
+        pending = asyncio.ensure_future(c.offset_commit(body))
+        await settle()
+        c.resign(partition_for("g", 4))
+        store.gate.set()
+        assert (await pending)["topics"][0]["partitions"][0]["error_code"] == 0
+        assert "g" not in c.groups and not c.offsets.committed("g")
+        await loaded(c)
+        assert c.offsets.committed("g")[("t", 0)].offset == 4
+        deleted = await c.delete_groups({"groups_names": ["g"]})
+        assert deleted["results"] == [{"group_id": "g", "error_code": errors.NONE}]
+        assert "g" not in c.groups and not c.offsets.committed("g")
+        fetched = await c.offset_fetch({"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]})
+        assert fetched["topics"][0]["partitions"][0]["committed_offset"] == -1
+        assert "g" not in (await loaded(coordinator(store))).groups  # the tombstones are in the log
     run(main())

@@ -1,4 +1,5 @@
-"""The group coordinator: consumer groups and their committed offsets, on the brokers.
+"""The group coordinator: consumer group membership on the brokers; committed offsets are its
+offset manager's (offsets.py), to which it hands OffsetCommit and OffsetFetch.
 
 Each broker coordinates the groups whose ``__consumer_offsets`` partition it leads
 (records.py: ``partition_for``). When it becomes leader of such a partition (a committed
@@ -22,10 +23,13 @@ The protocol (Kafka's classic group protocol, docs/consumer-groups.md):
   extension: ``max_wait_ms`` holds a Heartbeat in a Stable group up to that long and answers
   the moment a rebalance starts, so members learn of it at once rather than at their next
   heartbeat.
-- OffsetCommit: only from a member of the current generation (ILLEGAL_GENERATION,
-  UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID otherwise), or with generation -1
-  and no member id on a group without members (tools, manually assigned consumers). Offsets are
-  appended with acks=all and answered once below the high watermark.
+- DescribeGroups, ListGroups, DeleteGroups (only a group without members).
+
+With the offset manager (offsets.py; its docstring has the whole interface): the coordinator
+answers its ``owner_error`` and ``admit_commit`` (a commit's member and generation), tells it
+``group_dead`` whenever a group is dropped, hands it each partition's loaded offsets
+(``restore``) and, on the retention timer, each live group's membership side (``retain``).
+Neither touches the other's state.
 """
 from __future__ import annotations
 
@@ -35,11 +39,13 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Protocol
+from functools import partial
+from typing import Any, Awaitable, Callable
 
-from raftka.broker.group.group import Group, GroupState, Member
-from raftka.broker.group.records import (OFFSETS_TOPIC, CommittedOffset, Loaded, group_key, group_value, offset_key,
-                                  offset_value, partition_for)
+from raftka.broker.group.group import Group, GroupState, Member, group_id_of, optional_str
+from raftka.broker.group.offsets import OffsetManager, RetentionView
+from raftka.broker.group.records import OFFSETS_TOPIC, group_key, group_value, partition_for
+from raftka.broker.group.store import OffsetsStore, store_error
 from raftka.common import errors
 from raftka.common.errors import RaftkaError
 
@@ -50,26 +56,11 @@ REQUEST: contextvars.ContextVar[Any] = contextvars.ContextVar("raftka_group_requ
 
 JOIN_WAIT_MS_MAX = 240_000  # a held JoinGroup stays below the transport's handler safety net (300 s)
 HEARTBEAT_WAIT_MS_MAX = 10_000  # a held Heartbeat (max_wait_ms extension) waits at most this long
-GROUP_ID_CHARS_MAX = 255
 MEMBERS_PER_LEAVE_MAX = 1000
-PARTITIONS_PER_COMMIT_MAX = 10_000
 TICK_MS_MAX = 1000  # the timer loop wakes at least this often
 TICK_MS_MIN = 20  # and at most this often for deadlines (joins and leaves wake it at once)
 LOAD_RETRY_MS = 500
 STATE_BY_NAME = {s.value: s for s in GroupState}
-
-# What a failed append to __consumer_offsets means to a group client (Kafka's mapping).
-STORE_ERRORS = {
-    errors.UNKNOWN_TOPIC_OR_PARTITION: errors.COORDINATOR_NOT_AVAILABLE,
-    errors.NOT_ENOUGH_REPLICAS: errors.COORDINATOR_NOT_AVAILABLE,
-    errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: errors.COORDINATOR_NOT_AVAILABLE,
-    errors.REQUEST_TIMED_OUT: errors.COORDINATOR_NOT_AVAILABLE,
-    errors.NOT_LEADER_OR_FOLLOWER: errors.NOT_COORDINATOR,
-    errors.FENCED_LEADER_EPOCH: errors.NOT_COORDINATOR,
-    errors.KAFKA_STORAGE_ERROR: errors.NOT_COORDINATOR,
-    errors.MESSAGE_TOO_LARGE: errors.INVALID_COMMIT_OFFSET_SIZE,
-    errors.RECORD_LIST_TOO_LARGE: errors.INVALID_COMMIT_OFFSET_SIZE,
-}
 
 
 def monotonic_ms() -> float:
@@ -80,20 +71,6 @@ def monotonic_ms() -> float:
 def wall_ms() -> int:
     """Milliseconds since the epoch (commit timestamps, offset expiry)."""
     return int(time.time() * 1000)
-
-
-class OffsetsStore(Protocol):
-    """Where the coordinator's records go: the ``__consumer_offsets`` partitions it leads."""
-
-    async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]], timeout_ms: int) -> int:
-        """Append the records with acks=all; the log offset of the first once committed.
-        Raises a typed error (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT...)."""
-        ...
-
-    async def load(self, partition: int, still_current: Callable[[], bool]) -> Loaded:
-        """Replay the partition below its high watermark, once that has reached the start of
-        this leader's epoch."""
-        ...
 
 
 @dataclass
@@ -144,14 +121,6 @@ def _join_error(code: int, message: str | None = None, member_id: str = "") -> d
                  skip_assignment=False, member_id=member_id, members=[])
 
 
-def _str_or_none(value: Any, name: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise errors.InvalidRequestError(f"{name} must be a string")
-    return value
-
-
 def _bytes_field(value: Any, name: str) -> bytes:
     """A request's bytes field; anything else is refused, since bytes(n) of an integer would
     allocate n zero bytes (a 178-byte JoinGroup once made the coordinator allocate 134 MB)."""
@@ -164,18 +133,18 @@ def _bytes_field(value: Any, name: str) -> bytes:
 
 @dataclass
 class CoordinatorStats:
-    """Counters for /metrics."""
+    """Counters for /metrics (offset commits: OffsetManager.commits)."""
 
     rebalances: int = 0
     expired_members: int = 0
-    commits: int = 0
     loads: int = 0
     load_ms_last: float = 0.0
     groups_by_partition: dict[int, int] = field(default_factory=dict)
 
 
 class GroupCoordinator:
-    """Groups of the __consumer_offsets partitions this broker leads (module docstring)."""
+    """Groups of the __consumer_offsets partitions this broker leads (module docstring); their
+    committed offsets are held by ``self.offsets``."""
 
     def __init__(self, broker_id: int, config: CoordinatorConfig, store: OffsetsStore, *,
                  clock: Callable[[], float] = monotonic_ms, wall: Callable[[], int] = wall_ms) -> None:
@@ -188,6 +157,9 @@ class GroupCoordinator:
         self.partitions: dict[int, PartitionLoad] = {}
         self.num_partitions: int | None = None  # of __consumer_offsets, once it exists
         self.stats = CoordinatorStats()
+        self.offsets = OffsetManager(store, self, commit_timeout_ms=config.commit_timeout_ms,
+                                     metadata_max_bytes=config.metadata_max_bytes, retention_ms=config.retention_ms,
+                                     wall=wall)
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._runner: asyncio.Task | None = None
@@ -292,6 +264,7 @@ class GroupCoordinator:
         if not group.is_(GroupState.DEAD):
             group.transition_to(GroupState.DEAD, self.wall())
         self.groups.pop(group.group_id, None)
+        self.offsets.group_dead(group.group_id)
 
     async def _load(self, load: PartitionLoad) -> None:
         def current() -> bool:
@@ -321,10 +294,10 @@ class GroupCoordinator:
             except (KeyError, TypeError, ValueError) as error:
                 log.warning("group %s: unreadable metadata (%s); loading its offsets only", group_id, error)
                 group = Group(group_id, load.index)
-            group.offsets = dict(offsets)
+            self.offsets.restore(group_id, offsets)
             group.metadata_written_ms = loaded.group_written_ms.get(group_id, 0)
-            if not value:
-                group.state_timestamp_ms = max((o.commit_timestamp for o in offsets.values()), default=0)
+            if not value:  # known by its commits only: Empty since the last one
+                group.state_timestamp_ms = self.offsets.last_commit_ms(group_id)
             self.groups[group_id] = group
             count += 1
         load.loaded = True
@@ -347,19 +320,12 @@ class GroupCoordinator:
             return errors.COORDINATOR_LOAD_IN_PROGRESS
         return errors.NONE
 
-    def _group_id(self, body: dict) -> str:
-        group_id = body.get("group_id")
-        if not isinstance(group_id, str) or not group_id or len(group_id) > GROUP_ID_CHARS_MAX:
-            raise errors.for_code(errors.INVALID_GROUP_ID)(
-                f"group_id must be a non-empty string of at most {GROUP_ID_CHARS_MAX} characters")
-        return group_id
-
     # -- JoinGroup ----------------------------------------------------------------------------
 
     async def join_group(self, body: dict) -> dict:
         """JoinGroup (see the module docstring); the answer may be held until the rebalance completes."""
         try:
-            group_id = self._group_id(body)
+            group_id = group_id_of(body)
         except RaftkaError as error:
             return _join_error(error.code, error.message)
         session_ms = body.get("session_timeout_ms")
@@ -368,7 +334,7 @@ class GroupCoordinator:
             raise errors.InvalidRequestError("session_timeout_ms and rebalance_timeout_ms must be integers")
         rebalance_ms = session_ms if rebalance_ms < 0 else rebalance_ms
         member_id = body.get("member_id") or ""
-        instance_id = _str_or_none(body.get("group_instance_id"), "group_instance_id")
+        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
         protocol_type = body.get("protocol_type")
         raw_protocols = body.get("protocols")
         if not isinstance(member_id, str) or not isinstance(raw_protocols, list):
@@ -478,7 +444,7 @@ class GroupCoordinator:
             try:
                 await self._store_group(group)
             except RaftkaError as error:
-                return _join_error(STORE_ERRORS.get(error.code, errors.UNKNOWN_SERVER_ERROR), error.message)
+                return _join_error(store_error(error), error.message)
             if group.generation_id == generation and group.members.get(new_id) is member:
                 return self._join_answer(group, member, skip_assignment=True)
         future = member.join_future = asyncio.get_running_loop().create_future()
@@ -584,12 +550,12 @@ class GroupCoordinator:
         def error(code: int, message: str | None = None) -> dict:
             return _fail(code, message, protocol_type=None, protocol_name=None, assignment=b"")
         try:
-            group_id = self._group_id(body)
+            group_id = group_id_of(body)
         except RaftkaError as e:
             return error(e.code, e.message)
         member_id = body.get("member_id") or ""
         generation = body.get("generation_id")
-        instance_id = _str_or_none(body.get("group_instance_id"), "group_instance_id")
+        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
         code = self.owner_error(group_id)
         if code:
             return error(code)
@@ -636,7 +602,7 @@ class GroupCoordinator:
         previous = {m.member_id: m.assignment for m in group.members.values()}
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
-        entries = [(group_key(group.group_id), group_value(group.metadata_value(self.wall())))]
+        entries: list[tuple[bytes, bytes | None]] = [_metadata_record(group, self.wall())]
         for member_id, assignment in previous.items():  # applied only on success
             if member_id in group.members:
                 group.members[member_id].assignment = assignment
@@ -645,7 +611,7 @@ class GroupCoordinator:
             group.metadata_written_ms = self.wall()
         except RaftkaError as error:
             if group.generation_id == generation and group.is_(GroupState.COMPLETING_REBALANCE):
-                code = STORE_ERRORS.get(error.code, errors.UNKNOWN_SERVER_ERROR)
+                code = store_error(error)
                 log.warning("group %s: storing the assignment failed (%s)", group.group_id, error)
                 self._reset_syncs(group, code)
                 self._prepare_rebalance(group, "storing the assignment failed")
@@ -665,7 +631,7 @@ class GroupCoordinator:
         return await self.store.append(group.partition, entries, self.config.commit_timeout_ms)
 
     async def _store_group(self, group: Group) -> None:
-        await self._append(group, [(group_key(group.group_id), group_value(group.metadata_value(self.wall())))])
+        await self._append(group, [_metadata_record(group, self.wall())])
         group.metadata_written_ms = self.wall()
 
     async def _store_group_quietly(self, group: Group) -> None:
@@ -679,12 +645,12 @@ class GroupCoordinator:
     async def heartbeat(self, body: dict) -> dict:
         """Heartbeat; with ``max_wait_ms`` (Raftka extension) held while the group stays Stable."""
         try:
-            group_id = self._group_id(body)
+            group_id = group_id_of(body)
         except RaftkaError as e:
             return _fail(e.code, e.message)
         member_id = body.get("member_id") or ""
         generation = body.get("generation_id")
-        instance_id = _str_or_none(body.get("group_instance_id"), "group_instance_id")
+        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
         wait_ms = body.get("max_wait_ms") or 0
         if not isinstance(wait_ms, int) or wait_ms < 0:
             raise errors.InvalidRequestError("max_wait_ms must be a non-negative integer")
@@ -727,7 +693,7 @@ class GroupCoordinator:
     async def leave_group(self, body: dict) -> dict:
         """LeaveGroup for one or more members (by member id, or a static member's instance id)."""
         try:
-            group_id = self._group_id(body)
+            group_id = group_id_of(body)
         except RaftkaError as e:
             return _fail(e.code, e.message, members=[])
         raw = body.get("members")
@@ -744,7 +710,7 @@ class GroupCoordinator:
         out = []
         for item in raw:
             member_id = item.get("member_id") or ""
-            instance_id = _str_or_none(item.get("group_instance_id"), "group_instance_id")
+            instance_id = optional_str(item.get("group_instance_id"), "group_instance_id")
             if not member_id and instance_id is not None:
                 member_id = group.static_members.get(instance_id, "")
             result = errors.NONE
@@ -788,96 +754,28 @@ class GroupCoordinator:
                 else:
                     self._maybe_complete_join(group)
 
-    # -- OffsetCommit, OffsetFetch --------------------------------------------------------------
+    # -- OffsetCommit, OffsetFetch: the offset manager's ---------------------------------------
 
     async def offset_commit(self, body: dict) -> dict:
-        """OffsetCommit: per-partition answers once the records are below the high watermark."""
-        topics = body.get("topics")
-        if not isinstance(topics, list):
-            raise errors.InvalidRequestError("topics must be a list")
-        wanted: list[tuple[str, dict]] = []
-        for t in topics:
-            name = t.get("name")
-            if not isinstance(name, str):
-                raise errors.InvalidRequestError("each topic needs a name")
-            for p in t.get("partitions") or []:
-                if not isinstance(p.get("partition_index"), int):
-                    raise errors.InvalidRequestError("each partition needs an integer partition_index")
-                wanted.append((name, p))
-        if len(wanted) > PARTITIONS_PER_COMMIT_MAX:
-            raise errors.InvalidRequestError(f"{len(wanted)} partitions in one commit; at most "
-                                             f"{PARTITIONS_PER_COMMIT_MAX}")
-        codes: dict[tuple[str, int], int] = {}
+        """OffsetCommit (OffsetManager.offset_commit; it asks ``admit_commit``)."""
+        return await self.offsets.offset_commit(body)
 
-        def answer() -> dict:
-            by_topic: dict[str, list[dict]] = {}
-            for name, p in wanted:
-                by_topic.setdefault(name, []).append({"partition_index": p["partition_index"],
-                                                      "error_code": codes.get((name, p["partition_index"]),
-                                                                              errors.NONE)})
-            return {"topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+    async def offset_fetch(self, body: dict) -> dict:
+        """OffsetFetch (OffsetManager.offset_fetch)."""
+        return await self.offsets.offset_fetch(body)
 
-        def everyone(code: int) -> dict:
-            for name, p in wanted:
-                codes[(name, p["partition_index"])] = code
-            return answer()
-
-        try:
-            group_id = self._group_id(body)
-        except RaftkaError as e:
-            return everyone(e.code)
-        generation = body.get("generation_id", -1)
-        member_id = body.get("member_id") or ""
-        instance_id = _str_or_none(body.get("group_instance_id"), "group_instance_id")
-        if not isinstance(generation, int):
-            raise errors.InvalidRequestError("generation_id must be an integer")
-        code = self.owner_error(group_id)
-        if code:
-            return everyone(code)
+    def admit_commit(self, group_id: str, generation: int, member_id: str,
+                     instance_id: str | None) -> tuple[int, int]:
+        """For the offset manager: may this member commit at this generation? (error code, the
+        group's partition). A commit with generation -1 creates an unknown group (Empty), as
+        Kafka's does; a member's commit counts as a heartbeat."""
         group = self.groups.get(group_id)
         if group is None:
             if generation >= 0:
-                return everyone(errors.ILLEGAL_GENERATION)
+                return errors.ILLEGAL_GENERATION, -1
             group = self.groups[group_id] = Group(group_id, partition_for(group_id, self.num_partitions or 1),
                                                   state_timestamp_ms=self.wall())
-        code = self._commit_check(group, generation, member_id, instance_id)
-        if code:
-            return everyone(code)
-        now = self.wall()
-        entries: list[tuple[bytes, bytes | None]] = []
-        values: list[tuple[tuple[str, int], CommittedOffset]] = []
-        for name, p in wanted:
-            tp = (name, p["partition_index"])
-            offset = p.get("committed_offset")
-            metadata = p.get("committed_metadata") or ""
-            if not isinstance(offset, int) or offset < 0:
-                codes[tp] = errors.INVALID_COMMIT_OFFSET_SIZE
-                continue
-            if not isinstance(metadata, str) or len(metadata.encode()) > self.config.metadata_max_bytes:
-                codes[tp] = errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            epoch = p.get("committed_leader_epoch", -1)
-            committed = CommittedOffset(offset, epoch if isinstance(epoch, int) else -1, metadata, now)
-            entries.append((offset_key(group_id, *tp), offset_value(committed)))
-            values.append((tp, committed))
-        if entries:
-            try:
-                base = await self._append(group, entries)
-            except RaftkaError as error:
-                code = STORE_ERRORS.get(error.code, errors.UNKNOWN_SERVER_ERROR)
-                for tp, _ in values:
-                    codes[tp] = code
-                return answer()
-            if self.groups.get(group_id) is group:
-                written = self.wall()
-                for i, (tp, committed) in enumerate(values):
-                    stored = group.offsets.get(tp)
-                    if stored is None or stored.log_offset < base + i:  # commits may finish out of order
-                        group.offsets[tp] = CommittedOffset(committed.offset, committed.leader_epoch,
-                                                            committed.metadata, committed.commit_timestamp,
-                                                            base + i, written)
-                self.stats.commits += 1
-        return answer()
+        return self._commit_check(group, generation, member_id, instance_id), group.partition
 
     def _commit_check(self, group: Group, generation: int, member_id: str, instance_id: str | None) -> int:
         if group.is_(GroupState.DEAD):
@@ -895,33 +793,6 @@ class GroupCoordinator:
             return errors.ILLEGAL_GENERATION
         member.heartbeat_deadline_ms = self.clock() + member.session_timeout_ms
         return errors.NONE
-
-    async def offset_fetch(self, body: dict) -> dict:
-        """OffsetFetch: committed offsets of the asked partitions (all when ``topics`` is None)."""
-        try:
-            group_id = self._group_id(body)
-        except RaftkaError as e:
-            return _fail(e.code, e.message, topics=[])
-        topics = body.get("topics")
-        if topics is not None and not isinstance(topics, list):
-            raise errors.InvalidRequestError("topics must be a list or None")
-        code = self.owner_error(group_id)
-        if code:
-            return _fail(code, topics=[])
-        group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None else {}
-        if topics is None:
-            asked: Iterable[tuple[str, int]] = sorted(offsets)
-        else:
-            asked = [(str(t["name"]), int(i)) for t in topics for i in (t.get("partition_indexes") or [])]
-        by_topic: dict[str, list[dict]] = {}
-        for tp in asked:
-            committed = offsets.get(tp)
-            by_topic.setdefault(tp[0], []).append({
-                "partition_index": tp[1], "committed_offset": committed.offset if committed else -1,
-                "committed_leader_epoch": committed.leader_epoch if committed else -1,
-                "metadata": committed.metadata if committed else "", "error_code": errors.NONE})
-        return _fail(errors.NONE, topics=[{"name": n, "partitions": ps} for n, ps in by_topic.items()])
 
     # -- DescribeGroups, ListGroups, DeleteGroups ------------------------------------------------
 
@@ -979,53 +850,36 @@ class GroupCoordinator:
                 code = errors.NON_EMPTY_GROUP
             if not code and group is not None:
                 try:
-                    await self._append(group, _tombstones(group))
+                    await self.offsets.delete_group(group_id, group.partition)
                     if self.groups.get(group_id) is group:
                         self._drop(group, errors.GROUP_ID_NOT_FOUND)
                 except RaftkaError as error:
-                    code = STORE_ERRORS.get(error.code, errors.UNKNOWN_SERVER_ERROR)
+                    code = store_error(error)
             results.append({"group_id": group_id, "error_code": code})
         return {"results": results}
 
-    # -- offset retention -----------------------------------------------------------------------
+    # -- offset retention (the rule and the records are the offset manager's) --------------------
 
     async def maintain(self) -> None:
-        """Drop the offsets of groups empty for longer than offsets.retention.minutes (Kafka's
-        expiry), and rewrite the records of the others before the topic's time retention could
-        delete the segment holding them (the log is never compacted)."""
-        wall = self.wall()
-        retention = self.config.retention_ms
+        """Offset retention for every group this broker serves (OffsetManager.retain): offsets of
+        groups empty for longer than offsets.retention.minutes expire (the group is dropped), live
+        records are written again before the topic's time retention could delete them."""
+        wall = self.wall()  # one time for the pass: no group's verdict depends on how long the writes before it took
         for group in list(self.groups.values()):
             if group.is_(GroupState.DEAD) or self.owner_error(group.group_id):
                 continue
-            last_commit = max((o.commit_timestamp for o in group.offsets.values()), default=0)
-            entries: list[tuple[bytes, bytes | None]]
-            if group.is_(GroupState.EMPTY) and wall - max(group.state_timestamp_ms, last_commit) > retention:
-                try:
-                    await self._append(group, _tombstones(group))
-                except RaftkaError as error:
-                    log.info("group %s: expiring offsets failed: %s", group.group_id, error)
-                    continue
-                log.info("group %s: offsets expired (empty for over %d ms)", group.group_id, retention)
+            view = RetentionView(
+                group.group_id, group.partition,
+                empty_since_ms=group.state_timestamp_ms if group.is_(GroupState.EMPTY) else None,
+                metadata_written_ms=group.metadata_written_ms,
+                metadata_record=(partial(_metadata_record, group, group.state_timestamp_ms)
+                                 if group.members or group.generation_id else None))
+            retained = await self.offsets.retain(view, wall)
+            if retained.expired:
                 if self.groups.get(group.group_id) is group:
                     self._drop(group, errors.GROUP_ID_NOT_FOUND)
-                continue
-            oldest = min([group.metadata_written_ms or wall, *(o.written_ms or wall for o in group.offsets.values())])
-            if wall - oldest < retention // 2:
-                continue
-            entries = [(offset_key(group.group_id, *tp), offset_value(o)) for tp, o in group.offsets.items()]
-            if group.members or group.generation_id:
-                entries.append((group_key(group.group_id), group_value(group.metadata_value(group.state_timestamp_ms))))
-            try:
-                base = await self._append(group, entries)
-            except RaftkaError as error:
-                log.info("group %s: rewriting its records failed: %s", group.group_id, error)
-                continue
-            written = self.wall()
-            for i, (tp, o) in enumerate(list(group.offsets.items())):
-                group.offsets[tp] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, o.commit_timestamp,
-                                                    base + i, written)
-            group.metadata_written_ms = written
+            elif retained.rewritten_ms is not None:
+                group.metadata_written_ms = retained.rewritten_ms
 
     # -- for /metrics and the lag figures -------------------------------------------------------
 
@@ -1035,9 +889,9 @@ class GroupCoordinator:
                 and (load := self.partitions.get(g.partition)) is not None and load.loaded]
 
 
-def _tombstones(group: Group) -> list[tuple[bytes, bytes | None]]:
-    """Records deleting a group: its offsets and its metadata."""
-    return [(offset_key(group.group_id, *tp), None) for tp in group.offsets] + [(group_key(group.group_id), None)]
+def _metadata_record(group: Group, stamp_ms: int) -> tuple[bytes, bytes]:
+    """The group's metadata record, ``stamp_ms`` as its state timestamp."""
+    return group_key(group.group_id), group_value(group.metadata_value(stamp_ms))
 
 
 def _metadata_or_empty(member: Member, protocol: str) -> bytes:

@@ -1,4 +1,5 @@
-"""One consumer group as its coordinator holds it: members, generation, state, committed offsets.
+"""One consumer group as its coordinator holds it: members, generation, state. (Its committed
+offsets are the offset manager's: offsets.py.)
 
 States and the legal moves (Kafka's GroupMetadata; ``transition_to`` refuses any other move):
 
@@ -13,6 +14,9 @@ States and the legal moves (Kafka's GroupMetadata; ``transition_to`` refuses any
 A move to PreparingRebalance happens when a member joins, leaves, is expired, or changes its
 subscription (or the leader rejoins). The generation goes up by one each time a rebalance
 completes with members (and also when it completes with none: the group is then Empty).
+
+``group_id_of`` and ``optional_str`` check the request fields both the coordinator and the
+offset manager read.
 """
 from __future__ import annotations
 
@@ -21,8 +25,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftka.broker.group.records import CommittedOffset
 from raftka.common import errors
+
+GROUP_ID_CHARS_MAX = 255
 
 
 class GroupState(enum.Enum):
@@ -47,6 +52,25 @@ VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 
 class IllegalGroupTransition(AssertionError):
     """A programmer error: a move the state table does not allow."""
+
+
+def group_id_of(body: dict) -> str:
+    """A request's ``group_id``; INVALID_GROUP_ID unless a non-empty string of at most
+    GROUP_ID_CHARS_MAX characters."""
+    group_id = body.get("group_id")
+    if not isinstance(group_id, str) or not group_id or len(group_id) > GROUP_ID_CHARS_MAX:
+        raise errors.for_code(errors.INVALID_GROUP_ID)(
+            f"group_id must be a non-empty string of at most {GROUP_ID_CHARS_MAX} characters")
+    return group_id
+
+
+def optional_str(value: Any, name: str) -> str | None:
+    """A request's optional string field (``group_instance_id``): None when absent or empty."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidRequestError(f"{name} must be a string")
+    return value
 
 
 @dataclass
@@ -92,7 +116,7 @@ class Member:
 
 @dataclass
 class Group:
-    """A group's state (see the module table) and its committed offsets."""
+    """A group's state (see the module table)."""
 
     group_id: str
     partition: int  # its __consumer_offsets partition
@@ -104,7 +128,6 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)  # in join order
     static_members: dict[str, str] = field(default_factory=dict)  # group_instance_id -> member_id
     pending_members: dict[str, float] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> expiry (ms)
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     rebalance_deadline_ms: float = 0.0
     initial_delay_until_ms: float = 0.0  # an empty group's first rebalance waits for more members
     rebalance_started_ms: float = 0.0

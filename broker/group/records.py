@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import msgpack
 
@@ -90,6 +90,11 @@ def group_key(group_id: str) -> bytes:
 def group_value(value: dict) -> bytes:
     """The record value of a group's metadata (see the module table)."""
     return msgpack.packb(value, use_bin_type=True)
+
+
+def tombstones(group_id: str, partitions: Iterable[tuple[str, int]]) -> list[tuple[bytes, bytes | None]]:
+    """The records deleting a group: its committed offsets (``partitions``), then its metadata."""
+    return [(offset_key(group_id, *tp), None) for tp in partitions] + [(group_key(group_id), None)]
 
 
 def build_batch(entries: list[tuple[bytes, bytes | None]], now_ms: int | None = None) -> bytes:

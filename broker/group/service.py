@@ -179,7 +179,8 @@ class GroupService:
         while True:
             await asyncio.sleep(LAG_REFRESH_S)
             try:
-                tps = {tp for g in self.coordinator.loaded_groups() for tp in g.offsets}
+                offsets = self.coordinator.offsets
+                tps = {tp for g in self.coordinator.loaded_groups() for tp in offsets.committed(g.group_id)}
                 self.high_watermarks = await self.end_offsets.lookup(tps) if tps else {}
             except asyncio.CancelledError:
                 raise
@@ -196,7 +197,7 @@ class GroupService:
                  "# TYPE raftka_coordinator_expired_members_total counter",
                  f"raftka_coordinator_expired_members_total{{{node}}} {c.stats.expired_members}",
                  "# TYPE raftka_coordinator_offset_commits_total counter",
-                 f"raftka_coordinator_offset_commits_total{{{node}}} {c.stats.commits}",
+                 f"raftka_coordinator_offset_commits_total{{{node}}} {c.offsets.commits}",
                  "# TYPE raftka_coordinator_partitions_loading gauge",
                  f"raftka_coordinator_partitions_loading{{{node}}} "
                  f"{sum(1 for p in c.partitions.values() if not p.loaded)}",
@@ -212,7 +213,8 @@ class GroupService:
         per_partition: list[str] = []
         for g in groups:
             total = 0
-            for (topic, index), committed in sorted(g.offsets.items()):
+            offsets = c.offsets.committed(g.group_id)
+            for (topic, index), committed in sorted(offsets.items()):
                 hw = self.high_watermarks.get((topic, index))
                 if hw is None:
                     continue
@@ -222,7 +224,7 @@ class GroupService:
                     series += 1
                     per_partition.append(f'raftka_group_lag{{{node},group="{_label(g.group_id)}",'
                                          f'topic="{topic}",partition="{index}"}} {lag}')
-            if g.offsets:
+            if offsets:
                 sums.append(f'raftka_group_lag_sum{{{node},group="{_label(g.group_id)}"}} {total}')
         lines.append("# TYPE raftka_group_lag gauge")
         lines += per_partition

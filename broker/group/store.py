@@ -1,6 +1,9 @@
 """The coordinator's records in the broker's own ``__consumer_offsets`` replicas, and the high
 watermarks the lag figures need.
 
+``OffsetsStore`` is what the coordinator and its offset manager write through (tests give them
+an in-memory one); ``store_error`` says what a failed write means to a group client.
+
 ``ReplicaOffsetsStore.append`` is a Produce with acks=all done inside the broker: the replica
 manager validates and appends the batch, then the call waits until the high watermark has passed
 it (every ISR member has it). ``load`` replays a partition below its high watermark once that has
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from raftka.broker.group.records import OFFSETS_TOPIC, Loaded, build_batch, replay
 from raftka.broker.network import PeerConnection
@@ -24,6 +27,38 @@ log = logging.getLogger(__name__)
 LOAD_POLL_S = 0.02
 END_OFFSETS_TIMEOUT_MS = 5000
 PEERS_MAX = 256
+
+# What a failed append to __consumer_offsets means to a group client (Kafka's mapping).
+STORE_ERRORS = {
+    errors.UNKNOWN_TOPIC_OR_PARTITION: errors.COORDINATOR_NOT_AVAILABLE,
+    errors.NOT_ENOUGH_REPLICAS: errors.COORDINATOR_NOT_AVAILABLE,
+    errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: errors.COORDINATOR_NOT_AVAILABLE,
+    errors.REQUEST_TIMED_OUT: errors.COORDINATOR_NOT_AVAILABLE,
+    errors.NOT_LEADER_OR_FOLLOWER: errors.NOT_COORDINATOR,
+    errors.FENCED_LEADER_EPOCH: errors.NOT_COORDINATOR,
+    errors.KAFKA_STORAGE_ERROR: errors.NOT_COORDINATOR,
+    errors.MESSAGE_TOO_LARGE: errors.INVALID_COMMIT_OFFSET_SIZE,
+    errors.RECORD_LIST_TOO_LARGE: errors.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def store_error(error: RaftkaError) -> int:
+    """The error code a group client gets for a failed append (STORE_ERRORS)."""
+    return STORE_ERRORS.get(error.code, errors.UNKNOWN_SERVER_ERROR)
+
+
+class OffsetsStore(Protocol):
+    """Where the coordinator's records go: the ``__consumer_offsets`` partitions it leads."""
+
+    async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]], timeout_ms: int) -> int:
+        """Append the records with acks=all; the log offset of the first once committed.
+        Raises a typed error (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT...)."""
+        ...
+
+    async def load(self, partition: int, still_current: Callable[[], bool]) -> Loaded:
+        """Replay the partition below its high watermark, once that has reached the start of
+        this leader's epoch."""
+        ...
 
 
 class ReplicaOffsetsStore:

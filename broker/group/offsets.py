@@ -1,0 +1,267 @@
+"""The offset manager: committed offsets of the groups this broker coordinates (Kafka's
+GroupMetadataManager, the offsets half), beside the coordinator's membership (coordinator.py).
+
+It owns a group's committed offsets and every ``__consumer_offsets`` record about them:
+
+- OffsetCommit: only from a member of the current generation (ILLEGAL_GENERATION,
+  UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID otherwise), or with generation -1
+  and no member id on a group without members (tools, manually assigned consumers). Offsets are
+  appended with acks=all and answered once below the high watermark.
+- OffsetFetch: what is held (loaded from the log, or committed since).
+- Loading: the offsets half of a replayed partition (``restore``), group by group.
+- Retention (``retain``): a group Empty for longer than offsets.retention.minutes loses its
+  offsets and metadata (tombstones); the live records of the others (its offsets, and the group
+  metadata record the coordinator builds) are written again, in one batch, before the topic's
+  time retention could delete their segment (the log is never compacted).
+- DeleteGroups' records (``delete_group``): tombstones of the offsets and the metadata.
+
+The interface with the coordinator is explicit and small. The manager asks it (``Membership``)
+whether this broker serves a group and whether a commit's member and generation may commit; the
+coordinator tells the manager when a group is gone (``group_dead``: deleted, expired or
+unloaded), hands it each group's membership side for retention (``RetentionView``), and drops a
+group whose records retention deleted (``Retained.expired``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Protocol
+
+from raftka.broker.group.group import group_id_of, optional_str
+from raftka.broker.group.records import CommittedOffset, offset_key, offset_value, tombstones
+from raftka.broker.group.store import OffsetsStore, store_error
+from raftka.common import errors
+from raftka.common.errors import RaftkaError
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_PER_COMMIT_MAX = 10_000
+
+TopicPartition = tuple[str, int]
+
+
+class Membership(Protocol):
+    """What the offset manager asks the group coordinator (coordinator.py implements it)."""
+
+    def owner_error(self, group_id: str) -> int:
+        """NONE when this broker coordinates ``group_id`` and has loaded it; else the error."""
+        ...
+
+    def admit_commit(self, group_id: str, generation: int, member_id: str,
+                     instance_id: str | None) -> tuple[int, int]:
+        """May this member commit at this generation? (error code, the group's partition)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RetentionView:
+    """One group's membership side, as offset retention needs it (the coordinator fills it in)."""
+
+    group_id: str
+    partition: int
+    empty_since_ms: int | None  # wall clock since which it has been Empty (its last state change); None: not Empty
+    metadata_written_ms: int  # wall clock of its last metadata record (0: never written)
+    # Its metadata record to write again with the offsets, built only when needed; None: none to keep.
+    metadata_record: Callable[[], tuple[bytes, bytes]] | None
+
+
+@dataclass(frozen=True)
+class Retained:
+    """What ``retain`` did to a group's records."""
+
+    expired: bool = False  # tombstones written: the coordinator drops the group
+    rewritten_ms: int | None = None  # its records were written again at this wall clock
+
+
+class OffsetManager:
+    """Committed offsets of the groups of the partitions this broker leads (module docstring)."""
+
+    def __init__(self, store: OffsetsStore, membership: Membership, *, commit_timeout_ms: int,
+                 metadata_max_bytes: int, retention_ms: int, wall: Callable[[], int]) -> None:
+        self.store = store
+        self.membership = membership
+        self.commit_timeout_ms = commit_timeout_ms
+        self.metadata_max_bytes = metadata_max_bytes
+        self.retention_ms = retention_ms
+        self.wall = wall
+        self.commits = 0  # for /metrics
+        # group id -> its offsets. A group's dict lives exactly as long as the coordinator's Group
+        # (created while the group exists, removed by group_dead), so "is it still this dict?"
+        # after a write tells whether the group was dropped or reloaded meanwhile.
+        self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+
+    # -- what the coordinator and /metrics read -------------------------------------------------
+
+    def committed(self, group_id: str) -> Mapping[TopicPartition, CommittedOffset]:
+        """The group's committed offsets (read-only; empty when it has none)."""
+        return self._offsets.get(group_id) or {}
+
+    def last_commit_ms(self, group_id: str) -> int:
+        """Wall clock of the group's latest commit (0: none)."""
+        return max((o.commit_timestamp for o in self.committed(group_id).values()), default=0)
+
+    # -- what the coordinator tells --------------------------------------------------------------
+
+    def restore(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+        """A group loaded from its partition's log, with the offsets the replay found."""
+        self._offsets[group_id] = dict(offsets)
+
+    def group_dead(self, group_id: str) -> None:
+        """The group is gone from this broker (deleted, expired, or its partition unloaded)."""
+        self._offsets.pop(group_id, None)
+
+    # -- OffsetCommit, OffsetFetch ---------------------------------------------------------------
+
+    async def offset_commit(self, body: dict) -> dict:
+        """OffsetCommit: per-partition answers once the records are below the high watermark."""
+        topics = body.get("topics")
+        if not isinstance(topics, list):
+            raise errors.InvalidRequestError("topics must be a list")
+        wanted: list[tuple[str, dict]] = []
+        for t in topics:
+            name = t.get("name")
+            if not isinstance(name, str):
+                raise errors.InvalidRequestError("each topic needs a name")
+            for p in t.get("partitions") or []:
+                if not isinstance(p.get("partition_index"), int):
+                    raise errors.InvalidRequestError("each partition needs an integer partition_index")
+                wanted.append((name, p))
+        if len(wanted) > PARTITIONS_PER_COMMIT_MAX:
+            raise errors.InvalidRequestError(f"{len(wanted)} partitions in one commit; at most "
+                                             f"{PARTITIONS_PER_COMMIT_MAX}")
+        codes: dict[TopicPartition, int] = {}
+
+        def answer() -> dict:
+            by_topic: dict[str, list[dict]] = {}
+            for name, p in wanted:
+                by_topic.setdefault(name, []).append({"partition_index": p["partition_index"],
+                                                      "error_code": codes.get((name, p["partition_index"]),
+                                                                              errors.NONE)})
+            return {"topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+        def everyone(code: int) -> dict:
+            for name, p in wanted:
+                codes[(name, p["partition_index"])] = code
+            return answer()
+
+        try:
+            group_id = group_id_of(body)
+        except RaftkaError as e:
+            return everyone(e.code)
+        generation = body.get("generation_id", -1)
+        member_id = body.get("member_id") or ""
+        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
+        if not isinstance(generation, int):
+            raise errors.InvalidRequestError("generation_id must be an integer")
+        code = self.membership.owner_error(group_id)
+        if code:
+            return everyone(code)
+        code, partition = self.membership.admit_commit(group_id, generation, member_id, instance_id)
+        if code:
+            return everyone(code)
+        held = self._offsets.setdefault(group_id, {})  # the group exists now (admit_commit)
+        now = self.wall()
+        entries: list[tuple[bytes, bytes | None]] = []
+        values: list[tuple[TopicPartition, CommittedOffset]] = []
+        for name, p in wanted:
+            tp = (name, p["partition_index"])
+            offset = p.get("committed_offset")
+            metadata = p.get("committed_metadata") or ""
+            if not isinstance(offset, int) or offset < 0:
+                codes[tp] = errors.INVALID_COMMIT_OFFSET_SIZE
+                continue
+            if not isinstance(metadata, str) or len(metadata.encode()) > self.metadata_max_bytes:
+                codes[tp] = errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            epoch = p.get("committed_leader_epoch", -1)
+            committed = CommittedOffset(offset, epoch if isinstance(epoch, int) else -1, metadata, now)
+            entries.append((offset_key(group_id, *tp), offset_value(committed)))
+            values.append((tp, committed))
+        if entries:
+            try:
+                base = await self._append(partition, entries)
+            except RaftkaError as error:
+                code = store_error(error)
+                for tp, _ in values:
+                    codes[tp] = code
+                return answer()
+            if self._offsets.get(group_id) is held:  # not dropped or reloaded while writing
+                written = self.wall()
+                for i, (tp, committed) in enumerate(values):
+                    stored = held.get(tp)
+                    if stored is None or stored.log_offset < base + i:  # commits may finish out of order
+                        held[tp] = CommittedOffset(committed.offset, committed.leader_epoch, committed.metadata,
+                                                   committed.commit_timestamp, base + i, written)
+                self.commits += 1
+        return answer()
+
+    async def offset_fetch(self, body: dict) -> dict:
+        """OffsetFetch: committed offsets of the asked partitions (all when ``topics`` is None)."""
+        try:
+            group_id = group_id_of(body)
+        except RaftkaError as e:
+            return {"error_code": e.code, "error_message": e.message, "topics": []}
+        topics = body.get("topics")
+        if topics is not None and not isinstance(topics, list):
+            raise errors.InvalidRequestError("topics must be a list or None")
+        code = self.membership.owner_error(group_id)
+        if code:
+            return {"error_code": code, "error_message": None, "topics": []}
+        offsets = self.committed(group_id)
+        if topics is None:
+            asked: Iterable[TopicPartition] = sorted(offsets)
+        else:
+            asked = [(str(t["name"]), int(i)) for t in topics for i in (t.get("partition_indexes") or [])]
+        by_topic: dict[str, list[dict]] = {}
+        for tp in asked:
+            committed = offsets.get(tp)
+            by_topic.setdefault(tp[0], []).append({
+                "partition_index": tp[1], "committed_offset": committed.offset if committed else -1,
+                "committed_leader_epoch": committed.leader_epoch if committed else -1,
+                "metadata": committed.metadata if committed else "", "error_code": errors.NONE})
+        return {"error_code": errors.NONE, "error_message": None,
+                "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    # -- deleting and retention --------------------------------------------------------------------
+
+    async def delete_group(self, group_id: str, partition: int) -> None:
+        """Write the group's tombstones (offsets and metadata, one batch); raises the store's
+        error. The coordinator drops the group after (and tells ``group_dead``)."""
+        await self._append(partition, tombstones(group_id, self.committed(group_id)))
+
+    async def retain(self, group: RetentionView, wall: int) -> Retained:
+        """Offset retention for one group (Kafka's offset expiry), at ``wall`` (the pass's wall
+        clock, read once for all groups): a group Empty for longer than the retention since it
+        emptied and since its last commit gets tombstones; otherwise, once its oldest record is
+        past half the retention, its live records are written again."""
+        retention = self.retention_ms
+        # The group exists (the coordinator asks only for live groups), so this dict is its own.
+        held = self._offsets.setdefault(group.group_id, {})
+        last_commit = max((o.commit_timestamp for o in held.values()), default=0)
+        if group.empty_since_ms is not None and wall - max(group.empty_since_ms, last_commit) > retention:
+            try:
+                await self.delete_group(group.group_id, group.partition)
+            except RaftkaError as error:
+                log.info("group %s: expiring offsets failed: %s", group.group_id, error)
+                return Retained()
+            log.info("group %s: offsets expired (empty for over %d ms)", group.group_id, retention)
+            return Retained(expired=True)
+        oldest = min([group.metadata_written_ms or wall, *(o.written_ms or wall for o in held.values())])
+        if wall - oldest < retention // 2:
+            return Retained()
+        entries: list[tuple[bytes, bytes | None]] = [(offset_key(group.group_id, *tp), offset_value(o))
+                                                     for tp, o in held.items()]
+        if group.metadata_record is not None:
+            entries.append(group.metadata_record())
+        try:
+            base = await self._append(group.partition, entries)
+        except RaftkaError as error:
+            log.info("group %s: rewriting its records failed: %s", group.group_id, error)
+            return Retained()
+        written = self.wall()
+        for i, (tp, o) in enumerate(list(held.items())):
+            held[tp] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, o.commit_timestamp, base + i, written)
+        return Retained(rewritten_ms=written)
+
+    async def _append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> int:
+        return await self.store.append(partition, entries, self.commit_timeout_ms)
