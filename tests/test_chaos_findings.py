@@ -23,7 +23,7 @@ def test_committed_offsets_read_back_never_go_back_when_the_coordinator_is_isola
     The group coordinator is the leader of the group's __consumer_offsets partition. Cut off from
     the other brokers and the controllers, but not from clients, it is fenced and replaced, yet
     does not know it: it keeps answering OffsetFetch from its in-memory groups
-    (broker/group/coordinator.py offset_fetch: owner_error only asks "do I lead the partition?").
+    (broker/group/offsets.py OffsetManager.offset_fetch: the coordinator's owner_error only asks "do I lead the partition?").
     A client still connected to it reads the offsets of the moment it was cut off, after newer
     commits were accepted by the new coordinator."""
     proxies = ProxyService(tmp_path, seed=SEED)
