@@ -6,6 +6,26 @@ task per request, in arrival order, so a handler's code before its first ``await
 order; it writes the answers in that same order. Bad bytes, or a request for an api key the
 server does not serve, close that connection only, with one log line.
 
+Limits against clients that take resources and give nothing back (one line each here; the
+details are on :class:`Server` and in docs/protocol.md):
+
+- connections: ``max_connections`` in all, ``max_connections_per_ip`` per address (with
+  per-address overrides). At either limit the oldest connection that has been open at least
+  ``UNUSED_EVICTION_MIN_AGE_MS`` and never completed a request is closed to make room (a client
+  that asks something at once is never crowded out by idle sockets); when there is none, the new
+  connection is closed at once.
+- time: a connection must send its first byte within ``first_byte_timeout_ms``; a frame, once
+  its first byte is here, must end within ``request_frame_timeout_ms`` (slowloris).
+- memory in: frames larger than ``LARGE_FRAME_BYTES`` are read chunk by chunk, never allocated
+  at their declared length, and their bytes count against ``queued_max_request_bytes`` together
+  with the requests being handled; past it, those sockets are not read.
+- memory out: answers not yet taken by the client, and an estimate of the answers of handlers
+  still running, count against ``max_buffered_bytes_per_connection``; past it that socket is not
+  read.
+
+Log lines for these causes are rate limited (``raftka.common.ratelog``): one per cause per
+minute, with a count.
+
 Pure asyncio; imports only the shared layer (``raftka.common``).
 """
 from __future__ import annotations
@@ -13,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import ipaddress
 import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
@@ -21,15 +43,49 @@ from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
 from raftka.common import errors
 from raftka.common.api import SUPPORTED_API_VERSIONS, api_name
 from raftka.common.errors import FrameError, RaftkaError
+from raftka.common.ratelog import RateLimitedLog
 from raftka.common.transport import (
-    CLOSE_TIMEOUT_MS, CONNECTIONS_MAX_IDLE_MS_DEFAULT, HANDLER_TIMEOUT_MS_DEFAULT, LENGTH_BYTES,
-    MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT, MAX_CONNECTIONS_DEFAULT,
-    MAX_IN_FLIGHT_PER_CONNECTION_DEFAULT, QUEUED_MAX_REQUEST_BYTES_DEFAULT,
+    CLOSE_TIMEOUT_MS, CONNECTIONS_FIRST_BYTE_TIMEOUT_MS_DEFAULT, CONNECTIONS_MAX_IDLE_MS_DEFAULT,
+    HANDLER_TIMEOUT_MS_DEFAULT, LENGTH, LENGTH_BYTES, MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT,
+    MAX_CONNECTIONS_DEFAULT, MAX_CONNECTIONS_PER_IP_DEFAULT, MAX_IN_FLIGHT_PER_CONNECTION_DEFAULT,
+    QUEUED_MAX_REQUEST_BYTES_DEFAULT, REQUEST_FRAME_TIMEOUT_MS_DEFAULT,
     SOCKET_REQUEST_MAX_BYTES_DEFAULT, STREAM_LIMIT_BYTES, decode_request, encode_response, is_int,
-    read_frame,
 )
 
 log = logging.getLogger(__name__)
+
+# A never-used connection younger than this is not closed to make room: clients get a moment to
+# send their first request, and a burst of connects does not close its own members.
+UNUSED_EVICTION_MIN_AGE_MS: Final = 1000
+# Frames up to asyncio's StreamReader limit are read whole, as before (the hot path: one copy
+# fewer); longer ones in chunks, counted against queued.max.request.bytes. So one connection holds
+# at most READ_WINDOW_BYTES outside that limit, times max.connections connections. (A reader
+# limit of 256 KiB would make that 768 KiB, but costs 8% on 600 KB frames: pause and resume.)
+LARGE_FRAME_BYTES: Final = STREAM_LIMIT_BYTES
+# What asyncio's StreamReader may hold for one connection before it pauses the socket: twice its
+# limit, plus one recv (selector transports read at most 256 KiB at a time). A frame read in
+# chunks is charged this much at its start, so what sits in the reader counts too.
+READ_WINDOW_BYTES: Final = 2 * STREAM_LIMIT_BYTES + 256 * 1024
+# Chunks of one recv's size (chunks of one size let the allocator reuse what the reader frees:
+# 1 MiB chunks left 9% more RSS than the bytes held), each counted as the memory it takes: its
+# bytes plus a page for the object's and the allocator's headers (a 256 KiB bytes object
+# allocated by mmap spills into a 65th page).
+READ_CHUNK_BYTES: Final = 256 * 1024
+READ_CHUNK_OVERHEAD_BYTES: Final = 4096
+# Answer size estimates (max_buffered_bytes_per_connection): until an api key has been answered,
+# a request to it reserves 1/8 of the cap; an estimate reserves at most 1/2 of it (so one large
+# answer in flight never holds back a small request on the same connection); estimates halve
+# every ANSWER_ESTIMATE_DECAY_S, so one huge answer does not slow a connection for ever.
+ANSWER_ESTIMATE_UNKNOWN_DIVISOR: Final = 8
+ANSWER_ESTIMATE_MAX_DIVISOR: Final = 2
+ANSWER_ESTIMATE_DECAY_S: Final = 60.0
+# Memory given back to the OS: once connections that closed had held this many bytes (unsent
+# answers, as the reaper last saw them, and partial frames), the reaper asks the C allocator to
+# return its free pages (glibc's malloc_trim, a few ms), at most once per interval.
+# Without it, glibc keeps most of what buffers of a few MiB took (its mmap threshold rises to
+# the largest block freed): 5 clients that never read their answers left +48 MiB for good.
+TRIM_AFTER_RELEASED_BYTES: Final = 32 * 1024 * 1024
+TRIM_INTERVAL_S: Final = 10.0
 
 
 @dataclass(slots=True)
@@ -69,20 +125,26 @@ class ServerMetrics:
     bytes_in: int = 0
     bytes_out: int = 0
     connections_accepted: int = 0
-    connections_refused: int = 0  # over max_connections
+    connections_refused: int = 0  # over max_connections, none to close instead
+    connections_refused_per_ip: int = 0  # over max_connections_per_ip, none to close instead
+    connections_closed_unused: int = 0  # never completed a request, closed to make room
     connections_closed_idle: int = 0  # connections.max.idle.ms
     connections_closed_bad_frame: int = 0
+    connections_closed_frame_timeout: int = 0  # request.frame.timeout.ms
+    connections_closed_first_byte_timeout: int = 0  # connections.first.byte.timeout.ms
 
 
 class _ServerConnection:
-    __slots__ = ("id", "peer", "reader", "writer", "queue", "running", "buffered_bytes",
+    __slots__ = ("id", "peer", "host", "reader", "writer", "queue", "running", "buffered_bytes",
                  "last_activity", "wake_reader", "reader_done", "closing", "finished", "answered",
-                 "reaped_unsent")
+                 "reaped_unsent", "connected_at", "frames", "in_frame", "frame_seen_at",
+                 "frame_seen_frames", "partial_bytes", "reserved_bytes", "unsent_peak")
 
-    def __init__(self, connection_id: int, peer: Any, reader: asyncio.StreamReader,
+    def __init__(self, connection_id: int, peer: Any, host: str, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
         self.id = connection_id
         self.peer = peer
+        self.host = host  # the peer's address, the key of max_connections_per_ip
         self.reader = reader
         self.writer = writer
         self.queue: collections.deque[asyncio.Task] = collections.deque()  # arrival order
@@ -95,6 +157,14 @@ class _ServerConnection:
         self.finished = False
         self.answered: Callable[[asyncio.Task], None] | None = None  # the handler tasks' done callback
         self.reaped_unsent = 0  # unsent bytes at the idle reaper's last look
+        self.connected_at = self.last_activity
+        self.frames = 0  # complete request frames read (0: never used)
+        self.in_frame = False  # between a frame's length and its last byte
+        self.frame_seen_at: float | None = None  # when the reaper first saw the frame in progress
+        self.frame_seen_frames = 0  # ... and self.frames then (a new frame restarts the clock)
+        self.partial_bytes = 0  # charged to Server.partial_frame_bytes for a frame read in chunks
+        self.reserved_bytes = 0  # estimated answer bytes of this connection's running handlers
+        self.unsent_peak = 0  # most unsent answer bytes seen (reaper, backpressure): freed at the close
 
     def unsent_bytes(self) -> int:
         transport = self.writer.transport
@@ -117,18 +187,50 @@ class Server:
     raising a RaftkaError is answered with that error's code and ``error_message``; any other
     exception is logged and answered UNKNOWN_SERVER_ERROR. The connection keeps serving.
 
-    Limits: ``max_frame_bytes`` (socket.request.max.bytes), ``max_connections``
-    (max.connections; more are refused), ``max_in_flight_per_connection`` and
-    ``max_buffered_bytes_per_connection`` (past either, the server stops reading that socket
-    until answers drain), ``queued_max_request_bytes`` (queued.max.request.bytes: request bytes
-    being handled, all connections, past which no connection's next request starts; one always
-    may), ``idle_timeout_ms`` (connections.max.idle.ms: a connection with no
-    handler running and no bytes read or written for that long is closed). ``api_versions``
-    maps the api keys served to their ``(min, max)`` versions: a request for any other api key
-    closes its connection (as a bad frame does, as Kafka does); a served key at a version
-    outside the range is answered UNSUPPORTED_VERSION without calling the handler. ``handler_timeout_ms`` is a safety net: a
-    handler still running after it is cancelled and answered REQUEST_TIMED_OUT (handlers bound
-    their own waits, e.g. a Fetch's ``max_wait_ms``, far below it).
+    Limits (Kafka's config names where Kafka has the limit):
+
+    - ``max_frame_bytes`` (socket.request.max.bytes): a longer frame closes its connection.
+    - ``max_connections`` (max.connections) and ``max_connections_per_ip``
+      (max.connections.per.ip, with ``max_connections_per_ip_overrides``: address -> count,
+      host names resolved once here). At a limit the server closes the oldest connection that
+      is at least ``UNUSED_EVICTION_MIN_AGE_MS`` old and has never completed a request (of that
+      address, for the per-address limit) and takes the new one; when there is none, the new
+      connection is closed at once. So idle sockets, even a thousand from the client's own
+      address, never lock out a client that sends its request at once; a connection that has
+      completed a request is never closed to make room.
+    - ``first_byte_timeout_ms`` (connections.first.byte.timeout.ms): a connection that sends
+      nothing for that long after its connect is closed.
+    - ``request_frame_timeout_ms`` (request.frame.timeout.ms): a frame whose first byte came
+      that long ago and whose last has not is closed (slowloris), time spent waiting for this
+      server's own memory included (the client's request.timeout.ms has expired by then too).
+      Measured by the reaper, so closed up to two reaper periods (a quarter of it each) late.
+    - ``idle_timeout_ms`` (connections.max.idle.ms): a connection with no handler running and
+      no bytes read or written for that long is closed.
+    - ``max_in_flight_per_connection``: past it the server stops reading that socket until
+      answers are written.
+    - ``max_buffered_bytes_per_connection``: answers not yet taken by the client, plus an
+      estimate for each running handler's answer (the largest recent answer to its api key,
+      capped at half this limit), past which no next request of that connection starts and the
+      socket is not read. A client that never reads its answers stops being read at about this
+      limit plus one or two answers.
+    - ``queued_max_request_bytes`` (queued.max.request.bytes): request bytes held, all
+      connections. A frame longer than ``LARGE_FRAME_BYTES`` (1 MiB) is read chunk by chunk (never
+      allocated at its declared length), charged as it arrives (plus ``READ_WINDOW_BYTES`` for
+      what asyncio buffers), and read further only while partial frames and running handlers'
+      requests together stay under the limit (one partial frame alone always may go on). A
+      complete request starts only while running handlers' request bytes stay under the limit,
+      or when its connection has no handler running: each connection can always run one
+      request, so a follower's Fetch is never held behind produce requests waiting for it. A
+      partial frame that can no longer be read is closed by ``request_frame_timeout_ms``.
+      Outside the limit, each connection's socket read buffer holds at most
+      ``READ_WINDOW_BYTES`` (2.25 MiB).
+
+    ``api_versions`` maps the api keys served to their ``(min, max)`` versions: a request for
+    any other api key closes its connection (as a bad frame does, as Kafka does); a served key
+    at a version outside the range is answered UNSUPPORTED_VERSION without calling the handler.
+    ``handler_timeout_ms`` is a safety net: a handler still running after it is cancelled and
+    answered REQUEST_TIMED_OUT (handlers bound their own waits, e.g. a Fetch's
+    ``max_wait_ms``, far below it).
 
     A handler for a request that expects no answer (Produce with acks=0) must return None even
     on errors: if it raises, the transport answers, and the client, expecting nothing, closes
@@ -139,9 +241,13 @@ class Server:
     def __init__(self, handler: Handler, *,
                  max_frame_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                  max_connections: int = MAX_CONNECTIONS_DEFAULT,
+                 max_connections_per_ip: int = MAX_CONNECTIONS_PER_IP_DEFAULT,
+                 max_connections_per_ip_overrides: Mapping[str, int] | None = None,
                  max_in_flight_per_connection: int = MAX_IN_FLIGHT_PER_CONNECTION_DEFAULT,
                  max_buffered_bytes_per_connection: int = MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT,
                  idle_timeout_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
+                 first_byte_timeout_ms: int = CONNECTIONS_FIRST_BYTE_TIMEOUT_MS_DEFAULT,
+                 request_frame_timeout_ms: int = REQUEST_FRAME_TIMEOUT_MS_DEFAULT,
                  api_versions: Mapping[int, tuple[int, int]] | None = None,
                  handler_timeout_ms: int = HANDLER_TIMEOUT_MS_DEFAULT,
                  queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES_DEFAULT,
@@ -150,19 +256,35 @@ class Server:
                            ("max_in_flight_per_connection", max_in_flight_per_connection),
                            ("max_buffered_bytes_per_connection", max_buffered_bytes_per_connection),
                            ("idle_timeout_ms", idle_timeout_ms), ("handler_timeout_ms", handler_timeout_ms),
+                           ("first_byte_timeout_ms", first_byte_timeout_ms),
+                           ("request_frame_timeout_ms", request_frame_timeout_ms),
                            ("queued_max_request_bytes", queued_max_request_bytes)):
             if not is_int(value) or value < 1:
                 raise errors.ConfigError(key, f"must be a positive integer, got {value!r}")
+        if not is_int(max_connections_per_ip) or max_connections_per_ip < 0:
+            raise errors.ConfigError("max_connections_per_ip",
+                                     f"must be a non-negative integer, got {max_connections_per_ip!r}")
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.max_connections_per_ip_overrides = _resolve_overrides(max_connections_per_ip_overrides or {})
         self.max_in_flight_per_connection = max_in_flight_per_connection
         self.max_buffered_bytes_per_connection = max_buffered_bytes_per_connection
         self.idle_timeout_ms = idle_timeout_ms
+        self.first_byte_timeout_ms = first_byte_timeout_ms
+        self.request_frame_timeout_ms = request_frame_timeout_ms
         self.handler_timeout_ms = handler_timeout_ms
         self.queued_max_request_bytes = queued_max_request_bytes
         self.request_bytes_in_flight = 0  # request frames being handled, all connections
+        self.partial_frame_bytes = 0  # frames being read in chunks (and not started), all connections
+        self._released_bytes = 0  # bytes that closed connections and finished frames held (TRIM_...)
+        # Connections whose read loop waits for memory (theirs or the server's); woken when any is freed.
         self._waiting_for_bytes: set[_ServerConnection] = set()
+        # api key -> estimated answer bytes (see max_buffered_bytes_per_connection)
+        self._answer_estimates: dict[int, int] = {}
+        self._answer_estimate_unknown = max(1, max_buffered_bytes_per_connection // ANSWER_ESTIMATE_UNKNOWN_DIVISOR)
+        self._answer_estimate_max = max(1, max_buffered_bytes_per_connection // ANSWER_ESTIMATE_MAX_DIVISOR)
         self.api_versions: Mapping[int, tuple[int, int]] = (
             SUPPORTED_API_VERSIONS if api_versions is None else dict(api_versions))
         self.name = name
@@ -170,6 +292,9 @@ class Server:
         self.port: int | None = None
         self.host: str | None = None
         self._connections: dict[int, _ServerConnection] = {}
+        self._connections_per_ip: dict[str, int] = {}  # address -> open connections (no zeros kept)
+        # Connections that have not completed a request, oldest first: the ones closed to make room.
+        self._unused: dict[int, _ServerConnection] = {}
         self._next_connection_id = 0
         # handler task -> when it started (time.monotonic()); the reaper enforces handler_timeout_ms
         self._handler_tasks: dict[asyncio.Task, float] = {}
@@ -177,6 +302,8 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
         self._closed = False
+        # Causes an outsider can repeat at will: one log line per cause per minute, with a count.
+        self._rejected = RateLimitedLog(log)
         # Called with a connection's id when the peer closed it (EOF or reset), not when this
         # server did (idle, bad frame, close): a controller fences a broker whose heartbeat
         # connection a kill -9 closed. Must not raise or block.
@@ -188,7 +315,7 @@ class Server:
         self._server = await asyncio.start_server(self._serve, host, port, limit=STREAM_LIMIT_BYTES)
         self.host = host
         self.port = self._server.sockets[0].getsockname()[1]
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
+        self._reaper = asyncio.get_running_loop().create_task(self._reap())
         return self
 
     async def close(self) -> None:
@@ -224,6 +351,11 @@ class Server:
         """Requests received and not yet answered, all connections."""
         return sum(len(c.queue) for c in self._connections.values())
 
+    @property
+    def answer_bytes_unsent(self) -> int:
+        """Answer bytes written or encoded and not yet taken by the clients, all connections."""
+        return sum(c.unsent_bytes() for c in self._connections.values())
+
     def metrics_snapshot(self) -> dict[str, Any]:
         """Counters and gauges as plain data (for /metrics and logs)."""
         m = self.metrics
@@ -233,39 +365,49 @@ class Server:
             "bytes_in": m.bytes_in, "bytes_out": m.bytes_out,
             "connections": self.connection_count, "request_queue_depth": self.request_queue_depth,
             "connections_accepted": m.connections_accepted, "connections_refused": m.connections_refused,
+            "connections_refused_per_ip": m.connections_refused_per_ip,
+            "connections_closed_unused": m.connections_closed_unused,
             "connections_closed_idle": m.connections_closed_idle,
             "connections_closed_bad_frame": m.connections_closed_bad_frame,
+            "connections_closed_frame_timeout": m.connections_closed_frame_timeout,
+            "connections_closed_first_byte_timeout": m.connections_closed_first_byte_timeout,
+            "answer_bytes_unsent": self.answer_bytes_unsent,
+            "request_bytes_in_flight": self.request_bytes_in_flight,
+            "partial_frame_bytes": self.partial_frame_bytes,
         }
 
     # -- per connection --
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        if self._closed or len(self._connections) >= self.max_connections:
-            self.metrics.connections_refused += 1
-            log.warning("%s: refusing connection from %s: %d connections open (max.connections=%d)",
-                        self.name, peer, len(self._connections), self.max_connections)
-            writer.transport.abort()
+        host = _host_of(peer)
+        if self._closed or not self._admit(host, peer):
+            writer.transport.abort()  # closed at once: no buffer, no task kept
             return
         self._next_connection_id += 1
         # Past this many unsent bytes the read loop holds the next request (backpressure).
         writer.transport.set_write_buffer_limits(high=self.max_buffered_bytes_per_connection)
-        conn = _ServerConnection(self._next_connection_id, peer, reader, writer)
+        conn = _ServerConnection(self._next_connection_id, peer, host, reader, writer)
         conn.answered = functools.partial(self._answered, conn)
         self._connections[conn.id] = conn
+        self._connections_per_ip[host] = self._connections_per_ip.get(host, 0) + 1
+        self._unused[conn.id] = conn
         self.metrics.connections_accepted += 1
         peer_closed = False
         try:
             await self._read_loop(conn)
             peer_closed = not conn.closing  # EOF from the peer, not our own abort
         except FrameError as error:
-            self.metrics.connections_closed_bad_frame += 1
-            log.warning("%s: closing connection from %s: %s", self.name, peer, error.message)
-            conn.abort()
+            if not conn.closing:  # else this server closed it (a timeout) inside a frame
+                self.metrics.connections_closed_bad_frame += 1
+                self._rejected.warning("bad-frame", "%s: closing connection from %s: %s", self.name, peer,
+                                       error.message)
+                conn.abort()
         except (ConnectionError, OSError):
             peer_closed = not conn.closing
             conn.abort()
         finally:
             conn.reader_done = True
+            self._release_partial(conn)
             if not conn.queue:
                 self._finish(conn)
             if peer_closed and not self._closed and self.on_peer_closed is not None:
@@ -274,16 +416,77 @@ class Server:
                 except Exception:  # a listener's bug must not break the server
                     log.exception("%s: on_peer_closed failed", self.name)
 
+    def _admit(self, host: str, peer: Any) -> bool:
+        """Room for one more connection from ``host``, made by closing a never-used one if need
+        be (see the class docstring); False to refuse it."""
+        limit = self.max_connections_per_ip_overrides.get(host, self.max_connections_per_ip)
+        if self._connections_per_ip.get(host, 0) >= limit and not self._close_oldest_unused(host):
+            self.metrics.connections_refused_per_ip += 1
+            self._rejected.warning("refused-per-ip", "%s: refusing connection from %s: %d connections "
+                                   "open from %s (max.connections.per.ip=%d)", self.name, peer,
+                                   self._connections_per_ip.get(host, 0), host, limit)
+            return False
+        if len(self._connections) >= self.max_connections and not self._close_oldest_unused(None):
+            self.metrics.connections_refused += 1
+            self._rejected.warning("refused-max", "%s: refusing connection from %s: %d connections open "
+                                   "(max.connections=%d)", self.name, peer, len(self._connections),
+                                   self.max_connections)
+            return False
+        return True
+
+    def _close_oldest_unused(self, host: str | None) -> bool:
+        """Close the oldest connection (of ``host``, or any) old enough that never completed a
+        request; False when there is none."""
+        cutoff = time.monotonic() - UNUSED_EVICTION_MIN_AGE_MS / 1000
+        for conn in self._unused.values():  # oldest first
+            if conn.connected_at > cutoff:
+                return False  # the rest are younger still
+            if host is None or conn.host == host:
+                self._close(conn, "unused", "connections_closed_unused", logging.INFO,
+                            "never completed a request; closed to make room for a new connection")
+                return True
+        return False
+
+    def _close(self, conn: _ServerConnection, cause: str, counter: str, level: int, why: str) -> None:
+        """Close ``conn`` for a limit (counted in ``metrics.<counter>``, logged rate limited)."""
+        setattr(self.metrics, counter, getattr(self.metrics, counter) + 1)
+        self._rejected.log(level, cause, "%s: closing connection from %s: %s", self.name, conn.peer, why)
+        conn.abort()
+        self._forget(conn)
+
     async def _read_loop(self, conn: _ServerConnection) -> None:
         loop = asyncio.get_running_loop()
+        reader = conn.reader
+        unpack_length = LENGTH.unpack
         while not conn.closing:
-            payload = await read_frame(conn.reader, self.max_frame_bytes)
-            if payload is None:
+            try:
+                header = await reader.readexactly(LENGTH_BYTES)
+            except asyncio.IncompleteReadError as error:
+                if error.partial:
+                    raise FrameError("connection closed inside a frame header") from None
                 return
+            (length,) = unpack_length(header)
+            if length > self.max_frame_bytes:
+                raise FrameError(f"frame of {length} bytes exceeds socket.request.max.bytes={self.max_frame_bytes}")
+            conn.in_frame = True
+            if length <= LARGE_FRAME_BYTES:
+                try:
+                    payload = await reader.readexactly(length)
+                except asyncio.IncompleteReadError:
+                    raise FrameError("connection closed inside a frame") from None
+            else:
+                payload = await self._read_large_payload(conn, length)
+                if payload is None:
+                    return  # closed while waiting for memory
+            conn.in_frame = False
+            if not conn.frames:
+                self._unused.pop(conn.id, None)  # used: never closed to make room
+            conn.frames += 1
             conn.last_activity = time.monotonic()
-            self.metrics.bytes_in += LENGTH_BYTES + len(payload)
+            self.metrics.bytes_in += LENGTH_BYTES + length
             api_key, api_version, correlation_id, client_id, body = decode_request(
                 payload, self.max_frame_bytes)
+            del payload  # a large frame's bytes are freed here, not at the next frame
             if api_key not in self.api_versions:
                 # As Kafka: a request for an API this server does not have closes the connection
                 # (the client speaks something else); a known API at an unsupported version is
@@ -291,35 +494,83 @@ class Server:
                 self.metrics.requests[UNKNOWN_API_KEY_LABEL] += 1
                 raise FrameError(f"unknown api key {api_key} (this server serves "
                                  f"{', '.join(map(str, sorted(self.api_versions)))})")
-            # Backpressure: while too much is owed to this client, hold this request and read
-            # no further (the socket pauses once asyncio's read buffer fills). Checked after the
-            # read, as answers may have piled up while we waited for this frame.
-            size = LENGTH_BYTES + len(payload)
+            # Backpressure: while too much is owed to this client (answers unsent, or estimated
+            # for handlers still running), or too many request bytes are being handled, hold this
+            # request and read no further (the socket pauses once asyncio's read buffer fills).
+            # Checked after the read, as answers may have piled up while we waited for this frame.
+            size = LENGTH_BYTES + length
+            estimate = self._answer_estimates.get(api_key, self._answer_estimate_unknown)
+            cap = self.max_buffered_bytes_per_connection
             while (len(conn.queue) >= self.max_in_flight_per_connection
-                   or conn.unsent_bytes() > self.max_buffered_bytes_per_connection
-                   or (self.request_bytes_in_flight
-                       and self.request_bytes_in_flight + size > self.queued_max_request_bytes)):
-                conn.wake_reader.clear()
-                self._waiting_for_bytes.add(conn)
-                try:
-                    # Set by this connection's writer, by any finished handler, or by abort;
-                    # the idle reaper bounds the wait.
-                    await conn.wake_reader.wait()
-                finally:
-                    self._waiting_for_bytes.discard(conn)
-                if conn.closing:
+                   or (unsent := conn.unsent_bytes()) > cap
+                   or (conn.reserved_bytes and unsent + conn.reserved_bytes + estimate > cap)
+                   or (conn.running and self.request_bytes_in_flight + size > self.queued_max_request_bytes)):
+                conn.unsent_peak = max(conn.unsent_peak, conn.unsent_bytes())  # memory freed at the close
+                if not await self._wait_for_memory(conn):
                     return
+            if conn.partial_bytes:  # a large frame's bytes move from the partial count to this one
+                self._release_partial(conn)
             self.request_bytes_in_flight += size
+            conn.reserved_bytes += estimate
             request = Request(api_key, api_version, correlation_id, client_id, body, conn.peer,
                               conn.id, conn.last_activity)
-            self.metrics.requests[api_key if api_key in self.api_versions else UNKNOWN_API_KEY_LABEL] += 1
+            self.metrics.requests[api_key] += 1
             conn.running += 1
-            task = loop.create_task(self._run(conn, request, size))
+            task = loop.create_task(self._run(conn, request, size, estimate))
             self._handler_tasks[task] = conn.last_activity
             task.add_done_callback(conn.answered)
             conn.queue.append(task)
 
-    async def _run(self, conn: _ServerConnection, request: Request, size: int) -> bytes | None:
+    async def _read_large_payload(self, conn: _ServerConnection, length: int) -> bytes | None:
+        """A frame longer than the StreamReader's limit, read chunk by chunk as memory allows
+        (queued_max_request_bytes); None when the connection was closed while it waited."""
+        reader = conn.reader
+        chunks: list[bytes] = []
+        left = length
+        # Each chunk before it is read; the first also pays for the reader's own buffer.
+        charge = READ_WINDOW_BYTES + min(left, READ_CHUNK_BYTES) + READ_CHUNK_OVERHEAD_BYTES
+        while left:
+            # One partial frame alone always may go on: a frame of socket.request.max.bytes
+            # must be readable whatever the limit.
+            while (self.partial_frame_bytes + self.request_bytes_in_flight + charge > self.queued_max_request_bytes
+                   and self.partial_frame_bytes > conn.partial_bytes):
+                if not await self._wait_for_memory(conn):
+                    return None
+            self.partial_frame_bytes += charge
+            conn.partial_bytes += charge
+            want = min(left, READ_CHUNK_BYTES)
+            try:
+                chunk = await reader.readexactly(want)
+            except asyncio.IncompleteReadError:
+                raise FrameError("connection closed inside a frame") from None
+            chunks.append(chunk)
+            left -= want
+            charge = min(left, READ_CHUNK_BYTES) + READ_CHUNK_OVERHEAD_BYTES
+        return b"".join(chunks)
+
+    async def _wait_for_memory(self, conn: _ServerConnection) -> bool:
+        """Wait until this connection's writer, any finished handler, any released partial
+        frame, or an abort wakes us; False when the connection is closing."""
+        conn.wake_reader.clear()
+        self._waiting_for_bytes.add(conn)
+        try:
+            # The reaper bounds the wait (idle, request.frame.timeout.ms).
+            await conn.wake_reader.wait()
+        finally:
+            self._waiting_for_bytes.discard(conn)
+        transport = conn.writer.transport
+        return not conn.closing and transport is not None and not transport.is_closing()
+
+    def _release_partial(self, conn: _ServerConnection) -> None:
+        if conn.partial_bytes:
+            self._released_bytes += conn.partial_bytes
+            self.partial_frame_bytes -= conn.partial_bytes
+            conn.partial_bytes = 0
+            for waiting in self._waiting_for_bytes:
+                waiting.wake_reader.set()
+
+    async def _run(self, conn: _ServerConnection, request: Request, size: int,
+                   estimate: int) -> bytes | None:
         """Handle one request; the encoded answer frame, or None to send nothing."""
         try:
             code, body = await self._answer(request)
@@ -327,6 +578,7 @@ class Server:
             return None
         finally:
             conn.running -= 1
+            conn.reserved_bytes -= estimate
             self.request_bytes_in_flight -= size
             for waiting in self._waiting_for_bytes:
                 waiting.wake_reader.set()
@@ -340,6 +592,8 @@ class Server:
                       error.message)
             frame = encode_response(request.correlation_id, errors.UNKNOWN_SERVER_ERROR,
                                     {"error_message": "the server could not encode its answer"})
+        if len(frame) > estimate or estimate == self._answer_estimate_unknown:  # learn; see _reap
+            self._answer_estimates[request.api_key] = min(len(frame), self._answer_estimate_max)
         conn.buffered_bytes += len(frame)
         return frame
 
@@ -418,17 +672,36 @@ class Server:
         if conn.finished:
             return
         conn.finished = True
-        self._connections.pop(conn.id, None)
+        self._forget(conn)
         conn.closing = True
         conn.wake_reader.set()
         transport = conn.writer.transport
         if transport is not None and not transport.is_closing():
             transport.close()  # flushes what is written, then closes
 
-    async def _reap_idle(self) -> None:
-        """Close connections idle for idle_timeout_ms (connections.max.idle.ms), and cancel
-        handlers running over handler_timeout_ms (answered REQUEST_TIMED_OUT)."""
-        period_s = min(self.idle_timeout_ms / 4, self.handler_timeout_ms / 4, 1000) / 1000
+    def _forget(self, conn: _ServerConnection) -> None:
+        """Stop counting ``conn`` against the connection limits (idempotent): nothing of it is
+        kept once its tasks end."""
+        if self._connections.pop(conn.id, None) is None:
+            return
+        self._released_bytes += conn.unsent_peak
+        self._unused.pop(conn.id, None)
+        left = self._connections_per_ip[conn.host] - 1
+        if left:
+            self._connections_per_ip[conn.host] = left
+        else:
+            del self._connections_per_ip[conn.host]
+
+    async def _reap(self) -> None:
+        """Once a period: cancel handlers running over handler_timeout_ms (answered
+        REQUEST_TIMED_OUT); close connections idle for idle_timeout_ms, silent for
+        first_byte_timeout_ms after their connect, or inside one frame for
+        request_frame_timeout_ms; halve the answer size estimates every ANSWER_ESTIMATE_DECAY_S.
+        No timer per request or per frame: the read loop only flips ``in_frame``."""
+        period_s = min(self.idle_timeout_ms / 4, self.handler_timeout_ms / 4, self.first_byte_timeout_ms / 4,
+                       self.request_frame_timeout_ms / 4, 1000) / 1000
+        decay_at = time.monotonic() + ANSWER_ESTIMATE_DECAY_S
+        trimmed_at = 0.0
         while True:
             await asyncio.sleep(period_s)
             now = time.monotonic()
@@ -437,19 +710,101 @@ class Server:
                 if started <= started_before and not task.done() and task not in self._timed_out:
                     self._timed_out.add(task)
                     task.cancel()
+            if now >= decay_at:
+                decay_at = now + ANSWER_ESTIMATE_DECAY_S
+                for api_key, estimate in self._answer_estimates.items():
+                    self._answer_estimates[api_key] = max(1, estimate // 2)
             for conn in list(self._connections.values()):
-                # A client still taking answers off a full buffer is not idle.
-                transport = conn.writer.transport
-                unsent = transport.get_write_buffer_size() if transport is not None else 0
-                if unsent < conn.reaped_unsent:
-                    conn.last_activity = now
-                conn.reaped_unsent = unsent
-                if conn.running == 0 and (now - conn.last_activity) * 1000 >= self.idle_timeout_ms:
-                    self.metrics.connections_closed_idle += 1
-                    log.info("%s: closing connection from %s: idle for %d ms (connections.max.idle.ms)",
-                             self.name, conn.peer, self.idle_timeout_ms)
-                    conn.abort()
-                    self._connections.pop(conn.id, None)
+                self._reap_connection(conn, now)
+            if self._released_bytes >= TRIM_AFTER_RELEASED_BYTES and now - trimmed_at >= TRIM_INTERVAL_S:
+                _release_free_memory()
+                self._released_bytes, trimmed_at = 0, now
+
+    def _reap_connection(self, conn: _ServerConnection, now: float) -> None:
+        transport = conn.writer.transport
+        if conn in self._waiting_for_bytes and (transport is None or transport.is_closing()):
+            # Lost while its read loop waited for memory (a client that never read its answers
+            # went away): nothing else would wake it.
+            conn.wake_reader.set()
+            return
+        # A client still taking answers off a full buffer is not idle.
+        unsent = transport.get_write_buffer_size() if transport is not None else 0
+        if unsent < conn.reaped_unsent:
+            conn.last_activity = now
+        conn.reaped_unsent = unsent
+        if conn.running == 0 and (now - conn.last_activity) * 1000 >= self.idle_timeout_ms:
+            self._close(conn, "idle", "connections_closed_idle", logging.INFO,
+                        f"idle for {self.idle_timeout_ms} ms (connections.max.idle.ms)")
+            return
+        conn.unsent_peak = max(conn.unsent_peak, unsent + conn.buffered_bytes)
+        # Inside a frame: past its length (in_frame), or bytes of a frame header waiting in the
+        # reader while the read loop waits for more (not while it holds a complete request back).
+        if conn.in_frame or (conn not in self._waiting_for_bytes and _buffered_bytes(conn.reader)):
+            if conn.frame_seen_at is None or conn.frame_seen_frames != conn.frames:
+                conn.frame_seen_at = now
+                conn.frame_seen_frames = conn.frames
+            elif (now - conn.frame_seen_at) * 1000 >= self.request_frame_timeout_ms:
+                self._close(conn, "frame-timeout", "connections_closed_frame_timeout", logging.WARNING,
+                            f"a frame did not complete within {self.request_frame_timeout_ms} ms "
+                            "(request.frame.timeout.ms)")
+            return
+        conn.frame_seen_at = None
+        if not conn.frames and (now - conn.connected_at) * 1000 >= self.first_byte_timeout_ms:
+            self._close(conn, "first-byte-timeout", "connections_closed_first_byte_timeout", logging.INFO,
+                        f"sent nothing within {self.first_byte_timeout_ms} ms of its connect "
+                        "(connections.first.byte.timeout.ms)")
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        import ctypes
+        return ctypes.CDLL(None).malloc_trim  # glibc; other C libraries have none (nothing to do)
+    except (AttributeError, OSError):
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
+
+def _release_free_memory() -> None:
+    """Give the C allocator's free pages back to the OS (see TRIM_AFTER_RELEASED_BYTES)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _host_of(peer: Any) -> str:
+    """The address a peer is counted under (max_connections_per_ip): an IPv4 client of a dual
+    stack listener counts under its IPv4 address."""
+    host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+def _resolve_overrides(overrides: Mapping[str, int]) -> dict[str, int]:
+    """max_connections_per_ip_overrides with host names resolved to their addresses (once,
+    here, as Kafka does); ConfigError for a bad count or a name that does not resolve."""
+    out: dict[str, int] = {}
+    for host, count in overrides.items():
+        if not is_int(count) or count < 0:
+            raise errors.ConfigError("max.connections.per.ip.overrides",
+                                     f"count for {host} must be a non-negative integer, got {count!r}")
+        try:
+            addresses = [str(ipaddress.ip_address(host.strip("[]")))]
+        except ValueError:
+            try:
+                addresses = sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+            except OSError as error:
+                raise errors.ConfigError("max.connections.per.ip.overrides",
+                                         f"cannot resolve {host}: {error}") from None
+        for address in addresses:
+            out[_host_of((address, 0))] = count
+    return out
+
+
+def _buffered_bytes(reader: asyncio.StreamReader) -> int:
+    """Bytes received and not yet read. asyncio has no public call for it; its StreamReader has
+    kept them in ``_buffer`` since Python 3.4 (read only by the reaper: the hot path pays nothing;
+    tests/test_server_limits.py fails if it goes away, as a partial header then goes unseen)."""
+    return len(getattr(reader, "_buffer", b""))
 
 
 class _NoAnswer(Exception):

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from raftka.common.configs import REQUIRED, ConfigDef, at_least, between
+from raftka.common.configs import INT_MAX, REQUIRED, ConfigDef, at_least, between
 from raftka.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,31 @@ log = logging.getLogger(__name__)
 SECRET_KEY = "controller.quorum.secret"
 
 CONFIG_FILE_BYTES_MAX = 1_048_576
+
+
+def parse_connection_overrides(value: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``"host:count,host:count"`` (Kafka's format; an
+    IPv6 address in brackets, ``[::1]:5``) -> {host: count}; ValueError naming the bad entry."""
+    out: dict[str, int] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, colon, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not colon or not host or not count.strip().isdigit():
+            raise ValueError(f"expected host:count entries, got {item!r}")
+        if host in out:
+            raise ValueError(f"{host} listed twice")
+        out[host] = int(count)
+    return out
+
+
+def _connection_overrides(value: str) -> str | None:
+    try:
+        parse_connection_overrides(value)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def _roles(value: list[str]) -> str | None:
@@ -68,8 +93,26 @@ SERVER_CONFIGS = (
             "Snapshot at least this often when records were appended.", at_least(1000))
     .define("metadata.fetch.max.records", "int", 5000, "Most records one metadata fetch returns.", at_least(1))
     .define("max.connections", "int", 1000,
-            "Most concurrent connections one listener accepts (Kafka: unbounded; we bound it).", at_least(1))
-    .define("connections.max.idle.ms", "long", 600_000, "Close an RPC connection idle this long.", at_least(1))
+            "Most concurrent connections one listener accepts (Kafka: unbounded; we bound it). At the limit "
+            "the oldest connection of at least 1 s that never completed a request is closed to make room; "
+            "when there is none, the new connection is closed at once.", at_least(1))
+    .define("max.connections.per.ip", "int", INT_MAX,
+            "Most concurrent connections one listener accepts from one address (Kafka's default: no "
+            "limit of its own, as many clients may share an address). At this limit or max.connections, "
+            "the oldest connection of at least 1 s that never completed a request is closed to make "
+            "room; when there is none, the new connection is closed at once.", at_least(0))
+    .define("max.connections.per.ip.overrides", "string", "",
+            "host:count,host:count: max.connections.per.ip for these addresses (host names are resolved "
+            "at start).", _connection_overrides)
+    .define("connections.max.idle.ms", "long", 600_000,
+            "Close a connection with no request running and no bytes read or written for this long.",
+            at_least(1))
+    .define("connections.first.byte.timeout.ms", "long", 10_000,
+            "Raftka only: close a connection that sends nothing for this long after it connects.",
+            at_least(1))
+    .define("request.frame.timeout.ms", "long", 30_000,
+            "Raftka only: close a connection whose request frame does not complete this long after its "
+            "first byte (slowloris).", at_least(1))
     .define("socket.request.max.bytes", "int", 104_857_600, "Largest request frame accepted.", at_least(1024))
     .define("num.partitions", "int", 1, "Partitions of a topic created without a count.", at_least(1))
     .define("default.replication.factor", "int", 1, "Replication factor of a topic created without one.", at_least(1))
@@ -108,8 +151,11 @@ SERVER_CONFIGS = (
             "Requests one connection may have in flight before the broker stops reading it (backpressure).",
             at_least(1))
     .define("queued.max.request.bytes", "long", 104_857_600,
-            "Bytes of produce payloads a broker holds at once (appending or waiting for acks); past it, "
-            "produce requests wait in arrival order and their connections stop being read.", at_least(1))
+            "Request bytes a listener holds at once: frames being read (a large frame is read in chunks, "
+            "and no further while this is used) and requests being handled (past it, a connection's next "
+            "request waits unless it has none running). Brokers: also the produce payloads held at once "
+            "(appending or waiting for acks); past it, produce requests wait in arrival order and their "
+            "connections stop being read.", at_least(1))
     .define("fetch.max.bytes", "int", 57_671_680, "Upper bound on the bytes one Fetch response carries.",
             at_least(1024))
     .define("controller.request.timeout.ms", "int", 10_000,
@@ -254,6 +300,24 @@ class ServerConfig:
     def proxies(self, key: str) -> dict[int, str]:
         """``broker.dial.proxies`` / ``controller.rpc.proxies`` as {node id: "host:port"}."""
         return parse_voters(self.values[key]) if self.values[key].strip() else {}
+
+    @property
+    def max_connections_per_ip_overrides(self) -> dict[str, int]:
+        """``max.connections.per.ip.overrides`` as {host: count}."""
+        return parse_connection_overrides(self.values["max.connections.per.ip.overrides"])
+
+    @property
+    def server_limits(self) -> dict[str, Any]:
+        """The listener limits of this config as keyword arguments of common.server.Server
+        (for every listener: broker and controller)."""
+        return {"max_frame_bytes": self.values["socket.request.max.bytes"],
+                "max_connections": self.values["max.connections"],
+                "max_connections_per_ip": self.values["max.connections.per.ip"],
+                "max_connections_per_ip_overrides": self.max_connections_per_ip_overrides,
+                "idle_timeout_ms": self.values["connections.max.idle.ms"],
+                "first_byte_timeout_ms": self.values["connections.first.byte.timeout.ms"],
+                "request_frame_timeout_ms": self.values["request.frame.timeout.ms"],
+                "queued_max_request_bytes": self.values["queued.max.request.bytes"]}
 
     @property
     def is_broker(self) -> bool:

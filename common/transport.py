@@ -51,9 +51,18 @@ CORRELATION_ID_MAX: Final = 2**31 - 1  # Kafka's correlation id is an int32; we 
 SOCKET_REQUEST_MAX_BYTES_DEFAULT: Final = 104_857_600  # socket.request.max.bytes
 CONNECTIONS_MAX_IDLE_MS_DEFAULT: Final = 600_000  # connections.max.idle.ms
 MAX_CONNECTIONS_DEFAULT: Final = 1000  # max.connections (Kafka: unbounded; we bound it)
+# max.connections.per.ip: Kafka's default (no limit of its own). Not bounded lower here: many
+# clients share one address (NAT, a proxy, every client of a one-machine cluster on 127.0.0.1),
+# and max.connections is not the way one address locks the others out anyway, because the server
+# closes the oldest connection that never completed a request to make room (see server.py).
+MAX_CONNECTIONS_PER_IP_DEFAULT: Final = 2**31 - 1
 MAX_IN_FLIGHT_PER_CONNECTION_DEFAULT: Final = 100  # server: requests of one connection in flight
 MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT: Final = 8 * 1024 * 1024  # server: unsent answers
-QUEUED_MAX_REQUEST_BYTES_DEFAULT: Final = 512 * 1024 * 1024  # queued.max.request.bytes (Kafka: unbounded)
+# queued.max.request.bytes (Kafka: unbounded): request bytes a server holds, partial frames
+# included; at most socket.request.max.bytes, so a frame of the largest size can always be read.
+QUEUED_MAX_REQUEST_BYTES_DEFAULT: Final = 100 * 1024 * 1024
+REQUEST_FRAME_TIMEOUT_MS_DEFAULT: Final = 30_000  # server (Raftka): a started frame must end within it
+CONNECTIONS_FIRST_BYTE_TIMEOUT_MS_DEFAULT: Final = 10_000  # server (Raftka): a new connection's first byte
 MAX_IN_FLIGHT_REQUESTS_DEFAULT: Final = 5  # max.in.flight.requests.per.connection
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 30_000  # request.timeout.ms
 CONNECT_TIMEOUT_MS_DEFAULT: Final = 10_000  # socket.connection.setup.timeout.ms

@@ -447,10 +447,14 @@ def test_request_bytes_being_handled_across_connections_stay_under_queued_max_re
             tasks = [asyncio.create_task(conn.request(ApiKey.PRODUCE, {"i": n * 10 + i, "gate": True,
                                                                        "pad": b"x" * 2000}, timeout_ms=5000))
                      for n, conn in enumerate(conns) for i in range(5)]
-            await until(lambda: len(echo.started) == 2)
+            await until(lambda: len(echo.started) == 3)
             await asyncio.sleep(0.15)
-            assert len(echo.started) == 2, "two ~2 KB requests fit in 5000 bytes, a third does not"
-            assert server.request_bytes_in_flight <= 5000
+            # Two ~2 KB requests fit in 5000 bytes, a third does not; but a connection with no
+            # handler running always may start one (a follower's Fetch is never held behind
+            # produce requests that wait for it), so each connection runs at least one.
+            assert len(echo.started) == 3, "two fit, the other connection runs one, no more"
+            assert {i // 10 for i in echo.started} == {0, 1}
+            assert server.request_bytes_in_flight <= 5000 + 2100
             echo.gate.set()
             results = [await t for t in tasks]
             assert sorted(body["i"] for _, body in results) == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
