@@ -86,6 +86,14 @@ class BrokerMetrics:
             f"raftka_broker_isr_expands_total{{{node}}} {sum(p.isr_expands for p in partitions)}",
             "# TYPE raftka_broker_truncations_total counter",
             f"raftka_broker_truncations_total{{{node}}} {b.replicas.truncations}",
+            # Replicas out of service because their log is corrupt (Kafka's OfflineReplicaCount),
+            # how many ever went offline, and how many healed (re-replicated, back in the ISR).
+            "# TYPE raftka_broker_offline_replicas gauge",
+            f"raftka_broker_offline_replicas{{{node}}} {len(b.replicas.offline)}",
+            "# TYPE raftka_broker_corrupt_replicas_total counter",
+            f"raftka_broker_corrupt_replicas_total{{{node}}} {b.replicas.corrupt_replicas}",
+            "# TYPE raftka_broker_healed_replicas_total counter",
+            f"raftka_broker_healed_replicas_total{{{node}}} {b.replicas.healed_replicas}",
             "# TYPE raftka_broker_requests_total counter",
         ]
         for key, count in sorted(self.requests.items()):
@@ -111,6 +119,11 @@ class BrokerMetrics:
         for p in partitions:
             lines.append(f'raftka_partition_high_watermark{{{node},topic="{p.topic}",partition="{p.index}"}} '
                          f"{p.log.high_watermark}")
+        lines.append("# TYPE raftka_partition_offline gauge")  # 1: this replica is offline (corrupt log)
+        offline = b.replicas.offline
+        for p in partitions:
+            lines.append(f'raftka_partition_offline{{{node},topic="{p.topic}",partition="{p.index}"}} '
+                         f"{1 if (p.topic, p.index) in offline else 0}")
         groups = getattr(b, "groups", None)
         if groups is not None:  # consumer groups this broker coordinates: members, lag (broker/group/)
             lines += groups.metric_lines(node)

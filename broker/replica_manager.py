@@ -6,15 +6,31 @@ turns wire bodies into calls and answers.
 
 Produce path cost: per batch, a header read and a CRC-32C over its bytes (in C), then one
 write of the same bytes with base offset and leader epoch rewritten. Records are never decoded.
+
+A replica whose log fails a check on read (storage's ``LogCorruptedError``: a batch the disk
+changed) goes *offline* here, one partition at a time, without fencing the broker:
+
+    state              what this broker does                                   until
+    offline, leader    asks the controller to move leadership to another ISR   the metadata log makes
+                       member (AlterPartition without itself); reads from the   it a follower
+                       corrupt offset answer KAFKA_STORAGE_ERROR meanwhile
+    offline, leader,   stays leader (no replica holds the records): reads from  another replica joins
+    alone in the ISR   the corrupt offset keep answering KAFKA_STORAGE_ERROR     the ISR (then as above)
+    healing            a follower: cuts its log after the last good batch      the leader adds it back
+                       (``Log.truncate_at_corruption``) and fetches the rest    to the ISR: online again
+                       again from the leader
+
+``offline`` maps each such partition to its ``OfflineReplica``; /health and /metrics show them.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from raftka.storage import LogManager
+from raftka.storage import Corruption, LogCorruptedError, LogManager
 from raftka.broker.metadata import EMPTY, MetadataView
 from raftka.broker.partition import Partition, ReplicaState, now_ms
 from raftka.broker.replica_fetcher import ReplicaFetcher
@@ -28,6 +44,25 @@ FETCH_WAIT_MS_MAX = 30_000
 # The controller's Raft journal directory (<log.dirs[0]>/__cluster_metadata-0 in combined mode):
 # never a partition replica of ours, never deleted.
 METADATA_TOPIC = "__cluster_metadata"
+
+
+OFFLINE_LEADER = "leader: moving leadership to an in-sync replica"
+OFFLINE_ALONE = "leader: no other in-sync replica to take over; reads from the corrupt offset fail"
+HEALING = "re-replicating from the leader after cutting the log at the corrupt batch"
+
+
+@dataclass
+class OfflineReplica:
+    """A replica out of service because its log is corrupt (module docstring)."""
+
+    corruption: Corruption
+    state: str = OFFLINE_LEADER
+    healed_at_partition_epoch: int = -1  # the partition epoch when the log was cut (HEALING)
+
+    def describe(self, tp: tuple[str, int]) -> dict:
+        c = self.corruption
+        return {"topic": tp[0], "partition": tp[1], "state": self.state, "file": str(c.file),
+                "position": c.position, "offset": c.offset, "cause": c.cause, "problem": c.problem}
 
 
 def _wake(future: asyncio.Future) -> None:
@@ -53,6 +88,9 @@ class ReplicaManager:
         self.view: MetadataView = EMPTY
         self.dial_proxies: dict[int, str] = {}  # broker.dial.proxies: broker id -> address to dial
         self.truncations = 0
+        self.offline: dict[TP, OfflineReplica] = {}  # corrupt replicas (module docstring)
+        self.corrupt_replicas = 0  # replicas taken offline for corruption, ever
+        self.healed_replicas = 0  # ... and back in the ISR after re-replicating
         self._tasks: list[asyncio.Task] = []
 
     # -- metadata -> roles -----------------------------------------------------------------------
@@ -106,8 +144,12 @@ class ReplicaManager:
                     self._unfollow(tp)
                 elif change == "follower":
                     self._unfollow(tp)
+                    if tp in self.offline and info.leader >= 0:
+                        self._heal(partition)
                     if info.leader >= 0:
                         self._follow(tp, info.leader)
+                if tp in self.offline:
+                    self._check_offline(partition)
         for tp in [tp for tp in self.partitions if tp[0] in touched and tp not in wanted]:
             self._stop(tp, delete=True)
 
@@ -125,6 +167,7 @@ class ReplicaManager:
     def _stop(self, tp: TP, *, delete: bool) -> None:
         partition = self.partitions.pop(tp)
         self.topic_ids.pop(tp, None)
+        self.offline.pop(tp, None)
         self._unfollow(tp)
         partition.stop()
         if delete:
@@ -144,7 +187,12 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval_s)
             now = self.clock()
-            for partition in list(self.partitions.values()):
+            for tp, partition in list(self.partitions.items()):
+                offline = self.offline.get(tp)
+                if offline is not None and offline.state != HEALING:
+                    self._check_offline(partition)  # resign again (refused, or a new ISR member)
+                    if offline.state == OFFLINE_LEADER:
+                        continue
                 proposal = partition.isr_proposal(lag_ms, now)
                 if proposal is not None:
                     partition.alter_in_flight = True
@@ -248,6 +296,80 @@ class ReplicaManager:
         if self.on_storage_error is not None:
             self.on_storage_error(partition, error)
 
+    # -- corrupt replicas: offline, leadership moved, healed (module docstring) -------------------------
+
+    def replica_corrupted(self, partition: Partition, error: LogCorruptedError) -> None:
+        """A read of ``partition``'s log met a corrupt batch: take the replica out of service
+        (storage logged the ERROR with the file and position)."""
+        tp = (partition.topic, partition.index)
+        offline = self.offline.get(tp)
+        if offline is None:
+            offline = self.offline[tp] = OfflineReplica(error.corruption)
+            self.corrupt_replicas += 1
+            log.warning("%s: replica offline: its log is corrupt from offset %d (%s byte %d)", partition.name,
+                        error.corruption.offset, error.corruption.file.name, error.corruption.position)
+        else:  # a lower corrupt batch, or corrupt again after the cut (a second disk error)
+            offline.corruption = error.corruption
+            if offline.state == HEALING:
+                offline.state = OFFLINE_LEADER
+        self._check_offline(partition)
+
+    def _check_offline(self, partition: Partition) -> None:
+        """Move an offline replica on: a leader resigns (or waits for another ISR member), a
+        follower heals, a healed follower back in the ISR is online again."""
+        tp = (partition.topic, partition.index)
+        offline = self.offline[tp]
+        if offline.state == HEALING:
+            if partition.broker_id in partition.isr and partition.partition_epoch > offline.healed_at_partition_epoch:
+                del self.offline[tp]
+                self.healed_replicas += 1
+                log.info("%s: healed: re-replicated from leader %d and back in the ISR %s", partition.name,
+                         partition.leader_id, list(partition.isr))
+            return
+        if partition.is_leader:
+            self._resign(partition, offline)
+        elif partition.state is ReplicaState.FOLLOWER and partition.leader_id >= 0:
+            self._heal(partition)
+
+    def _resign(self, partition: Partition, offline: OfflineReplica) -> None:
+        """Ask the controller to move leadership to the other ISR members (AlterPartition
+        without this broker). With nobody else in the ISR the partition stays here: no other
+        replica holds every committed record. Retried by the ISR loop until metadata moves it."""
+        others = tuple(r for r in partition.isr if r != self.broker_id)
+        if not others:
+            if offline.state != OFFLINE_ALONE:
+                log.warning("%s: corrupt, but no other replica is in the ISR %s: it stays the leader and "
+                            "reads from offset %d answer KAFKA_STORAGE_ERROR", partition.name,
+                            list(partition.isr), offline.corruption.offset)
+            offline.state = OFFLINE_ALONE
+            return
+        offline.state = OFFLINE_LEADER
+        if partition.alter_in_flight:
+            return  # the ISR loop asks again once the answer is in
+        log.warning("%s: corrupt: asking the controller to move leadership to the ISR %s", partition.name,
+                    list(others))
+        partition.alter_in_flight = True
+        self._tasks.append(asyncio.get_running_loop().create_task(self._alter(partition, others)))
+
+    def _heal(self, partition: Partition) -> None:
+        """Not the leader any more: cut the log after its last good batch and fetch the rest
+        from the leader (the replica fetcher, as for any follower)."""
+        tp = (partition.topic, partition.index)
+        offline = self.offline[tp]
+        if offline.state == HEALING:
+            return
+        before = partition.log.log_end_offset
+        try:
+            partition.log.truncate_at_corruption()
+        except RaftkaError as error:
+            log.error("%s: could not cut the corrupt log: %s", partition.name, error.message)
+            return
+        offline.state = HEALING
+        offline.healed_at_partition_epoch = partition.partition_epoch
+        self.truncations += 1
+        log.warning("%s: healing: log cut from %d to %d (the last good batch); re-replicating from leader %d",
+                    partition.name, before, partition.log.log_end_offset, partition.leader_id)
+
     # -- Fetch --------------------------------------------------------------------------------------
 
     def read_partition(self, replica_id: int, request: dict, topic: str, first_pass: bool,
@@ -258,10 +380,8 @@ class ReplicaManager:
                "last_stable_offset": -1, "log_start_offset": -1, "diverging_epoch": None, "current_leader": None,
                "records": b""}
         try:
-            if not isinstance(index, int):
-                raise errors.InvalidRequestError("partition must be an integer")
             partition = self.leader_partition(topic, index, request.get("current_leader_epoch"))
-            fetch_offset = int(request.get("fetch_offset", 0))
+            fetch_offset = request.get("fetch_offset", 0)
             log_ = partition.log
             out["log_start_offset"] = log_.log_start_offset
             diverging = partition.diverging_epoch(request.get("last_fetched_epoch", -1), fetch_offset)
@@ -282,8 +402,15 @@ class ReplicaManager:
             limit = log_.log_end_offset if max_offset is None else max_offset
             if fetch_offset == limit or (max_offset is not None and limit < fetch_offset <= log_.log_end_offset):
                 return out
-            max_bytes = max(0, min(int(request.get("partition_max_bytes", 1 << 20)), budget))
-            data = log_.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=True)
+            max_bytes = max(0, min(request.get("partition_max_bytes", 1 << 20), budget))
+            try:
+                data = log_.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=True)
+            finally:
+                known = self.offline.get((topic, index))
+                if log_.corruption is not None and (known is None or known.corruption != log_.corruption):
+                    # Met by this read (raised, or found after the good batches it returns).
+                    self.replica_corrupted(partition, LogCorruptedError(log_.corruption, topic=topic,
+                                                                        partition=index))
             out["records"] = bytes(data.records) if not isinstance(data.records, bytes) else data.records
         except RaftkaError as error:
             out.update(error_code=error.code, error_message=error.message)
@@ -293,14 +420,14 @@ class ReplicaManager:
 
     async def fetch(self, body: dict) -> dict:
         """A Fetch answer; waits up to max_wait_ms for min_bytes (long poll)."""
-        replica_id = int(body.get("replica_id", -1))
-        max_wait_ms = min(max(int(body.get("max_wait_ms", 0)), 0), FETCH_WAIT_MS_MAX)
-        min_bytes = max(int(body.get("min_bytes", 1)), 0)
-        max_bytes = min(max(int(body.get("max_bytes", self.config["fetch.max.bytes"])), 0),
+        # The body was checked against its declaration at the boundary (common/messages.py):
+        # the values are integers of the declared types; their ranges are clamped here.
+        replica_id = body.get("replica_id", -1)
+        max_wait_ms = min(max(body.get("max_wait_ms", 0), 0), FETCH_WAIT_MS_MAX)
+        min_bytes = max(body.get("min_bytes", 1), 0)
+        max_bytes = min(max(body.get("max_bytes", self.config["fetch.max.bytes"]), 0),
                         self.config["fetch.max.bytes"])
         topics = body.get("topics") or []
-        if not isinstance(topics, list):
-            raise errors.InvalidRequestError("topics must be a list")
         deadline = time.monotonic() + max_wait_ms / 1000
         first_pass = True
         while True:
@@ -351,7 +478,7 @@ class ReplicaManager:
                "leader_epoch": -1}
         try:
             partition = self.leader_partition(topic, index, request.get("current_leader_epoch"))
-            timestamp = int(request.get("timestamp", -1))
+            timestamp = request.get("timestamp", -1)
             log_ = partition.log
             out["leader_epoch"] = partition.leader_epoch
             if log_.high_watermark < partition.leader_epoch_start_offset:
@@ -366,7 +493,11 @@ class ReplicaManager:
             elif timestamp == -2:
                 out["offset"] = log_.log_start_offset
             else:
-                found = log_.offset_for_timestamp(timestamp)
+                try:
+                    found = log_.offset_for_timestamp(timestamp)
+                except LogCorruptedError as error:
+                    self.replica_corrupted(partition, error)
+                    raise
                 if found is not None:
                     offset, ts = (found if isinstance(found, tuple) else (found.offset, found.timestamp))
                     if offset < log_.high_watermark:
@@ -383,7 +514,7 @@ class ReplicaManager:
         out = {"partition": index, "error_code": errors.NONE, "leader_epoch": -1, "end_offset": -1}
         try:
             partition = self.leader_partition(topic, index, request.get("current_leader_epoch"))
-            epoch, end_offset = partition.end_offset_for_epoch(int(request.get("leader_epoch", -1)))
+            epoch, end_offset = partition.end_offset_for_epoch(request.get("leader_epoch", -1))
             out.update(leader_epoch=epoch, end_offset=end_offset)
         except RaftkaError as error:
             out.update(error_code=error.code, error_message=error.message)

@@ -4,7 +4,8 @@ Imports only ``raftka.common`` (record batches, errors, configs).
 """
 from raftka.storage.config import LogConfig
 from raftka.storage.epoch_cache import LeaderEpochCache
-from raftka.storage.log import AppendInfo, FetchData, Log
+from raftka.storage.log import AppendInfo, Corruption, FetchData, Log, LogCorruptedError
 from raftka.storage.manager import LogManager
 
-__all__ = ["AppendInfo", "FetchData", "LeaderEpochCache", "Log", "LogConfig", "LogManager"]
+__all__ = ["AppendInfo", "Corruption", "FetchData", "LeaderEpochCache", "Log", "LogConfig", "LogCorruptedError",
+           "LogManager"]

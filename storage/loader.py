@@ -124,7 +124,7 @@ def _load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: 
         seg = segments[i]
         is_last = i == len(segments) - 1
         next_base = None if is_last else segments[i + 1].base_offset
-        trusted = clean or (next_base is not None and next_base <= rp_ckpt)
+        trusted = flushed = clean or (next_base is not None and next_base <= rp_ckpt)
         if trusted:
             try:
                 seg.load(next_base)
@@ -135,8 +135,12 @@ def _load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: 
             result = seg.recover()
             recovered_headers.extend(result.headers)
             if result.truncated_bytes:
-                logger.warning("%s: recovery cut %d bytes from %s at position %d: %s", name,
-                               result.truncated_bytes, seg.log_path.name, result.valid_bytes, result.problem)
+                # A torn tail past the recovery point is what a crash leaves (WARNING); below it,
+                # or after a clean shutdown, every batch was whole and flushed, so a bad one is
+                # corruption and records are lost here (ERROR).
+                logger.log(logging.ERROR if flushed else logging.WARNING,
+                           "%s: recovery cut %d bytes from %s at position %d: %s", name,
+                           result.truncated_bytes, seg.log_path, result.valid_bytes, result.problem)
         if next_base is not None and seg.next_offset != next_base:
             logger.warning("%s: %s ends at offset %d but the next segment starts at %d; "
                            "deleting the %d segment(s) after it", name, seg.log_path.name,

@@ -21,7 +21,13 @@ Contract:
 - An append is all or nothing: every batch is validated (length, magic, CRC, max.message.bytes)
   before a byte is written, and a failed write is cut back; the caller gets a typed error.
 - A read returns whole batches only, never bytes past the last whole batch, never a batch that
-  failed validation (recovery removed it before the log opened).
+  failed validation: recovery removed those before the log opened, and every batch read from a
+  file is checked again (it decodes, continues the offsets, passes its CRC-32C; the tail cache,
+  bytes validated at append and held in memory, is not). A batch that fails is *corruption*
+  (the disk changed it after it was written): the read raises ``LogCorruptedError`` (a
+  KAFKA_STORAGE_ERROR) naming the file and byte position, the log remembers it (``corruption``)
+  and logs it at ERROR once per partition and cause. ``truncate_at_corruption`` then cuts the log
+  after its last good batch (a follower fetches the rest again from its leader).
 - Durability: ``flush`` fsyncs every segment written since the last flush and moves the recovery
   point; ``flush.messages`` / ``flush.ms`` decide when it runs (Kafka's default: never, leaving
   durability to replication; the page cache survives a process crash).
@@ -52,10 +58,10 @@ from raftka.common.errors import (
     OffsetOutOfRangeError,
     for_code,
 )
+from raftka.common.ratelog import RateLimitedLog
 from raftka.common.records import (
     BatchHeader,
     assign_offsets,
-    iter_batches,
     set_log_append_time,
     validate_batch,
     validate_batches,
@@ -67,7 +73,7 @@ from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from raftka.storage.index import RELATIVE_OFFSET_MAX
 from raftka.storage.loader import CLEAN_SHUTDOWN_FILE
 from raftka.storage.producer_state import ProducerStateManager
-from raftka.storage.segment import AppendedBatch, LogSegment
+from raftka.storage.segment import AppendedBatch, CorruptBatchError, LogSegment
 
 log = logging.getLogger(__name__)
 # The last appended batches stay in memory, so a fetch at the log's tail (followers and
@@ -77,6 +83,10 @@ log = logging.getLogger(__name__)
 TAIL_CACHE_BYTES_MAX = 64 * 1024
 
 RecordListTooLargeError = for_code(CODES["RECORD_LIST_TOO_LARGE"])
+# Corruption found by reads is logged at ERROR once per partition and cause; consumers retrying
+# the same read must not flood the log (the count of the repeats comes with the next line).
+CORRUPTION_LOG_INTERVAL_S = 3600.0
+_corruption_log = RateLimitedLog(log, interval_s=CORRUPTION_LOG_INTERVAL_S)
 
 HW_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -105,6 +115,29 @@ class FetchData:
 
     records: bytes
     first_offset: int
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """A batch that failed its check when read: where it is, and the first offset it makes
+    unreadable. ``cause``: "crc", "header", "offsets" or "index" (storage/segment.py)."""
+
+    file: Path
+    position: int
+    offset: int
+    cause: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"corrupt record batch in {self.file} at byte {self.position} (offset {self.offset}): {self.problem}"
+
+
+class LogCorruptedError(KafkaStorageError):  # type: ignore[misc, valid-type]
+    """KAFKA_STORAGE_ERROR for a read that met a corrupt batch; carries the ``Corruption``."""
+
+    def __init__(self, corruption: Corruption, *, topic: str, partition: int) -> None:
+        self.corruption = corruption
+        super().__init__(corruption.describe(), topic=topic, partition=partition)
 
 
 def _now_ms() -> int:
@@ -136,6 +169,7 @@ class Log:
         self._last_flush_ms = clock_ms()
         self._failed: str | None = None
         self._closed = False
+        self.corruption: Corruption | None = None  # the lowest corrupt batch reads have met
         self._hw_file = CheckpointFile(directory / HW_CHECKPOINT, 1)
         self._rp_file = CheckpointFile(directory / RECOVERY_POINT_CHECKPOINT, 1)
         self._lso_file = CheckpointFile(directory / LOG_START_CHECKPOINT, 1)
@@ -482,6 +516,7 @@ class Log:
             first_offset = -1
             budget = max_bytes
             i = self._segment_index_for(fetch_offset)
+            data = b""
             try:
                 while i < len(self._segments):
                     seg = self._segments[i]
@@ -494,26 +529,31 @@ class Log:
                             continue
                         position, header = found
                     else:
-                        position, header = 0, seg.header_at(0)
+                        position, header = 0, seg.checked_header(0, seg.base_offset)
                     if header.last_offset >= limit:
                         break
                     if header.size > budget:
                         if first_offset < 0 and min_one_batch:
-                            chunks.append(seg.pread(position, header.size))
+                            data = seg.pread(position, header.size)
+                            seg.check_batches(data, position, header.base_offset)
+                            chunks.append(data)
                             first_offset = header.base_offset
                         break
                     if first_offset < 0:
                         first_offset = header.base_offset
                     data = seg.pread(position, min(budget, seg.size - position))
-                    end = 0
-                    for pos, h in iter_batches(data):
-                        if h.last_offset >= limit:
-                            break
-                        end = pos + h.size
+                    end = seg.check_batches(data, position, header.base_offset, limit)
                     chunks.append(data[:end] if end < len(data) else data)
                     budget -= end
                     if position + end < seg.size:
                         break  # stopped by max_bytes or max_offset, not by the segment's end
+            except CorruptBatchError as error:
+                failure = self._corrupted(error)
+                if error.checked_bytes:
+                    chunks.append(data[:error.checked_bytes])
+                if not chunks:
+                    raise failure from None
+                # The good batches before it go out; a read from the corrupt one raises.
             except CorruptRecordError as error:
                 raise self._error(KafkaStorageError, f"reading offset {fetch_offset}: {error.message}") from error
             except OSError as error:
@@ -534,6 +574,8 @@ class Log:
                         found = seg.find_by_timestamp(timestamp_ms, self.log_start_offset)
                         if found is not None:
                             return found
+            except CorruptBatchError as error:
+                raise self._corrupted(error) from None
             except CorruptRecordError as error:
                 raise self._error(KafkaStorageError, f"looking up timestamp {timestamp_ms}: "
                                   f"{error.message}") from error
@@ -541,6 +583,17 @@ class Log:
                 raise self._error(KafkaStorageError, f"looking up timestamp {timestamp_ms} in "
                                   f"{self.dir}: {error.strerror or error}") from error
             return None
+
+    def _corrupted(self, error: CorruptBatchError) -> LogCorruptedError:
+        """A read met a corrupt batch: remember the lowest one, log it (ERROR, once per
+        partition and cause), and return the error the read raises."""
+        found = Corruption(error.path, error.position, error.offset, error.cause, error.problem)
+        if self.corruption is None or found.offset < self.corruption.offset:
+            self.corruption = found
+        _corruption_log.error(f"{self.topic}-{self.partition}:{found.cause}",
+                              "%s: %s; offsets from %d on cannot be read from this replica",
+                              self, found.describe(), found.offset)
+        return LogCorruptedError(found, topic=self.topic, partition=self.partition)
 
     # --- high watermark, flush ---------------------------------------------------------------
     def update_high_watermark(self, hw: int) -> int:
@@ -631,21 +684,56 @@ class Log:
                     seg.delete()
                 self._set_segments(self._segments[:i + 1])
                 self._segments[-1].truncate_to(offset)
-                # A segment emptied by truncation other than the first goes: the one before
-                # it ends where it began, keeping base offsets unique and contiguous.
-                while len(self._segments) > 1 and self._segments[-1].size == 0:
-                    self._segments[-1].delete()
-                    self._set_segments(self._segments[:-1])
-                leo = self.log_end_offset
-                self.recovery_point = min(self.recovery_point, leo)
-                self._checkpoint_recovery_point()
-                self.high_watermark = min(self.high_watermark, leo)
-                self.leader_epoch_cache.truncate_from_end(leo)
-                self.producer_state.load(self._headers_from, self.log_start_offset, leo)
+                self._after_truncation()
             except OSError as error:
                 self._failed = f"truncation failed: {error}"
                 raise self._error(KafkaStorageError, f"could not truncate the log in {self.dir} "
                                   f"to {offset}: {error.strerror or error}") from error
+
+    def _after_truncation(self) -> None:
+        # A segment emptied by truncation other than the first goes: the one before it ends
+        # where it began, keeping base offsets unique and contiguous.
+        while len(self._segments) > 1 and self._segments[-1].size == 0:
+            self._segments[-1].delete()
+            self._set_segments(self._segments[:-1])
+        leo = self.log_end_offset
+        self.recovery_point = min(self.recovery_point, leo)
+        self._checkpoint_recovery_point()
+        self.high_watermark = min(self.high_watermark, leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.producer_state.load(self._headers_from, self.log_start_offset, leo)
+        if self.corruption is not None and self.corruption.offset >= leo:
+            self.corruption = None  # cut away with the rest
+
+    def truncate_at_corruption(self) -> int | None:
+        """Heal: remove the corrupt batch a read met (``corruption``) and every batch after it,
+        so the log ends with the last batch before it (a follower then fetches the rest again
+        from its leader). Nothing at or past the corrupt batch is read. Returns the new log end
+        offset, or None when no corruption is known. Like ``truncate_to``, only for a replica
+        that does not lead: the leader's log is the one others copy."""
+        with self._lock:
+            self._check_usable()
+            found = self.corruption
+            if found is None:
+                return None
+            index = next((i for i, seg in enumerate(self._segments) if seg.log_path == found.file), None)
+            if index is None:  # its segment is gone (retention, truncation): nothing to cut
+                self.corruption = None
+                return None
+            try:
+                for seg in self._segments[index + 1:]:
+                    seg.delete()
+                self._set_segments(self._segments[:index + 1])
+                self._segments[-1].truncate_at(found.position, found.offset)
+                self.corruption = None
+                self._after_truncation()
+            except OSError as error:
+                self._failed = f"truncation failed: {error}"
+                raise self._error(KafkaStorageError, f"could not cut the corrupt log in {self.dir} "
+                                  f"at {found.file.name} byte {found.position}: {error.strerror or error}") from error
+            log.warning("%s: cut the log at %s byte %d (the corrupt batch and everything after it); "
+                        "it now ends at offset %d", self, found.file.name, found.position, self.log_end_offset)
+            return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset`` (a follower far behind the
@@ -665,6 +753,7 @@ class Log:
                 self.checkpoint_high_watermark()
                 self.leader_epoch_cache.clear()
                 self._unflushed_messages = 0
+                self.corruption = None
             except OSError as error:
                 self._failed = f"truncation failed: {error}"
                 raise self._error(KafkaStorageError, f"could not reset the log in {self.dir} "
@@ -704,6 +793,8 @@ class Log:
                     seg.delete()
                 self.producer_state.delete_snapshots_below(new_start)
                 self.leader_epoch_cache.truncate_from_start(new_start)
+                if self.corruption is not None and self.corruption.offset < new_start:
+                    self.corruption = None  # its segment is gone
             except OSError as error:
                 raise self._error(KafkaStorageError, f"retention in {self.dir}: "
                                   f"{error.strerror or error}") from error

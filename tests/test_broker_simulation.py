@@ -106,6 +106,7 @@ class SimLog:
         self.high_watermark = 0
         self.flushed = 0  # batches
         self.checkpointed_hw = 0
+        self.corruption = None  # storage's Log: a corrupt batch met by a read (never, here)
 
     @property
     def log_end_offset(self) -> int:

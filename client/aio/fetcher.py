@@ -14,6 +14,11 @@ applies ``auto_offset_reset`` again; with ``'none'`` the partition fails until a
 
 Records come only from below the high watermark (the broker sends no more; the fetcher also
 drops anything at or above it) and never before the fetch offset (a batch may start earlier).
+
+KAFKA_STORAGE_ERROR is retriable (the broker moves leadership off a failed disk or a corrupt
+replica within seconds), but not forever: a partition answering it for
+``min(request_timeout_ms, STORAGE_ERROR_RETRY_MS_MAX)`` without a good answer in between fails,
+and ``poll`` raises KafkaStorageError, so nobody reports success over records it could not read.
 """
 from __future__ import annotations
 
@@ -36,6 +41,11 @@ log = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__
 _OFFSET_MAX = 1 << 63
+# How long a partition may keep answering KAFKA_STORAGE_ERROR before poll raises it. A corrupt
+# leader hands over to an in-sync replica, and a broker with a failed disk is fenced, within a
+# second or two (one heartbeat and one controller commit); past this, no healthy replica holds
+# the records (e.g. replication factor 1) and retrying longer only hides that.
+STORAGE_ERROR_RETRY_MS_MAX = 10_000
 # The hot loops below build ConsumerRecords positionally and unpack decoded records in one step
 # (named access per field would cost more than the rest of the loop); these fix the orders they rely on.
 assert rec.Record._fields == ("offset", "timestamp", "key", "value", "headers")
@@ -344,6 +354,7 @@ class Fetcher:
             return  # sought, reassigned or already advanced: this answer is stale
         code = p.get("error_code", 0) or 0
         if code == errors.NONE:
+            state.storage_error_since = 0.0
             hw = p.get("high_watermark", -1)
             state.high_watermark = hw
             state.log_start_offset = p.get("log_start_offset", -1)
@@ -380,6 +391,18 @@ class Fetcher:
                 state.reset_to(None, default_reset)
                 self._wakeup.set()
             return
+        if code == errors.KAFKA_STORAGE_ERROR:
+            now = time.monotonic()
+            bound_ms = min(self.config["request_timeout_ms"], STORAGE_ERROR_RETRY_MS_MAX)
+            if not state.storage_error_since:
+                state.storage_error_since = now
+            elif (now - state.storage_error_since) * 1000 >= bound_ms:
+                state.storage_error_since = 0.0
+                state.failed = errors.error_for(
+                    code, f"offset {fetch_offset}: {p.get('error_message') or error.message} (still failing "
+                          f"after {bound_ms / 1000:g} s of retries)", topic=tp.topic, partition=tp.partition)
+                self._notify()
+                return
         if error.retriable:
             if error.invalid_metadata:
                 self.cluster.update_leader(tp, p.get("current_leader"))

@@ -65,6 +65,7 @@ class PartitionState:
     paused: bool = False
     retry_at: float = 0.0  # no fetch before this (time.monotonic()); 0: none pending
     failed: BaseException | None = None  # raised by poll until the application seeks
+    storage_error_since: float = 0.0  # KAFKA_STORAGE_ERROR answered since (time.monotonic()); 0: not now
     awaiting_committed: bool = False  # group mode: the position comes from the committed offset
     buffer: deque[FetchedChunk] = field(default_factory=deque)  # fetched, not yet polled
     buffered_bytes: int = 0
@@ -84,6 +85,7 @@ class PartitionState:
         self.reset = reset
         self.failed = None
         self.retry_at = 0.0
+        self.storage_error_since = 0.0
 
 
 class SubscriptionState:

@@ -420,11 +420,17 @@ class QuorumController:
             return errors.INVALID_UPDATE_VERSION, {
                 "error_message": f"partition epoch {body.get('partition_epoch')} is stale (now {p.partition_epoch})"}
         bad = [b for b in new_isr if b not in p.replicas or not image.is_live(b)]
-        if bad or broker_id not in new_isr or len(set(new_isr)) != len(new_isr):
+        if bad or not new_isr or len(set(new_isr)) != len(new_isr):
             return errors.INELIGIBLE_REPLICA, {
-                "error_message": f"ineligible ISR members {bad} (must be distinct unfenced replicas, leader included)"}
+                "error_message": f"ineligible ISR members {bad} (must be distinct unfenced replicas, at least one)"}
+        leader = None
+        if broker_id not in new_isr:
+            # The leader resigns: its replica went offline (a corrupt log, broker/replica_manager.py).
+            # The first remaining ISR member in replica order leads; the resigning replica is out
+            # of the ISR until it has fetched everything again.
+            leader = next(b for b in p.replicas if b in new_isr)
         results = await self.commit([PartitionChangeRecord(topic_name, topic.topic_id, index, p.partition_epoch,
-                                                           None, tuple(new_isr))])
+                                                           leader, tuple(new_isr))])
         return errors.NONE, results[0]
 
     # -- producer ids ----------------------------------------------------------------------

@@ -5,8 +5,11 @@ partition directory (every segment in it, in offset order). For a segment it pri
 per record batch (offsets, producer id and sequence, leader epoch, timestamps, size, codec,
 CRC and whether it checks out); ``--print-data-log`` adds every record (key, value, headers).
 Every batch's CRC-32C is verified and its records decoded; offsets must not go back. A corrupt
-batch or index entry, or bytes that are not a whole batch, are reported and make the exit code
-1 (the rest of a segment after a corrupt batch cannot be trusted and is not read).
+batch or index entry, bytes that are not a whole batch, or a sealed segment without its
+``.index`` or ``.timeindex`` are reported and make the exit code 1 (the rest of a segment after
+a corrupt batch cannot be trusted and is not read). The newest segment of a directory may lack
+its indexes while its broker runs or after a crash (the broker writes them at roll and close,
+and rebuilds them when it opens the log): that is only noted.
 """
 from __future__ import annotations
 
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     for path in expand(paths):
         print(f"Dumping {path}")
         if path.suffix == ".log":
+            check_indexes_present(path, report)
             dump_segment(path, report, print_records=args.print_data_log, max_bytes=args.max_bytes)
         elif path.suffix == ".index":
             dump_offset_index(path, report)
@@ -95,6 +99,21 @@ def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
             yield mapped
         finally:
             mapped.close()
+
+
+def check_indexes_present(path: Path, report: Report) -> None:
+    """A segment's ``.index`` and ``.timeindex`` must be beside it, except the newest segment's."""
+    newest = max((p.name for p in path.parent.glob("*.log") if p.stem.isdigit()), default=path.name)
+    for suffix in (".index", ".timeindex"):
+        index = path.with_suffix(suffix)
+        if index.exists():
+            continue
+        if path.name == newest:
+            print(f"Note: {index} is missing (normal for the active segment of a running broker or after "
+                  f"a crash: the broker rebuilds it when it opens the log)")
+        else:
+            report.problem(f"{index} is missing: {path.name} is a sealed segment, whose indexes were "
+                           f"written when it rolled (the broker rebuilds them when it next opens the log)")
 
 
 def dump_segment(path: Path, report: Report, *, print_records: bool, max_bytes: int) -> None:
