@@ -32,14 +32,18 @@ from raftka.storage import LogManager
 from raftka.broker.metadata import MetadataFollower, MetadataView
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.network import Request, Server
-from raftka.common.api import ApiKey, api_versions_body
+from raftka.common.api import ApiKey, api_name, api_versions_body
 from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
 from raftka.common.errors import ConfigError, InvalidRequestError, RaftkaError
+from raftka.common.messages import BROKER_REQUESTS
+from raftka.common.ratelog import RateLimitedLog
 from raftka.common.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
+# A body that fails its declaration (common/messages.py): one line per API per minute, with a count.
+refused_log = RateLimitedLog(log)
 
 
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS)
@@ -78,12 +82,6 @@ def read_cluster_id(log_dirs: list[str] | str, node_id: int) -> str:
 REGISTER_TIMEOUT_MS = 60_000
 ACKS_VALUES = (-1, 0, 1)
 PRODUCE_TIMEOUT_MS_MAX = 300_000
-
-
-def _map(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a map")
-    return body
 
 
 class BrokerServer:
@@ -147,10 +145,8 @@ class BrokerServer:
     async def start(self) -> None:
         """Listen, register with the quorum, follow the metadata log, heartbeat."""
         host, port = self.config.listeners["PLAINTEXT"]
-        self.server = Server(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
-                             max_connections=self.config["max.connections"],
+        self.server = Server(self.handle, **self.config.server_limits,  # socket.request.max.bytes, max.connections, ...
                              max_in_flight_per_connection=self.config["queued.max.requests"],
-                             idle_timeout_ms=self.config["connections.max.idle.ms"],
                              api_versions={int(k): (0, 0) for k in self.handlers}, name=f"broker {self.broker_id}")
         await self.server.start(host, port)
         if self.http and "HTTP" in self.config.listeners:
@@ -313,27 +309,37 @@ class BrokerServer:
     # -- dispatch -----------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> "tuple[int, Any] | None":
-        """Dispatch one request to its API handler (the transport answers unknown keys)."""
-        handler = self.handlers[request.api_key]  # the Server answers unknown keys and versions itself
+        """Check the body against its declaration (common/messages.py), then dispatch it to its
+        API handler (the transport answers unknown keys and versions itself)."""
+        handler = self.handlers[request.api_key]
         started = time.monotonic()
         self.metrics.request(request.api_key)
         GROUP_REQUEST.set(request)  # this request's task only: the coordinator reads client id and host
         try:
-            result = await handler(_map(request.body))
+            try:
+                body = BROKER_REQUESTS.check(request.api_key, request.api_version, request.body)
+            except InvalidRequestError as error:
+                return self._refused(request, error)
+            result = await handler(body)
         except RaftkaError as error:
             self.metrics.error(request.api_key)
             return error.code, {"error_message": error.message}
-        except (TypeError, ValueError, AttributeError, KeyError) as error:
-            # A body of the wrong shape (a list where a map belongs, a string for an offset):
-            # the sender's mistake, answered as such; the connection and the broker go on.
-            self.metrics.error(request.api_key)
-            log.debug("malformed %s body from %s: %r", request.api_key, request.peer, error)
-            if request.api_key == ApiKey.PRODUCE and isinstance(request.body, dict) and request.body.get("acks") == 0:
-                return None
-            return errors.INVALID_REQUEST, {"error_message": f"malformed request body: {type(error).__name__}: {error}"}
         finally:
             self.metrics.latency(request.api_key, time.monotonic() - started)
         return result
+
+    def _refused(self, request: Request, error: InvalidRequestError) -> "tuple[int, dict] | None":
+        """A body that is not what its API declares: INVALID_REQUEST naming the field, one log
+        line per API per minute; the connection goes on. An acks=0 Produce gets no answer."""
+        self.metrics.error(request.api_key)
+        refused_log.warning(f"invalid-body-{request.api_key}", "refused a %s request from %s: %s",
+                            api_name(request.api_key), request.peer, error.message)
+        body = request.body
+        if request.api_key == ApiKey.PRODUCE and isinstance(body, dict):
+            acks = body.get("acks")
+            if acks.__class__ is int and acks == 0:
+                return None
+        return errors.INVALID_REQUEST, {"error_message": f"invalid {api_name(request.api_key)} request: {error.message}"}
 
     # -- ApiVersions, Metadata, DescribeCluster -----------------------------------------------------
 
@@ -351,9 +357,7 @@ class BrokerServer:
 
     async def metadata_api(self, body: dict) -> tuple[int, dict]:
         view = self.replicas.view
-        wanted = body.get("topics")
-        if wanted is not None and not isinstance(wanted, list):
-            raise InvalidRequestError("topics must be a list of names or None")
+        wanted = body.get("topics")  # None: every topic
         brokers = []
         for broker in sorted(view.brokers.values(), key=lambda b: b.broker_id):
             endpoint = broker.endpoint()
@@ -391,16 +395,12 @@ class BrokerServer:
     # -- Produce ------------------------------------------------------------------------------------
 
     async def produce(self, body: dict) -> "tuple[int, dict] | None":
-        acks = body.get("acks", -1)
+        """Produce; the body was checked against its declaration (types, defaults filled in)."""
+        acks = body["acks"]
         if acks not in ACKS_VALUES:
             return errors.INVALID_REQUIRED_ACKS, {"error_message": f"acks must be -1 (all), 0 or 1, got {acks!r}"}
-        timeout_ms = body.get("timeout_ms", 30_000)
-        if not isinstance(timeout_ms, int) or timeout_ms < 0:
-            raise InvalidRequestError("timeout_ms must be a non-negative integer")
-        deadline = time.monotonic() + min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX) / 1000
-        topic_data = body.get("topic_data")
-        if not isinstance(topic_data, list):
-            raise InvalidRequestError("topic_data must be a list")
+        deadline = time.monotonic() + min(body["timeout_ms"], PRODUCE_TIMEOUT_MS_MAX) / 1000
+        topic_data = body["topic_data"]
         size = _payload_bytes(topic_data)
         if not self.produce_budget.try_acquire(size):  # no await on the usual path
             await self.produce_budget.acquire(size)  # FIFO: a later produce never overtakes
@@ -414,16 +414,14 @@ class BrokerServer:
         results: list[tuple[str, list[dict]]] = []
         waits: list[tuple[dict, Partition, int]] = []
         for topic in topic_data:
-            name = topic.get("name") if isinstance(topic, dict) else None
+            name = topic["name"]
             answers = []
-            for part in (topic.get("partition_data") or []) if isinstance(topic, dict) else []:
-                index = part.get("index") if isinstance(part, dict) else None
+            for part in topic["partition_data"]:
+                index = part["index"]
                 answer = {"index": index, "error_code": errors.NONE, "error_message": None, "base_offset": -1,
                           "log_append_time_ms": -1, "log_start_offset": -1, "current_leader": None}
                 try:
-                    if not isinstance(name, str) or not isinstance(index, int):
-                        raise InvalidRequestError("each partition needs a topic name and an integer index")
-                    records = part.get("records")
+                    records = part.get("records")  # None: CORRUPT_MESSAGE from the replica manager
                     partition, info = self.replicas.append(name, index, records, acks)
                     self.metrics.bytes_in += len(records)
                     answer.update(base_offset=info.first_offset, log_start_offset=partition.log.log_start_offset,
@@ -458,7 +456,7 @@ class BrokerServer:
 
     async def fetch(self, body: dict) -> tuple[int, dict]:
         out = await self.replicas.fetch(body)
-        if int(body.get("replica_id", -1)) < 0:
+        if body["replica_id"] < 0:
             self.metrics.bytes_out += sum(len(p["records"]) for t in out["responses"] for p in t["partitions"])
         else:
             self.metrics.replication_bytes_out += sum(len(p["records"]) for t in out["responses"]
@@ -467,18 +465,18 @@ class BrokerServer:
 
     async def list_offsets(self, body: dict) -> tuple[int, dict]:
         topics = []
-        for topic in body.get("topics") or []:
-            name = topic.get("name")
+        for topic in body["topics"]:
+            name = topic["name"]
             topics.append({"name": name, "partitions": [self.replicas.list_offset(name, p)
-                                                         for p in topic.get("partitions") or []]})
+                                                         for p in topic["partitions"]]})
         return errors.NONE, {"topics": topics}
 
     async def offsets_for_leader_epoch(self, body: dict) -> tuple[int, dict]:
         topics = []
-        for topic in body.get("topics") or []:
-            name = topic.get("topic")
+        for topic in body["topics"]:
+            name = topic["topic"]
             topics.append({"topic": name, "partitions": [self.replicas.offsets_for_leader_epoch(name, p)
-                                                          for p in topic.get("partitions") or []]})
+                                                          for p in topic["partitions"]]})
         return errors.NONE, {"topics": topics}
 
     # -- forwarded to the controller, producer ids ----------------------------------------------------
@@ -518,11 +516,12 @@ class BrokerServer:
 
 
 def _payload_bytes(topic_data: list) -> int:
+    """Record bytes of a checked Produce body."""
     total = 0
     for topic in topic_data:
-        for part in (topic.get("partition_data") or []) if isinstance(topic, dict) else []:
-            records = part.get("records") if isinstance(part, dict) else None
-            if isinstance(records, (bytes, bytearray)):
+        for part in topic["partition_data"]:
+            records = part.get("records")
+            if records is not None:
                 total += len(records)
     return total
 

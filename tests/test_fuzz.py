@@ -3,7 +3,8 @@
 The default suite runs a bounded, seeded sample (seconds); `scripts/test.sh -m soak -k fuzz`
 runs the long target (RAFTKA_FUZZ_INPUTS, default 1,000,000 inputs) and prints the counts that
 docs/security.md quotes. Either way: no crash, every input answered or its connection closed,
-and the data produced before the fuzz reads back byte-identical after it.
+no input answered UNKNOWN_SERVER_ERROR, and the data produced before the fuzz reads back
+byte-identical after it.
 """
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ def fuzz(cluster, inputs: int) -> FuzzResult:
     print(result.summary())
     assert not result.crashed, f"the broker died: {result.summary()} (reproduce with RAFTKA_FUZZ_SEED={SEED})"
     assert result.inputs == inputs
+    # Every body is checked against its declaration before a handler runs (common/messages.py):
+    # a bad one is INVALID_REQUEST, never a handler failing on it.
+    assert result.error_codes[-1] == 0, f"UNKNOWN_SERVER_ERROR answered: {result.summary()} (RAFTKA_FUZZ_SEED={SEED})"
     after = committed_values(cluster)
     assert after[:200] == before[:200], f"data before the fuzz changed (RAFTKA_FUZZ_SEED={SEED})"
     return result

@@ -85,9 +85,7 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
     from raftka.raft_meta.controller.quorum_controller import QuorumController
     QuorumController(service)  # the metadata handlers and the active controller's duties
     host, port = config.controller_listener
-    server = RpcServer(service.handle, max_frame_bytes=config["socket.request.max.bytes"],
-                       max_connections=config["max.connections"],
-                       idle_timeout_ms=config["connections.max.idle.ms"])
+    server = RpcServer(service.handle, **config.server_limits)  # socket.request.max.bytes, max.connections, ...
     server.on_peer_closed = service.connection_closed  # a kill -9'd broker's heartbeat connection
     await server.start(host, port)
     service.start_background()
