@@ -150,6 +150,21 @@ class RaftConfig:
     bind_address: str | None = None
 
 
+class _RaftNode(SyncObj):
+    """pysyncobj's node, reading what has already arrived before each tick's timeout checks.
+
+    pysyncobj's tick checks the election deadline first and reads its sockets last. When the
+    tick thread was held up (a busy box, the GIL held by the controller's event loop), the
+    leader's heartbeats wait unread in the socket buffers while the deadline looks missed, and
+    a follower starts an election against a healthy leader: the spurious leader changes seen on
+    the loaded 2-core box. Reading first lets those heartbeats reset the deadline; a leader that
+    is really gone still sends nothing, so failover is unchanged."""
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        self._poller.poll(0)  # non-blocking: handle whatever is already in the buffers
+        super()._onTick(timeToWait)
+
+
 class _LoggingEncryptor:
     """pysyncobj's Fernet, with one rate-limited log line for a peer whose frames do not
     authenticate (a wrong secret, or an attacker): pysyncobj drops such a connection silently."""
@@ -275,7 +290,7 @@ class RaftClient:
         self_address = None if self.observer else config.voters[config.node_id]
         others = [_DialNode(a, config.dial[n]) if n in config.dial else a
                   for n, a in sorted(config.voters.items()) if n != config.node_id]
-        self._node = SyncObj(self_address, others, conf=conf, consumers=[self._applier])
+        self._node = _RaftNode(self_address, others, conf=conf, consumers=[self._applier])
         _log_rejected_peers(self._node)
         self._node.addOnTickCallback(self._on_tick)
 
