@@ -69,11 +69,24 @@ class BrokerMetrics:
             lines += [
                 "# TYPE raftka_broker_connections_accepted_total counter",
                 f"raftka_broker_connections_accepted_total{{{node}}} {m.connections_accepted}",
-                "# TYPE raftka_broker_connections_refused_total counter",  # over max.connections
-                f"raftka_broker_connections_refused_total{{{node}}} {m.connections_refused}",
+                "# TYPE raftka_broker_connections_refused_total counter",  # none could be closed instead
+                f'raftka_broker_connections_refused_total{{{node},limit="max.connections"}} {m.connections_refused}',
+                f'raftka_broker_connections_refused_total{{{node},limit="max.connections.per.ip"}} '
+                f'{m.connections_refused_per_ip}',
                 "# TYPE raftka_broker_connections_closed_total counter",
                 f'raftka_broker_connections_closed_total{{{node},reason="idle"}} {m.connections_closed_idle}',
                 f'raftka_broker_connections_closed_total{{{node},reason="bad_frame"}} {m.connections_closed_bad_frame}',
+                f'raftka_broker_connections_closed_total{{{node},reason="unused"}} {m.connections_closed_unused}',
+                f'raftka_broker_connections_closed_total{{{node},reason="frame_timeout"}} '
+                f'{m.connections_closed_frame_timeout}',
+                f'raftka_broker_connections_closed_total{{{node},reason="first_byte_timeout"}} '
+                f'{m.connections_closed_first_byte_timeout}',
+                # queued.max.request.bytes: what the listener holds of partial frames and of
+                # requests being handled
+                "# TYPE raftka_broker_partial_frame_bytes gauge",
+                f"raftka_broker_partial_frame_bytes{{{node}}} {b.server.partial_frame_bytes}",
+                "# TYPE raftka_broker_request_bytes_in_flight gauge",
+                f"raftka_broker_request_bytes_in_flight{{{node}}} {b.server.request_bytes_in_flight}",
             ]
         lines += [
             "# TYPE raftka_broker_under_replicated_partitions gauge",

@@ -383,6 +383,19 @@ def test_a_broker_process_applies_its_configured_connection_limits(tmp_path):
                     assert sock.recv(1) == b""
                 except ConnectionResetError:
                     pass
+            # ... and /metrics counts each of them by its cause
+            import urllib.request
+            http_port = cluster.nodes[cluster.broker_ids[0]].http_port
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5) as answer:
+                metrics = answer.read().decode()
+
+            def total(name: str, label: str) -> float:
+                return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                           if line.startswith(name + "{") and label in line)
+            assert total("raftka_broker_connections_refused_total", 'limit="max.connections.per.ip"') >= 1
+            for reason in ("unused", "frame_timeout", "first_byte_timeout"):
+                assert total("raftka_broker_connections_closed_total", f'reason="{reason}"') >= 1, reason
+            assert "raftka_broker_partial_frame_bytes" in metrics and "raftka_broker_request_bytes_in_flight" in metrics
         finally:
             for sock in idle:
                 sock.close()
