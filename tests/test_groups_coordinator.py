@@ -377,22 +377,24 @@ def test_offsets_of_a_long_empty_group_expire_and_live_records_are_rewritten_bef
 
 
 def test_a_join_whose_protocol_metadata_is_an_integer_is_refused_without_allocating_it():
-    """bytes(n) of an integer allocates n zero bytes; the coordinator must answer INVALID_REQUEST
-    instead. tracemalloc's peak over the call shows nothing near the asked-for 128 MB is allocated."""
+    """bytes(n) of an integer allocates n zero bytes: the body's declaration (common/messages.py,
+    checked by the listener before the coordinator runs) refuses it with INVALID_REQUEST.
+    tracemalloc's peak over the check shows nothing near the asked-for 128 MB is allocated."""
     import tracemalloc
+    from raftka.common.api import ApiKey
+    from raftka.common.messages import BROKER_REQUESTS
 
-    async def main():
-        c = await loaded(coordinator())
-        tracemalloc.start()
-        try:
-            with pytest.raises(errors.InvalidRequestError) as refused:
-                await c.join_group(join_body(protocols=(("range", 128 * 1024 * 1024),)))
-            _, peak_bytes = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert refused.value.code == errors.INVALID_REQUEST
-        assert peak_bytes < 4 * 1024 * 1024
-    run(main())
+    body = join_body(protocols=(("range", 128 * 1024 * 1024),))
+    tracemalloc.start()
+    try:
+        with pytest.raises(errors.InvalidRequestError) as refused:
+            BROKER_REQUESTS.check(ApiKey.JOIN_GROUP, 0, body)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert refused.value.code == errors.INVALID_REQUEST and "protocols[0].metadata" in refused.value.message
+    assert peak_bytes < 4 * 1024 * 1024
+    BROKER_REQUESTS.check(ApiKey.JOIN_GROUP, 0, join_body())  # the same body with bytes passes
 
 
 def test_a_group_dropped_while_its_commit_is_written_loses_its_offsets_with_it_and_the_log_keeps_them():

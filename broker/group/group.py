@@ -66,11 +66,7 @@ def group_id_of(body: dict) -> str:
 
 def optional_str(value: Any, name: str) -> str | None:
     """A request's optional string field (``group_instance_id``): None when absent or empty."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise errors.InvalidRequestError(f"{name} must be a string")
-    return value
+    return value or None  # declared a nullable string (common/messages.py)
 
 
 @dataclass
