@@ -30,13 +30,12 @@ import functools
 import logging
 import struct
 import time
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
+from typing import Any, Final
 
 import msgpack
 
 from raftka.common import errors
-from raftka.common.api import SUPPORTED_API_VERSIONS, api_name
+from raftka.common.api import api_name
 from raftka.common.errors import FrameError, NetworkExceptionError, RaftkaError, RequestTimedOutError
 
 log = logging.getLogger(__name__)

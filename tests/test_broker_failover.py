@@ -10,7 +10,7 @@ import pytest
 
 from raftka.common import errors
 from raftka.common.errors import RaftkaError
-from raftka.cluster import Cluster, wait_until
+from raftka.cluster import Cluster
 from test_broker import (
     FAST, batch, create_topic, fetch, http_get, partition_metadata, produce, read_all, request, wait_for_partition,
 )

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from raftka.common import errors
-from raftka.cluster import ControllerCluster, wait_until
+from raftka.cluster import wait_until
 from raftka.cluster.controller_client import controller_request
 
 CONFIGS = {"broker.session.timeout.ms": 1500, "broker.heartbeat.interval.ms": 300}

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
 from raftka.common import errors
 from raftka.cluster import Process, free_ports, project_env, python_argv, wait_until, write_properties
-from raftka.cluster.controller_client import controller_request, describe_quorum
+from raftka.cluster.controller_client import describe_quorum
 
 
 def test_three_controllers_elect_one_active_controller_and_agree_on_it(controller_cluster):
@@ -225,7 +224,6 @@ def test_quorum_status_lists_metadata_fetchers_as_observers_with_their_lag(contr
 
 def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory):
     import urllib.request
-    from raftka.cluster import ControllerCluster
     http_port, = free_ports(1)
     cluster = cluster_factory(voters=1)
     cluster.stop(1)

@@ -322,7 +322,7 @@ class GroupCoordinator:
         rebalance_ms = body.get("rebalance_timeout_ms", -1)
         rebalance_ms = session_ms if rebalance_ms < 0 else rebalance_ms
         member_id = body.get("member_id") or ""
-        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
+        instance_id = optional_str(body.get("group_instance_id"))
         protocol_type = body.get("protocol_type")
         protocols = [(p["name"], bytes(p.get("metadata") or b"")) for p in body["protocols"]]
         code = self.owner_error(group_id)
@@ -540,7 +540,7 @@ class GroupCoordinator:
             return error(e.code, e.message)
         member_id = body.get("member_id") or ""
         generation = body.get("generation_id")
-        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
+        instance_id = optional_str(body.get("group_instance_id"))
         code = self.owner_error(group_id)
         if code:
             return error(code)
@@ -634,7 +634,7 @@ class GroupCoordinator:
             return _fail(e.code, e.message)
         member_id = body.get("member_id") or ""
         generation = body.get("generation_id")
-        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
+        instance_id = optional_str(body.get("group_instance_id"))
         wait_ms = body.get("max_wait_ms") or 0  # declared int32 >= 0 (common/messages.py)
         code = self._heartbeat_check(group_id, member_id, generation, instance_id, touch=True)
         if code or wait_ms == 0:
@@ -690,7 +690,7 @@ class GroupCoordinator:
         out = []
         for item in raw:
             member_id = item.get("member_id") or ""
-            instance_id = optional_str(item.get("group_instance_id"), "group_instance_id")
+            instance_id = optional_str(item.get("group_instance_id"))
             if not member_id and instance_id is not None:
                 member_id = group.static_members.get(instance_id, "")
             result = errors.NONE

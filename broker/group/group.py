@@ -64,7 +64,7 @@ def group_id_of(body: dict) -> str:
     return group_id
 
 
-def optional_str(value: Any, name: str) -> str | None:
+def optional_str(value: Any) -> str | None:
     """A request's optional string field (``group_instance_id``): None when absent or empty."""
     return value or None  # declared a nullable string (common/messages.py)
 

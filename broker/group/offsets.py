@@ -141,7 +141,7 @@ class OffsetManager:
             return everyone(e.code)
         generation = body.get("generation_id", -1)
         member_id = body.get("member_id") or ""
-        instance_id = optional_str(body.get("group_instance_id"), "group_instance_id")
+        instance_id = optional_str(body.get("group_instance_id"))
         code = self.membership.owner_error(group_id)
         if code:
             return everyone(code)
