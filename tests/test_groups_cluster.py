@@ -154,6 +154,34 @@ def test_a_commit_from_a_stale_generation_or_an_unknown_member_is_refused(cluste
             second.close(autocommit=False)
 
 
+def test_a_member_cannot_commit_a_partition_a_rebalance_gave_to_another(cluster, admin):
+    # The chaos workload found it: offsets read before a cooperative rebalance, committed after
+    # it in the new generation, moved the new owner's committed offset back (1650 -> 460).
+    topic = new_topic(admin, 2)
+    produce(cluster, topic, 40)
+    first = Consumer(topic, bootstrap_servers=cluster.bootstrap_servers, group_id="moved", client_id="moved-1",
+                     enable_auto_commit=False, **GROUP_CONSUMER)
+    second = None
+    try:
+        read: dict = {}
+        poll_until([first], lambda: len(first.assignment()) == 2 and len(read.get("moved-1", ())) == 40, 30, read)
+        second = Consumer(topic, bootstrap_servers=cluster.bootstrap_servers, group_id="moved", client_id="moved-2",
+                          enable_auto_commit=False, **GROUP_CONSUMER)
+        poll_until([first, second], lambda: len(first.assignment()) == 1 and len(second.assignment()) == 1, 30)
+        (gone,) = second.assignment()
+        (kept,) = first.assignment()
+        second.commit({gone: OffsetAndMetadata(20)})
+        with pytest.raises(CommitFailedError, match="not owned by this member"):
+            first.commit({gone: OffsetAndMetadata(3), kept: OffsetAndMetadata(3)})
+        assert first.committed(gone) == 20 and first.committed(kept) is None  # all or nothing
+        first.commit({kept: OffsetAndMetadata(3)})
+        assert first.committed(kept) == 3
+    finally:
+        first.close(autocommit=False)
+        if second is not None:
+            second.close(autocommit=False)
+
+
 def test_a_consumer_that_stops_polling_is_taken_out_and_its_late_commit_fails(cluster, admin):
     topic = new_topic(admin, 2)
     produce(cluster, topic, 20)

@@ -69,8 +69,9 @@ MEMBERSHIP_LOST = {errors.UNKNOWN_MEMBER_ID, errors.ILLEGAL_GENERATION, errors.F
 
 class CommitFailedError(RaftkaError):
     """A commit was refused because this consumer is not (any more) a member of the group's
-    current generation: a rebalance took its partitions (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-    REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID; the broker's error is ``error``). The consumer
+    current generation, or does not own the partitions any more: a rebalance took them
+    (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID; the
+    broker's error, or the consumer's own finding, is ``error``). The consumer
     rejoins on its next ``poll``; records processed since the last successful commit may be
     delivered again to the partition's next owner."""
 
@@ -78,8 +79,7 @@ class CommitFailedError(RaftkaError):
 
     def __init__(self, error: RaftkaError) -> None:
         self.error = error
-        super().__init__(f"commit refused ({error.name}): the group rebalanced and this consumer is not in "
-                         f"its current generation; {error.message}")
+        super().__init__(f"commit refused ({error.name}): the group rebalanced; {error.message}")
 
 
 class ConsumerRebalanceListener:
@@ -255,6 +255,10 @@ class GroupMember:
         self.leader_id: str | None = None
         self.protocol_name: str | None = None
         self.owned: set[TopicPartition] = set()
+        # tp -> the grant under which it is owned (a new number each time it is assigned), so a
+        # commit can tell that a partition was taken away (and perhaps given back) meanwhile.
+        self._grants: dict[TopicPartition, int] = {}
+        self._grants_made = 0
         self.subscribed = False
         self.rejoin_needed = False
         self.rejoin_reason = ""
@@ -400,6 +404,10 @@ class GroupMember:
             if removed:  # nothing should be owned after an eager revoke; stay safe
                 self._apply_assignment(set(), removed)
         self.owned = set(assigned)
+        self._grants = {tp: g for tp, g in self._grants.items() if tp in self.owned}
+        for tp in added:
+            self._grants_made += 1
+            self._grants[tp] = self._grants_made
         self._apply_assignment(added, set())
         log.info("group %s: generation %d, member %s: %d partition(s) assigned (%d new)", self.group_id,
                  self.generation, self.member_id, len(assigned), len(added))
@@ -634,6 +642,10 @@ class GroupMember:
         if not offsets:
             return
         deadline = time.monotonic() + timeout_ms / 1000
+        # A member commits only partitions it owns, and only while it still owns them under the
+        # same grant: a partition revoked since (even if given back) has a new owner whose
+        # position came from the committed offset, and a late commit here would move it back.
+        grants = {tp: self._grants.get(tp) for tp in offsets} if self.subscribed else {}
         topics: dict[str, list[dict]] = {}
         for tp, o in offsets.items():
             o = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
@@ -646,6 +658,13 @@ class GroupMember:
                     raise CommitFailedError(errors.error_for(
                         errors.REBALANCE_IN_PROGRESS if self.member_id else errors.UNKNOWN_MEMBER_ID,
                         "not a member of the group's current generation"))
+                moved = sorted(tp for tp, grant in grants.items()
+                               if grant is None or tp not in self.owned or self._grants.get(tp) != grant)
+                if moved:
+                    raise CommitFailedError(errors.error_for(
+                        errors.REBALANCE_IN_PROGRESS,
+                        f"{len(moved)} partition(s) not owned by this member (any more), e.g. "
+                        f"{moved[0].topic}-{moved[0].partition}: a rebalance gave them to the group's next owner"))
                 generation, member_id = self.generation, self.member_id
             else:
                 generation, member_id = -1, ""
