@@ -48,7 +48,6 @@ from raftka.common.errors import (
 )
 from raftka.raft_meta.controller import elections, placement
 from raftka.raft_meta.controller import service as svc
-from raftka.raft_meta.controller.service import require
 from raftka.raft_meta.metadata.state import metadata_record
 from raftka.raft_meta.metadata.image import MetadataImage
 from raftka.raft_meta.metadata.records import (
@@ -143,16 +142,9 @@ class QuorumController:
 
     async def broker_registration(self, version: int, body: dict) -> tuple[int, dict]:
         """BrokerRegistration {broker_id, incarnation_id, listeners {name: "host:port"}, rack}."""
-        broker_id = require(body, "broker_id", int)
-        incarnation = require(body, "incarnation_id", str)
-        listeners = require(body, "listeners", dict)
+        # Types and ranges were checked at the boundary (common/messages.py BROKER_REGISTRATION).
+        broker_id, incarnation, listeners = body["broker_id"], body["incarnation_id"], body["listeners"]
         rack = body.get("rack")
-        if broker_id < 0:
-            raise InvalidRequestError(f"broker_id must be >= 0, got {broker_id}")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in listeners.items()):
-            raise InvalidRequestError("listeners must map listener names to \"host:port\" strings")
-        if rack is not None and not isinstance(rack, str):
-            raise InvalidRequestError("rack must be a string or null")
         current = self.image.brokers.get(broker_id)
         if (current is not None and current.incarnation_id != incarnation and not current.fenced
                 and self._alive(broker_id)):
@@ -164,10 +156,8 @@ class QuorumController:
 
     async def broker_heartbeat(self, version: int, body: dict) -> tuple[int, dict]:
         """BrokerHeartbeat {broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down}."""
-        broker_id = require(body, "broker_id", int)
-        epoch = require(body, "broker_epoch", int)
-        offset = body.get("current_metadata_offset", -1)
-        offset = offset if isinstance(offset, int) else -1
+        broker_id, epoch = body["broker_id"], body["broker_epoch"]
+        offset = body["current_metadata_offset"]
         broker = self.image.brokers.get(broker_id)
         if broker is None:
             return errors.BROKER_ID_NOT_REGISTERED, {"error_message": f"broker {broker_id} is not registered"}
@@ -284,13 +274,13 @@ class QuorumController:
 
     async def create_topics(self, version: int, body: dict) -> tuple[int, dict]:
         """CreateTopics {topics: [{name, num_partitions, replication_factor, configs}], validate_only}."""
-        topics = require(body, "topics", list)
+        topics = body["topics"]
         if len(topics) > TOPICS_PER_REQUEST_MAX:
             raise InvalidRequestError(f"{len(topics)} topics in one request; at most {TOPICS_PER_REQUEST_MAX}")
         results = []
         led = placement.leader_counts(self.image)
         for topic in topics:
-            name = topic.get("name") if isinstance(topic, dict) else None
+            name = topic["name"]
             try:
                 record = self._topic_record(topic, led)
                 if not body.get("validate_only"):
@@ -307,12 +297,10 @@ class QuorumController:
                                 "error_message": error.message})
         return errors.NONE, {"topics": results}
 
-    def _topic_record(self, topic: Any, led: dict[int, int]) -> TopicRecord:
-        if not isinstance(topic, dict):
-            raise InvalidRequestError("each topic must be a map")
-        name = topic.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidTopicError("topic name must be a non-empty string")
+    def _topic_record(self, topic: dict, led: dict[int, int]) -> TopicRecord:
+        name = topic["name"]
+        if not name:
+            raise InvalidTopicError("topic name must not be empty")
         if name in (".", "..") or len(name) > TOPIC_NAME_CHARS_MAX or not TOPIC_NAME_RE.match(name):
             raise InvalidTopicError(f"topic name {name!r} is invalid: use at most {TOPIC_NAME_CHARS_MAX} "
                                     "of [a-zA-Z0-9._-], and not '.' or '..'")
@@ -321,17 +309,15 @@ class QuorumController:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         partitions = topic.get("num_partitions", -1)
         partitions = self.config["num.partitions"] if partitions in (-1, None) else partitions
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= PARTITIONS_MAX:
+        if not 1 <= partitions <= PARTITIONS_MAX:
             raise InvalidPartitionsError(f"num_partitions must be between 1 and {PARTITIONS_MAX}, got {partitions}")
         rf = topic.get("replication_factor", -1)
         rf = self.config["default.replication.factor"] if rf in (-1, None) else rf
         live = [b for b in image.brokers.values() if not b.fenced]
-        if not isinstance(rf, int) or isinstance(rf, bool) or rf < 1 or rf > len(live):
+        if rf < 1 or rf > len(live):
             raise InvalidReplicationFactorError(
                 f"replication factor {rf} is invalid: must be between 1 and the {len(live)} unfenced broker(s)")
         raw_configs = topic.get("configs") or {}
-        if not isinstance(raw_configs, dict):
-            raise InvalidRequestError("configs must be a map")
         try:
             configs = TOPIC_CONFIGS.parse(dict(raw_configs), fill_defaults=False)
         except ConfigError as error:
@@ -342,8 +328,8 @@ class QuorumController:
     async def delete_topics(self, version: int, body: dict) -> tuple[int, dict]:
         """DeleteTopics {topic_names: [...]}."""
         results = []
-        for name in require(body, "topic_names", list):
-            topic = self.image.topics.get(name) if isinstance(name, str) else None
+        for name in body["topic_names"]:
+            topic = self.image.topics.get(name)
             if topic is None:
                 results.append({"name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
                                 "error_message": f"unknown topic {name!r}"})
@@ -355,9 +341,9 @@ class QuorumController:
     async def describe_configs(self, version: int, body: dict) -> tuple[int, dict]:
         """DescribeConfigs {resources: [{resource_type: "topic", resource_name}]}."""
         out = []
-        for resource in require(body, "resources", list):
-            name = resource.get("resource_name") if isinstance(resource, dict) else None
-            topic = self.image.topics.get(name) if isinstance(name, str) else None
+        for resource in body["resources"]:
+            name = resource["resource_name"]
+            topic = self.image.topics.get(name)
             if topic is None:
                 out.append({"resource_name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
                             "error_message": f"unknown topic {name!r}", "configs": []})
@@ -372,14 +358,12 @@ class QuorumController:
     async def alter_configs(self, version: int, body: dict) -> tuple[int, dict]:
         """AlterConfigs {resources: [{resource_type: "topic", resource_name, configs {k: v or None}}]}."""
         out = []
-        for resource in require(body, "resources", list):
-            name = resource.get("resource_name") if isinstance(resource, dict) else None
+        for resource in body["resources"]:
+            name = resource["resource_name"]
             try:
-                if not isinstance(name, str) or name not in self.image.topics:
+                if name not in self.image.topics:
                     raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
                 changes = resource.get("configs") or {}
-                if not isinstance(changes, dict):
-                    raise InvalidRequestError("configs must be a map")
                 parsed = TOPIC_CONFIGS.parse({k: v for k, v in changes.items() if v is not None},
                                              fill_defaults=False)
                 unknown = [k for k, v in changes.items() if v is None and k not in TOPIC_CONFIGS]
@@ -400,10 +384,7 @@ class QuorumController:
 
     async def alter_partition(self, version: int, body: dict) -> tuple[int, dict]:
         """AlterPartition {broker_id, broker_epoch, topic, partition, leader_epoch, partition_epoch, new_isr}."""
-        broker_id = require(body, "broker_id", int)
-        topic_name = require(body, "topic", str)
-        index = require(body, "partition", int)
-        new_isr = require(body, "new_isr", list)
+        broker_id, topic_name, index, new_isr = body["broker_id"], body["topic"], body["partition"], body["new_isr"]
         image = self.image
         broker = image.brokers.get(broker_id)
         if broker is None or broker.broker_epoch != body.get("broker_epoch"):
@@ -448,7 +429,7 @@ class QuorumController:
     async def allocate_producer_ids(self, version: int, body: dict) -> tuple[int, dict]:
         """AllocateProducerIds {broker_id, broker_epoch} -> {producer_id_start, producer_id_len}: a
         committed block of PRODUCER_ID_BLOCK_SIZE ids the broker hands out itself."""
-        broker_id = require(body, "broker_id", int)
+        broker_id = body["broker_id"]
         broker = self.image.brokers.get(broker_id)
         if broker is None or broker.broker_epoch != body.get("broker_epoch"):
             return errors.STALE_BROKER_EPOCH, {"error_message": "stale or unknown broker epoch"}
@@ -473,8 +454,6 @@ class QuorumController:
     async def metadata(self, version: int, body: dict) -> tuple[int, dict]:
         """Metadata {topics: [...] or None}: brokers and topics as the committed image says."""
         wanted = body.get("topics")
-        if wanted is not None and (not isinstance(wanted, list) or not all(isinstance(n, str) for n in wanted)):
-            raise InvalidRequestError("topics must be a list of topic names or null")
         image = self.image
         topics = []
         for name, topic in sorted(image.topics.items()):

@@ -24,7 +24,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from raftka.common import errors
-from raftka.common.errors import InvalidRequestError, NotControllerError, RaftkaError
+from raftka.common.errors import NotControllerError, RaftkaError
 from raftka.common.server_config import ServerConfig
 from raftka.raft_meta.metadata.state import ControllerStateMachine, controller_record
 from raftka.raft_meta.raft import RaftClient
@@ -217,15 +217,12 @@ class ControllerService:
         if topic != METADATA_TOPIC:
             return errors.UNKNOWN_TOPIC_OR_PARTITION, {
                 "error_message": f"the controller listener serves only {METADATA_TOPIC}, not {topic!r}"}
-        offset = require(body, "fetch_offset", int)
-        if offset < 0:
-            raise InvalidRequestError(f"fetch_offset must be >= 0, got {offset}")
-        max_records = min(int(body.get("max_records", self.fetch_max_records)), self.fetch_max_records)
-        max_wait_ms = min(max(int(body.get("max_wait_ms", 0)), 0), FETCH_MAX_WAIT_MS_MAX)
-        if max_records < 1:
-            raise InvalidRequestError(f"max_records must be >= 1, got {max_records}")
+        # Types and ranges were checked at the boundary (common/messages.py METADATA_FETCH).
+        offset = body["fetch_offset"]
+        max_records = min(body.get("max_records", self.fetch_max_records), self.fetch_max_records)
+        max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS_MAX)
         replica_id = body.get("replica_id")
-        if isinstance(replica_id, int) and not isinstance(replica_id, bool) and replica_id >= 0:
+        if replica_id is not None and replica_id >= 0:
             if replica_id in self.fetchers or len(self.fetchers) < OBSERVERS_MAX:
                 self.fetchers[replica_id] = (offset, time.monotonic())
         if self.state.offset <= offset and max_wait_ms > 0:
@@ -298,13 +295,3 @@ class ControllerService:
                  "lag": max(0, self.state.offset - offset),
                  "last_fetch_ms_ago": int((now - seen) * 1000)}
                 for replica_id, (offset, seen) in sorted(self.fetchers.items())]
-
-
-def require(body: dict, key: str, kind: type | tuple[type, ...], what: str | None = None) -> Any:
-    """``body[key]`` if present and of ``kind``, else InvalidRequestError naming the field."""
-    if key not in body:
-        raise InvalidRequestError(f"missing field {what or key!r}")
-    value = body[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise InvalidRequestError(f"field {what or key!r} has the wrong type ({type(value).__name__})")
-    return value

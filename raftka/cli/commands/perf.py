@@ -8,12 +8,14 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("perf", help="benchmarks (storage, metadata, produce, consume, e2e, failover)")
+    parser = subparsers.add_parser("perf", help="benchmarks (storage, metadata, controller-stability, produce, consume, e2e, failover)")
     perf = parser.add_subparsers(dest="perf_command", metavar="BENCHMARK")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     register_storage(perf)
     from raftka.bench import metadata
     metadata.register(perf)
+    from raftka.bench import stability
+    stability.register(perf)
     from raftka.bench import client  # produce, consume, e2e, failover
     client.register(perf)
 
