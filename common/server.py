@@ -68,10 +68,11 @@ LARGE_FRAME_BYTES: Final = STREAM_LIMIT_BYTES
 READ_WINDOW_BYTES: Final = 2 * STREAM_LIMIT_BYTES + 256 * 1024
 # Chunks of one recv's size (chunks of one size let the allocator reuse what the reader frees:
 # 1 MiB chunks left 9% more RSS than the bytes held), each counted as the memory it takes: its
-# bytes plus a page for the object's and the allocator's headers (a 256 KiB bytes object
-# allocated by mmap spills into a 65th page).
+# bytes plus an eighth for the allocator. Kept chunks and the reader's transient 256 KiB recv
+# buffers interleave on the heap: 4 partial frames grew the heap by 99% of what was charged at
+# a page per chunk, and by 105% in 1 of 16 runs (holes the next chunk did not fit).
 READ_CHUNK_BYTES: Final = 256 * 1024
-READ_CHUNK_OVERHEAD_BYTES: Final = 4096
+READ_CHUNK_OVERHEAD_BYTES: Final = READ_CHUNK_BYTES // 8
 # Answer size estimates (max_buffered_bytes_per_connection): until an api key has been answered,
 # a request to it reserves 1/8 of the cap; an estimate reserves at most 1/2 of it (so one large
 # answer in flight never holds back a small request on the same connection); estimates halve
@@ -86,6 +87,12 @@ ANSWER_ESTIMATE_DECAY_S: Final = 60.0
 # the largest block freed): 5 clients that never read their answers left +48 MiB for good.
 TRIM_AFTER_RELEASED_BYTES: Final = 32 * 1024 * 1024
 TRIM_INTERVAL_S: Final = 10.0
+# A server process fixes glibc's mmap threshold here (its default starts at 128 KiB and rises to
+# the largest block freed, up to 32 MiB). Raised, the readers' multi-MiB buffers land on the heap,
+# and their reallocations as they grow and drain leave holes: 4 partial frames then grew the heap
+# 15 MiB past what they held in 1 of 25 runs. At 1 MiB, such buffers get mappings of their own
+# (returned whole when freed), and the 256 KiB chunks of large frames share the heap.
+MMAP_THRESHOLD_BYTES: Final = 1 << 20
 
 
 @dataclass(slots=True)
@@ -215,8 +222,8 @@ class Server:
       limit plus one or two answers.
     - ``queued_max_request_bytes`` (queued.max.request.bytes): request bytes held, all
       connections. A frame longer than ``LARGE_FRAME_BYTES`` (1 MiB) is read chunk by chunk (never
-      allocated at its declared length), charged as it arrives (plus ``READ_WINDOW_BYTES`` for
-      what asyncio buffers), and read further only while partial frames and running handlers'
+      allocated at its declared length), charged ``READ_WINDOW_BYTES`` for what asyncio buffers
+      as soon as it starts and each chunk before it is read, and read further only while partial frames and running handlers'
       requests together stay under the limit (one partial frame alone always may go on). A
       complete request starts only while running handlers' request bytes stay under the limit,
       or when its connection has no handler running: each connection can always run one
@@ -312,6 +319,7 @@ class Server:
     # -- lifecycle --
     async def start(self, host: str, port: int) -> "Server":
         """Listen on ``host:port`` (port 0: any free port, then see ``self.port``)."""
+        _fix_mmap_threshold()
         self._server = await asyncio.start_server(self._serve, host, port, limit=STREAM_LIMIT_BYTES)
         self.host = host
         self.port = self._server.sockets[0].getsockname()[1]
@@ -527,8 +535,12 @@ class Server:
         reader = conn.reader
         chunks: list[bytes] = []
         left = length
-        # Each chunk before it is read; the first also pays for the reader's own buffer.
-        charge = READ_WINDOW_BYTES + min(left, READ_CHUNK_BYTES) + READ_CHUNK_OVERHEAD_BYTES
+        # What the reader buffers is charged at once, waiting or not: asyncio has read those
+        # bytes already (charged only with the first chunk, four waiting connections left
+        # 9 MiB outside the limit). Each chunk is charged before it is read.
+        self.partial_frame_bytes += READ_WINDOW_BYTES
+        conn.partial_bytes += READ_WINDOW_BYTES
+        charge = min(left, READ_CHUNK_BYTES) + READ_CHUNK_OVERHEAD_BYTES
         while left:
             # One partial frame alone always may go on: a frame of socket.request.max.bytes
             # must be readable whatever the limit.
@@ -755,15 +767,23 @@ class Server:
                         "(connections.first.byte.timeout.ms)")
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
+def _glibc(name: str) -> Any:
     try:
         import ctypes
-        return ctypes.CDLL(None).malloc_trim  # glibc; other C libraries have none (nothing to do)
+        return getattr(ctypes.CDLL(None), name)  # glibc; other C libraries have none (nothing to do)
     except (AttributeError, OSError):
         return None
 
 
-_malloc_trim = _find_malloc_trim()
+_malloc_trim = _glibc("malloc_trim")
+_mallopt = _glibc("mallopt")
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _fix_mmap_threshold() -> None:
+    """Blocks of MMAP_THRESHOLD_BYTES or more always get their own mapping (see there)."""
+    if _mallopt is not None:
+        _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 def _release_free_memory() -> None:

@@ -49,6 +49,8 @@ from typing import Any, Callable, Mapping, Protocol
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.node import TCPNode
+from pysyncobj.monotonic import monotonic as _raft_clock
+from pysyncobj.syncobj import _RAFT_STATE
 
 from raftka.common.errors import ConfigError, InvalidRequestError, NotControllerError, RequestTimedOutError
 from raftka.common.ratelog import RateLimitedLog
@@ -151,18 +153,123 @@ class RaftConfig:
 
 
 class _RaftNode(SyncObj):
-    """pysyncobj's node, reading what has already arrived before each tick's timeout checks.
+    """pysyncobj's node with what keeps a busy box from deposing a healthy leader.
 
-    pysyncobj's tick checks the election deadline first and reads its sockets last. When the
-    tick thread was held up (a busy box, the GIL held by the controller's event loop), the
-    leader's heartbeats wait unread in the socket buffers while the deadline looks missed, and
-    a follower starts an election against a healthy leader: the spurious leader changes seen on
-    the loaded 2-core box. Reading first lets those heartbeats reset the deadline; a leader that
-    is really gone still sends nothing, so failover is unchanged."""
+    1. **Read before the deadline check.** pysyncobj's tick checks the election deadline first
+       and reads its sockets last. When the tick thread was held up (a busy box, the GIL held
+       by the controller's event loop), the leader's heartbeats wait unread while the deadline
+       looks missed. Reading first lets them reset it.
+    2. **Pre-vote** (Raft thesis, section 9.6; pysyncobj has none). A voter whose deadline
+       passed first asks the others whether they would vote for it, without raising its term.
+       A voter that heard from a leader within raftMinTimeout, or whose log is newer, says no;
+       a leader always says no. Only with a majority of yeses does pysyncobj's election run.
+       So one voter held up past its deadline (the stability run saw it at load 5) no longer
+       raises the term and makes the leader step down; its next heartbeat brings it back.
+       A leader that is really gone sends nothing, the others say yes, and failover costs one
+       round trip more.
+    3. **Held-up ticks are logged** (rate-limited), with how long the thread was held up, so a
+       leader change on a busy box can be told from a fault.
 
+    Everything here is pysyncobj 0.3.x's private state (pinned; tests/test_raft.py checks it),
+    timed with pysyncobj's own clock (CLOCK_MONOTONIC_RAW, which drifts from time.monotonic()).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._leader_heard_at = 0.0  # monotonic: last append_entries from a leader of our term or newer
+        self._pre_vote: dict[str, Any] | None = None  # {"round", "votes", "term", "started"} while one is open
+        self._pre_vote_won: int | None = None  # won at this term: the next deadline runs pysyncobj's election
+        self._pre_vote_rounds = 0
+        self._last_tick_at = 0.0
+        super().__init__(*args, **kwargs)
+
+    # -- the tick ------------------------------------------------------------------------------
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        now = _raft_clock()
+        conf = self._getConf()
+        if self._last_tick_at and now - self._last_tick_at > conf.raftMinTimeout:
+            _held_up.warning("raft-tick", "the Raft tick thread was held up %.0f ms (the election timeout is "
+                             "%.0f-%.0f ms): a busy box, or the GIL held by this process", (now - self._last_tick_at)
+                             * 1000, conf.raftMinTimeout * 1000, conf.raftMaxTimeout * 1000)
+        self._last_tick_at = now
         self._poller.poll(0)  # non-blocking: handle whatever is already in the buffers
+        if self._SyncObj__selfNode is not None:  # type: ignore[attr-defined]
+            self._maybe_pre_vote(now)
         super()._onTick(timeToWait)
+
+    def _maybe_pre_vote(self, now: float) -> None:
+        """When pysyncobj's deadline has passed, run a pre-vote instead of its election."""
+        term = self._SyncObj__raftCurrentTerm  # type: ignore[attr-defined]
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:  # type: ignore[attr-defined]
+            self._pre_vote = self._pre_vote_won = None
+            return
+        if (self._SyncObj__raftElectionDeadline >= now  # type: ignore[attr-defined]
+                or not self._SyncObj__connectedToAnyone()  # type: ignore[attr-defined]
+                or self._SyncObj__transferInProgress):  # type: ignore[attr-defined]  (the leader asked us)
+            return
+        if self._pre_vote_won == term:
+            self._pre_vote_won = None  # this tick's election is the one the pre-vote won
+            return
+        # Push pysyncobj's deadline on, so this tick runs no election; the next pre-vote goes out
+        # then if this one is not won.
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()  # type: ignore[attr-defined]
+        self._pre_vote_rounds += 1
+        self._pre_vote = {"round": self._pre_vote_rounds, "votes": 1, "term": term, "started": now}
+        self._pre_vote_won = None
+        if self._pre_vote["votes"] > (len(self._SyncObj__otherNodes) + 1) / 2:  # type: ignore[attr-defined]
+            self._win_pre_vote()
+            return
+        message = {"type": PRE_VOTE, "round": self._pre_vote_rounds, "term": term + 1,
+                   "last_log_index": self._SyncObj__getCurrentLogIndex(),  # type: ignore[attr-defined]
+                   "last_log_term": self._SyncObj__getCurrentLogTerm()}  # type: ignore[attr-defined]
+        for node in self._SyncObj__otherNodes:  # type: ignore[attr-defined]
+            self._SyncObj__transport.send(node, message)  # type: ignore[attr-defined]
+
+    def _win_pre_vote(self) -> None:
+        open_, self._pre_vote = self._pre_vote, None
+        assert open_ is not None
+        # Won too late: since it began, this voter voted in (or learned of) a newer term, or heard
+        # from a leader. Electing now would depose that leader.
+        if (open_["term"] != self._SyncObj__raftCurrentTerm  # type: ignore[attr-defined]
+                or self._leader_heard_at >= open_["started"]
+                or self._SyncObj__raftState == _RAFT_STATE.LEADER):  # type: ignore[attr-defined]
+            return
+        self._pre_vote_won = open_["term"]
+        self._SyncObj__raftElectionDeadline = 0  # type: ignore[attr-defined]  (the next tick elects)
+
+    # -- messages ------------------------------------------------------------------------------
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == PRE_VOTE:
+            self._answer_pre_vote(node, message)
+            return
+        if kind == PRE_VOTE_RESPONSE:
+            open_ = self._pre_vote
+            if open_ is not None and message.get("round") == open_["round"] and message.get("granted"):
+                open_["votes"] += 1
+                if open_["votes"] > (len(self._SyncObj__otherNodes) + 1) / 2:  # type: ignore[attr-defined]
+                    self._win_pre_vote()
+            return
+        if kind == "append_entries" and message.get("term", -1) >= self._SyncObj__raftCurrentTerm:  # type: ignore[attr-defined]
+            self._leader_heard_at = _raft_clock()
+            self._pre_vote = self._pre_vote_won = None  # a leader is there
+        super()._SyncObj__onMessageReceived(node, message)  # type: ignore[misc]
+
+    def _answer_pre_vote(self, node: Any, message: dict) -> None:
+        conf = self._getConf()
+        my_term = self._SyncObj__getCurrentLogTerm()  # type: ignore[attr-defined]
+        my_index = self._SyncObj__getCurrentLogIndex()  # type: ignore[attr-defined]
+        their_term, their_index = message.get("last_log_term", -1), message.get("last_log_index", -1)
+        granted = (self._SyncObj__raftState != _RAFT_STATE.LEADER  # type: ignore[attr-defined]
+                   and _raft_clock() - self._leader_heard_at >= conf.raftMinTimeout
+                   and (their_term > my_term or (their_term == my_term and their_index >= my_index)))
+        self._SyncObj__transport.send(node, {"type": PRE_VOTE_RESPONSE,  # type: ignore[attr-defined]
+                                             "round": message.get("round"), "granted": granted})
+
+
+# The pre-vote's message types (pysyncobj ignores types it does not know).
+PRE_VOTE = "raftka_pre_vote"
+PRE_VOTE_RESPONSE = "raftka_pre_vote_response"
+_held_up = RateLimitedLog(log)
 
 
 class _LoggingEncryptor:

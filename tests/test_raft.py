@@ -33,7 +33,7 @@ class Quorum:
         self.all_started: list[Process] = []
 
     def start(self, node_id: int | None, name: str | None = None) -> Process:
-        args = ["--voters", self.voters] + (["--password", self.password] if self.password else [])
+        args = ["--voters", self.voters] + ([f"--password={self.password}"] if self.password else [])  # may start with "-"
         key: int | str = node_id if node_id is not None else (name or "observer")
         if node_id is not None:
             args += ["--node-id", str(node_id), "--dir", str(self.tmp_path / f"node{node_id}"),
@@ -119,6 +119,31 @@ def test_kill_9_of_the_leader_lets_a_new_leader_commit_the_next_record(quorum):
     # The killed node comes back and catches up.
     quorum.start(old)
     wait_until(lambda: quorum.records(old) == ["before", "after"], 20, what="restarted node catches up")
+
+
+@pytest.mark.parametrize("pause_s", [0.6, 2.5])  # under and over pysyncobj's connectionTimeout (1 s)
+def test_a_follower_held_up_past_its_election_timeout_does_not_depose_a_healthy_leader(quorum, pause_s):
+    # A busy box holds a process up (here: SIGSTOP). Without pre-vote the follower, back, finds
+    # its deadline passed, raises the term, and the other follower votes for it: the leader
+    # steps down though nothing was wrong with it (the spurious elections of #hardening).
+    for node_id in quorum.ids:
+        quorum.start(node_id)
+    leader = quorum.leader()
+    quorum.submit(leader, "before")
+    term = quorum.status(leader)["term"]
+    follower = next(n for n in quorum.ids if n != leader)
+    for round_ in range(3):
+        quorum.procs[follower].pause()
+        time.sleep(pause_s)
+        quorum.procs[follower].resume()
+        wait_until(lambda: quorum.status(follower)["leader_id"] == leader, 10, what="the follower is back")
+        time.sleep(1.0)  # room for an election the resumed follower might start
+        for node_id in quorum.ids:
+            status = quorum.status(node_id)
+            assert (status["leader_id"], status["term"]) == (leader, term), \
+                f"round {round_}: node {node_id} sees leader {status['leader_id']} term {status['term']}"
+    quorum.submit(follower, "after")  # the follower is fully back: it forwards and replicates
+    wait_until(lambda: quorum.records(follower) == ["before", "after"], 15, what="the follower has both records")
 
 
 def test_killing_all_voters_and_restarting_keeps_committed_records_including_snapshots(quorum):

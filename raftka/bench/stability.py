@@ -43,6 +43,8 @@ def register(perf: argparse._SubParsersAction) -> None:
     parser.add_argument("--rate", type=int, default=2000, help="records/s produced with acks=all (0: none)")
     parser.add_argument("--churn-s", type=float, default=5.0, help="create and delete a topic this often (0: never)")
     parser.add_argument("--kills", type=int, default=10, help="failovers timed after the window")
+    parser.add_argument("--settle-s", type=float, default=60.0,
+                        help="load before the window opens (the 1-minute load average needs about a minute)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
 
@@ -187,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         watch = _Watch(cluster)
         load = _Load(cluster, args)
         try:
-            time.sleep(10)  # the load settles; the window starts now
+            time.sleep(args.settle_s)  # the load settles; the window starts now
             watch.sample()
             first = watch.mark()
             watch.thread.start()
