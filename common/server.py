@@ -35,6 +35,7 @@ import collections
 import functools
 import ipaddress
 import logging
+import mmap
 import socket
 import time
 from dataclasses import dataclass, field
@@ -67,12 +68,13 @@ LARGE_FRAME_BYTES: Final = STREAM_LIMIT_BYTES
 # chunks is charged this much at its start, so what sits in the reader counts too.
 READ_WINDOW_BYTES: Final = 2 * STREAM_LIMIT_BYTES + 256 * 1024
 # Chunks of one recv's size (chunks of one size let the allocator reuse what the reader frees:
-# 1 MiB chunks left 9% more RSS than the bytes held), each counted as the memory it takes: its
-# bytes plus an eighth for the allocator. Kept chunks and the reader's transient 256 KiB recv
-# buffers interleave on the heap: 4 partial frames grew the heap by 99% of what was charged at
-# a page per chunk, and by 105% in 1 of 16 runs (holes the next chunk did not fit).
+# 1 MiB chunks left 9% more RSS than the bytes held), copied into the frame's mappings
+# (_FrameBlocks), which take exactly what is written. Each is charged a sixteenth more for what
+# the reader and the allocator hold meanwhile: charged a page more, 4 partial frames grew RSS by
+# 98-99.6% of the charge (30 runs); the RSS test must hold every time.
 READ_CHUNK_BYTES: Final = 256 * 1024
-READ_CHUNK_OVERHEAD_BYTES: Final = READ_CHUNK_BYTES // 8
+READ_CHUNK_OVERHEAD_BYTES: Final = READ_CHUNK_BYTES // 16
+FRAME_BLOCK_BYTES: Final = 4 * 1024 * 1024  # a large frame is held in mappings of this size (_FrameBlocks)
 # Answer size estimates (max_buffered_bytes_per_connection): until an api key has been answered,
 # a request to it reserves 1/8 of the cap; an estimate reserves at most 1/2 of it (so one large
 # answer in flight never holds back a small request on the same connection); estimates halve
@@ -87,12 +89,6 @@ ANSWER_ESTIMATE_DECAY_S: Final = 60.0
 # the largest block freed): 5 clients that never read their answers left +48 MiB for good.
 TRIM_AFTER_RELEASED_BYTES: Final = 32 * 1024 * 1024
 TRIM_INTERVAL_S: Final = 10.0
-# A server process fixes glibc's mmap threshold here (its default starts at 128 KiB and rises to
-# the largest block freed, up to 32 MiB). Raised, the readers' multi-MiB buffers land on the heap,
-# and their reallocations as they grow and drain leave holes: 4 partial frames then grew the heap
-# 15 MiB past what they held in 1 of 25 runs. At 1 MiB, such buffers get mappings of their own
-# (returned whole when freed), and the 256 KiB chunks of large frames share the heap.
-MMAP_THRESHOLD_BYTES: Final = 1 << 20
 
 
 @dataclass(slots=True)
@@ -319,7 +315,6 @@ class Server:
     # -- lifecycle --
     async def start(self, host: str, port: int) -> "Server":
         """Listen on ``host:port`` (port 0: any free port, then see ``self.port``)."""
-        _fix_mmap_threshold()
         self._server = await asyncio.start_server(self._serve, host, port, limit=STREAM_LIMIT_BYTES)
         self.host = host
         self.port = self._server.sockets[0].getsockname()[1]
@@ -533,7 +528,14 @@ class Server:
         """A frame longer than the StreamReader's limit, read chunk by chunk as memory allows
         (queued_max_request_bytes); None when the connection was closed while it waited."""
         reader = conn.reader
-        chunks: list[bytes] = []
+        held = _FrameBlocks()
+        try:
+            return await self._read_chunks(conn, reader, length, held)
+        finally:
+            held.close()
+
+    async def _read_chunks(self, conn: _ServerConnection, reader: asyncio.StreamReader, length: int,
+                           held: "_FrameBlocks") -> bytes | None:
         left = length
         # What the reader buffers is charged at once, waiting or not: asyncio has read those
         # bytes already (charged only with the first chunk, four waiting connections left
@@ -555,10 +557,11 @@ class Server:
                 chunk = await reader.readexactly(want)
             except asyncio.IncompleteReadError:
                 raise FrameError("connection closed inside a frame") from None
-            chunks.append(chunk)
+            held.write(chunk)
+            del chunk
             left -= want
             charge = min(left, READ_CHUNK_BYTES) + READ_CHUNK_OVERHEAD_BYTES
-        return b"".join(chunks)
+        return held.getvalue()
 
     async def _wait_for_memory(self, conn: _ServerConnection) -> bool:
         """Wait until this connection's writer, any finished handler, any released partial
@@ -767,6 +770,42 @@ class Server:
                         "(connections.first.byte.timeout.ms)")
 
 
+class _FrameBlocks:
+    """A large frame's bytes as they arrive, in anonymous mappings of FRAME_BLOCK_BYTES.
+
+    Off the C heap on purpose: kept 256 KiB chunks interleaved there with the reader's transient
+    buffers, and how well glibc reused the holes varied, so 4 partial frames took up to 19 MiB
+    more RSS than they held in about 1 run in 25. A mapping takes pages only as they are written
+    and gives them all back when closed."""
+
+    __slots__ = ("blocks", "used")
+
+    def __init__(self) -> None:
+        self.blocks: list[mmap.mmap] = []
+        self.used = 0  # bytes written into the last block
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if not self.blocks or self.used == FRAME_BLOCK_BYTES:
+                self.blocks.append(mmap.mmap(-1, FRAME_BLOCK_BYTES))
+                self.used = 0
+            n = min(len(view), FRAME_BLOCK_BYTES - self.used)
+            self.blocks[-1][self.used:self.used + n] = view[:n]
+            self.used += n
+            view = view[n:]
+
+    def getvalue(self) -> bytes:
+        last = len(self.blocks) - 1
+        return b"".join(memoryview(b)[:self.used if i == last else FRAME_BLOCK_BYTES]
+                        for i, b in enumerate(self.blocks))
+
+    def close(self) -> None:
+        for block in self.blocks:
+            block.close()
+        self.blocks.clear()
+
+
 def _glibc(name: str) -> Any:
     try:
         import ctypes
@@ -776,14 +815,6 @@ def _glibc(name: str) -> Any:
 
 
 _malloc_trim = _glibc("malloc_trim")
-_mallopt = _glibc("mallopt")
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def _fix_mmap_threshold() -> None:
-    """Blocks of MMAP_THRESHOLD_BYTES or more always get their own mapping (see there)."""
-    if _mallopt is not None:
-        _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 def _release_free_memory() -> None:

@@ -255,7 +255,7 @@ class ServerProcess:
         ready = self.proc.stdout.readline().split()
         assert ready and ready[0] == "ready", f"server process did not start: {ready}"
         self.port, self.limit = int(ready[1]), int(ready[2])
-        self.partial_frame_bytes = self.connections = self.rss = 0
+        self.partial_frame_bytes = self.connections = self.rss = self.reports = 0
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -263,14 +263,15 @@ class ServerProcess:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.partial_frame_bytes, self.connections, self.rss = (int(x) for x in line.split())
+            self.reports += 1
 
     def fresh_rss(self) -> int:
         """RSS from a report made after this call."""
-        before = self.rss
+        wanted = self.reports + 2  # the next report may have been under way already
         deadline = time.monotonic() + 5
-        while self.rss == before and time.monotonic() < deadline:
-            time.sleep(0.06)
-        time.sleep(0.06)
+        while self.reports < wanted:
+            assert time.monotonic() < deadline, "the server process stopped reporting"
+            time.sleep(0.01)
         return self.rss
 
     def close(self) -> None:
@@ -298,6 +299,7 @@ def test_four_partial_90_mib_frames_grow_memory_by_at_most_queued_max_request_by
         assert run(served(server.port))
         baseline = server.fresh_rss()
         go.set()
+        run(until(lambda: server.partial_frame_bytes > 0, what="the attack started"))
         run(steady(lambda: server.partial_frame_bytes, settle_s=1.0))
         grown = server.fresh_rss() - baseline
         charged = server.partial_frame_bytes
