@@ -108,8 +108,9 @@ class _Load:
         self.stop = threading.Event()
         self.produced = 0
         self.errors = 0
-        self.burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                        for _ in range(args.burners)]
+        # Each spins until its parent is gone, so none outlives an interrupted run.
+        spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
+        self.burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.burners)]
         self.admin = AdminClient(bootstrap_servers=cluster.bootstrap_servers)
         self.admin.create_topics([NewTopic("stability", 6, 3)])
         self.threads = [threading.Thread(target=self._produce, daemon=True),
