@@ -14,7 +14,7 @@ Types (Kafka's names; how each looks in today's msgpack bodies):
 
     bool                   True / False (never 0 or 1)
     int8 int16 int32 int64 an integer in the type's range (never a bool or a float)
-    uint16                 an integer in 0..65535
+    uint16 uint32          an integer in 0..65535 / 0..4294967295
     float64                a finite float (or an integer)
     string                 str of at most ``max_length`` UTF-8 bytes (Kafka: int16 length, 32,767)
     bytes, records         bin of at most ``max_length`` bytes (``records`` is opaque here; the
@@ -28,6 +28,13 @@ A field's ``default`` is either a value (filled in when the field is absent), ``
 is an error) or ``ABSENT`` (absence is allowed and left for the handler, whose default depends on
 the server's configuration, e.g. Fetch ``max_bytes`` -> ``fetch.max.bytes``). Keys a declaration
 does not name are ignored, as Kafka ignores unknown tagged fields.
+
+What Kafka's definitions say about the binary encoding (common/codec.py) is declared here too: a
+message's ``flexible_versions`` (compact strings, bytes and arrays, and a tagged-field section at
+the end of every struct), a field's ``tag`` / ``tagged_versions`` (written only when it differs
+from its default), its ``nullable_versions`` and its own ``flexible_versions`` (the request
+header's client_id stays a non-compact string in flexible versions). The checker treats a tagged
+field as any other field.
 
 Each struct is compiled once per version into a generated Python function (one ``get`` and one
 inline test per scalar field, a loop per array of structs); the closure checkers it falls back
@@ -50,7 +57,7 @@ ARRAY_COUNT_MAX: Final = 100_000  # entries of one array unless a declaration sa
 
 INT_RANGES: Final[dict[str, tuple[int, int]]] = {
     "int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1), "int32": (-2**31, 2**31 - 1),
-    "int64": (-2**63, 2**63 - 1), "uint16": (0, 2**16 - 1),
+    "int64": (-2**63, 2**63 - 1), "uint16": (0, 2**16 - 1), "uint32": (0, 2**32 - 1),
 }
 SCALAR_TYPES: Final = frozenset({*INT_RANGES, "bool", "float64", "string", "bytes", "records", "uuid"})
 
@@ -82,6 +89,8 @@ def parse_versions(text: str) -> tuple[int, int | None]:
 
 
 def in_versions(version: int, text: str) -> bool:
+    if text.strip() == "none":  # Kafka's "no version" (flexibleVersions, taggedVersions)
+        return False
     low, high = parse_versions(text)
     return version >= low and (high is None or version <= high)
 
@@ -115,7 +124,12 @@ class Field:
     type names when Raftka still accepts more than one, an Array, a Map or a Struct),
     ``versions`` it exists in, ``nullable`` (Kafka's nullableVersions: every version the field
     has), ``default`` (a value, REQUIRED or ABSENT), and limits: ``max_length`` (string / bytes),
-    ``min`` / ``max`` (integers, within the type's range), ``about`` (what it means)."""
+    ``min`` / ``max`` (integers, within the type's range), ``about`` (what it means).
+
+    Kafka's encoding details: ``nullable_versions`` (the versions in which it may be null, when
+    not all: ``nullable`` stays "in every version"), ``tag`` and ``tagged_versions`` (a tagged
+    field, only in flexible versions), ``flexible_versions`` (None: the message's; ``"none"``
+    keeps a string non-compact in flexible versions, as the request header's client_id)."""
 
     name: str
     type: "str | tuple[str, ...] | Array | Map | Struct"
@@ -126,6 +140,23 @@ class Field:
     min: int | None = None
     max: int | None = None
     about: str = ""
+    nullable_versions: str | None = None
+    tag: int | None = None
+    tagged_versions: str | None = None
+    flexible_versions: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tag is None) != (self.tagged_versions is None):
+            raise ValueError(f"{self.name}: a tagged field needs both tag and tagged_versions")
+        if self.tag is not None and (self.tag < 0 or self.default is REQUIRED):
+            raise ValueError(f"{self.name}: a tag is >= 0 and a tagged field has a default (or ABSENT)")
+
+    def nullable_in(self, version: int) -> bool:
+        """May the field be null at ``version``."""
+        return self.nullable or (self.nullable_versions is not None and in_versions(version, self.nullable_versions))
+
+    def tagged_in(self, version: int) -> bool:
+        return self.tagged_versions is not None and in_versions(version, self.tagged_versions)
 
 
 @dataclass(frozen=True)
@@ -139,13 +170,15 @@ class Struct:
 @dataclass(frozen=True)
 class Message:
     """One API's request (or response): ``api_key``, ``valid_versions`` (Kafka's validVersions),
-    and its top-level fields."""
+    its top-level fields and ``flexible_versions`` (Kafka's flexibleVersions: ``"none"`` or e.g.
+    ``"9+"``, the versions with compact encodings and tagged fields)."""
 
     api_key: int
     name: str
     valid_versions: str
     fields: tuple[Field, ...]
     about: str = ""
+    flexible_versions: str = "none"
     struct: Struct = dataclass_field(init=False)
 
     def __post_init__(self) -> None:
@@ -156,6 +189,10 @@ class Message:
         if high is None:
             raise ValueError(f"{self.name}: validVersions must be bounded, got {self.valid_versions!r}")
         return range(low, high + 1)
+
+    def flexible(self, version: int) -> bool:
+        """Is ``version`` a flexible version (compact encodings, tagged fields)."""
+        return in_versions(version, self.flexible_versions)
 
 
 # -- the checkers ----------------------------------------------------------------------------------
@@ -413,7 +450,7 @@ def _struct_check(struct: Struct, version: int) -> Check:
             copy = ".copy()" if f.default.__class__ in (list, dict) else ""
             lines.append(f"        value[{name}] = D{i}{copy}")
         lines.append("    elif v is None:")
-        lines.append("        pass" if f.nullable else f"        refuse({name}, 'null is not allowed')")
+        lines.append("        pass" if f.nullable_in(version) else f"        refuse({name}, 'null is not allowed')")
         if isinstance(f.type, Array) and isinstance(f.type.of, Struct):
             # Entries checked in a loop here; a failure is walked again by the closure checker
             # to name the entry (the defaults it already filled in are filled in the same way).

@@ -143,13 +143,19 @@ def test_max_connections_per_ip_refuses_the_excess_at_once_yet_a_client_asking_a
         server = await Server(answer, max_connections_per_ip=100).start(HOST, 0)
         idle = await open_idle(server.port, 1000)
         try:
-            await until(lambda: server.metrics.connections_refused_per_ip == 900, what="900 refused")
+            m = server.metrics
+            # On a loaded box the 1,000 connects outlast UNUSED_EVICTION_MIN_AGE_MS, and the later
+            # ones close the oldest never-used instead of being refused: either way, 900 go.
+            await until(lambda: m.connections_refused_per_ip + m.connections_closed_unused == 900,
+                        timeout_s=60, what="900 refused or closed")
+            assert m.connections_refused_per_ip > 0
             await until(lambda: server.connection_count == 100)
             refused_lines = [r for r in caplog.records if "refusing" in r.getMessage()]
             assert len(refused_lines) == 1, "one line per cause per minute, not one per connection"
             await asyncio.sleep(1.1)
+            unused_before = m.connections_closed_unused
             assert await served(server.port)
-            assert server.metrics.connections_closed_unused == 1
+            assert m.connections_closed_unused == unused_before + 1
             assert server.connection_count == 99  # the good client has left
         finally:
             for w in idle:
