@@ -58,11 +58,14 @@ log = logging.getLogger(__name__)
 # A never-used connection younger than this is not closed to make room: clients get a moment to
 # send their first request, and a burst of connects does not close its own members.
 UNUSED_EVICTION_MIN_AGE_MS: Final = 1000
-# Frames up to asyncio's StreamReader limit are read whole, as before (the hot path: one copy
-# fewer); longer ones in chunks, counted against queued.max.request.bytes. So one connection holds
-# at most READ_WINDOW_BYTES outside that limit, times max.connections connections. (A reader
-# limit of 256 KiB would make that 768 KiB, but costs 8% on 600 KB frames: pause and resume.)
-LARGE_FRAME_BYTES: Final = STREAM_LIMIT_BYTES
+# Frames up to asyncio's StreamReader limit, plus room for a request's headers, are read whole
+# (the hot path: one copy fewer; a producer's requests are at most max.request.size, 1 MiB, of
+# records, so a busy producer's frames are just over 1 MiB: read in chunks, they cost 7% of
+# acks=all throughput); longer ones in chunks, counted against queued.max.request.bytes. So one
+# connection holds at most READ_WINDOW_BYTES outside that limit, times max.connections
+# connections. (A reader limit of 256 KiB would make that 768 KiB, but costs 8% on 600 KB
+# frames: pause and resume.)
+LARGE_FRAME_BYTES: Final = STREAM_LIMIT_BYTES + 64 * 1024
 # What asyncio's StreamReader may hold for one connection before it pauses the socket: twice its
 # limit, plus one recv (selector transports read at most 256 KiB at a time). A frame read in
 # chunks is charged this much at its start, so what sits in the reader counts too.
@@ -217,7 +220,7 @@ class Server:
       socket is not read. A client that never reads its answers stops being read at about this
       limit plus one or two answers.
     - ``queued_max_request_bytes`` (queued.max.request.bytes): request bytes held, all
-      connections. A frame longer than ``LARGE_FRAME_BYTES`` (1 MiB) is read chunk by chunk (never
+      connections. A frame longer than ``LARGE_FRAME_BYTES`` (1 MiB + 64 KiB) is read chunk by chunk (never
       allocated at its declared length), charged ``READ_WINDOW_BYTES`` for what asyncio buffers
       as soon as it starts and each chunk before it is read, and read further only while partial frames and running handlers'
       requests together stay under the limit (one partial frame alone always may go on). A

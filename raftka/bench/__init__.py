@@ -2,6 +2,7 @@
 
 - ``client``: `raftka perf produce|consume|e2e|failover` (the public client against a cluster);
 - ``metadata``: `raftka perf metadata` (the controller quorum);
+- ``stability``: `raftka perf controller-stability` (leader changes on a busy box, failover under load);
 - ``storage``: `raftka perf storage` (the partition log against the raw disk);
 - ``peers``, ``report``, ``__main__``: the peer benchmark behind ``scripts/bench.sh``;
 - ``profile``: where the produce and consume paths spend their CPU (py-spy).
