@@ -219,6 +219,22 @@ def test_bad_arguments_are_one_line_errors(capsys):
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
 
 
+def test_perf_controller_stability_watches_the_quorum_then_times_a_failover(capsys):
+    # A smoke of the tool behind BENCHMARKS.md's controller-stability figures: a short window,
+    # no spinning processes, one kill of the active controller.
+    code = main(["perf", "controller-stability", "--minutes", "0.1", "--burners", "0", "--rate", "500",
+                 "--churn-s", "1", "--kills", "1", "--settle-s", "1", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    results = json.loads(out[out.index("{"):])
+    assert results["samples"] >= 8  # every 0.5 s over 6 s
+    assert results["produced"] > 0 and results["workload_errors"] == 0
+    assert results["elections"] == sum(e["event"] == "term" for e in results["events"])
+    assert len(results["failover_ms"]["samples"]) == 1 and 0 < results["failover_ms"]["median"] < 30_000
+    assert main(["perf", "controller-stability", "--minutes", "0"]) == 1
+    assert capsys.readouterr().err.strip().startswith("error: ")
+
+
 @pytest.mark.slow
 def test_perf_failover_kills_the_leader_and_loses_nothing(capsys):
     code, out = run_json(capsys, "failover", "--kills", "1", "--controllers", "1", "--throughput", "1000",

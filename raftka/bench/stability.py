@@ -175,6 +175,26 @@ def _failover(cluster: Any, kills: int, say: Any) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+
+    from raftka.common.errors import ConfigError
+    if args.minutes <= 0 or args.burners < 0 or args.rate < 0 or args.churn_s < 0 or args.kills < 0 \
+            or args.settle_s < 0:
+        raise ConfigError("--minutes/--burners/--rate/--churn-s/--kills/--settle-s",
+                          "need --minutes > 0 and the others >= 0")
+    from raftka.bench.client import _raise_on_term
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped by PID on the way out.
+        previous = signal.signal(signal.SIGTERM, _raise_on_term)
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     from raftka.cluster import Cluster
 
     def say(line: str) -> None:
