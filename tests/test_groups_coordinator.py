@@ -253,6 +253,34 @@ def test_a_static_member_restarting_within_its_session_keeps_its_assignment_with
     run(main())
 
 
+def test_a_static_member_that_expires_while_its_rejoin_is_written_is_answered_not_left_waiting():
+    class GatedStore(FakeStore):
+        gate: asyncio.Event | None = None
+
+        async def append(self, partition, entries, timeout_ms):
+            if self.gate is not None:
+                await self.gate.wait()
+            return await super().append(partition, entries, timeout_ms)
+
+    async def main():
+        store, clock = GatedStore(), Clock()
+        c = await loaded(coordinator(store, clock))
+        first = await c.join_group(join_body(instance="host-1"))
+        await c.sync_group({"group_id": "g", "generation_id": 1, "member_id": first["member_id"],
+                            "assignments": [{"member_id": first["member_id"], "assignment": b"mine"}]})
+        store.gate = asyncio.Event()
+        rejoin = asyncio.ensure_future(c.join_group(join_body(instance="host-1")))
+        await settle()  # the rejoin now waits on its group record
+        clock.now += 10_000  # past the session: the member expires meanwhile
+        c.tick()
+        store.gate.set()
+        answer = await asyncio.wait_for(rejoin, 2)  # before the fix: held for ever
+        assert answer["error_code"] == errors.UNKNOWN_MEMBER_ID
+        again = await c.join_group(join_body(instance="host-1"))  # joins again from scratch
+        assert again["error_code"] == 0 and again["generation_id"] >= 2
+    run(main())
+
+
 def test_a_held_heartbeat_answers_as_soon_as_a_rebalance_starts():
     async def main():
         c = await loaded(coordinator())

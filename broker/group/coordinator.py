@@ -430,7 +430,12 @@ class GroupCoordinator:
                 await self._store_group(group)
             except RaftkaError as error:
                 return _join_error(store_error(error), error.message)
-            if group.generation_id == generation and group.members.get(new_id) is member:
+            if group.members.get(new_id) is not member:
+                # Expired (or replaced) while its record was written: nothing would answer a
+                # join held for a member that is gone. It joins again from scratch.
+                return _join_error(errors.UNKNOWN_MEMBER_ID, f"static member {instance_id} left the group "
+                                   "while it rejoined; join again")
+            if group.generation_id == generation:
                 return self._join_answer(group, member, skip_assignment=True)
         future = member.join_future = asyncio.get_running_loop().create_future()
         if not group.is_(GroupState.PREPARING_REBALANCE):
