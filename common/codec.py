@@ -29,8 +29,8 @@ from typing import Any, Callable, Final
 
 from raftka.common.api import ApiKey
 from raftka.common.errors import InvalidRequestError
-from raftka.common.schema import (ABSENT, BYTES_MAX, REQUIRED, STRING_BYTES_MAX, Array, Field, Map, Message,
-                                  Struct, in_versions)
+from raftka.common.schema import (ABSENT, BYTES_MAX, REQUIRED, STRING_BYTES_MAX, Array, Field, FieldError, Map,
+                                  Message, Struct, in_versions)
 
 
 class CodecError(InvalidRequestError):  # type: ignore[misc, valid-type]
@@ -38,17 +38,6 @@ class CodecError(InvalidRequestError):  # type: ignore[misc, valid-type]
     write; ``.field`` holds the path of the field at fault. A subclass of InvalidRequestError so
     a listener answers INVALID_REQUEST as for any other malformed request, while a caller can
     still tell a wire-encoding fault from a semantic one."""
-
-
-class _Bad(Exception):
-    """An internal fault; each level it passes through adds its part of the path (innermost first)."""
-
-    __slots__ = ("path", "problem")
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.path: list[str] = []
 
 
 # -- primitives --------------------------------------------------------------------------------------
@@ -79,13 +68,13 @@ def _uv(buf: Any, pos: int, max_bytes: int = UVARINT_BYTES_MAX) -> tuple[int, in
         if byte < 0x80:
             return result, pos
         shift += 7
-    raise _Bad(f"varint longer than {max_bytes} bytes")
+    raise FieldError(f"varint longer than {max_bytes} bytes")
 
 
 def _uvb(value: int) -> bytes:
     """An unsigned varint's bytes."""
     if value < 0:
-        raise _Bad(f"unsigned varint of a negative number {value}")
+        raise FieldError(f"unsigned varint of a negative number {value}")
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -146,32 +135,32 @@ def decode_varlong(data: Any, pos: int = 0) -> tuple[int, int]:
 
 # -- faults ---------------------------------------------------------------------------------------
 
-def _located(exc: BaseException, part: str | None) -> _Bad:
-    """``exc``, raised while decoding, as a _Bad with ``part`` added to its path: the one place a
+def _located(exc: BaseException, part: str | None) -> FieldError:
+    """``exc``, raised while decoding, as a FieldError with ``part`` added to its path: the one place a
     Python error from a generated decoder (a short buffer, bad UTF-8) gets its wording."""
-    if isinstance(exc, _Bad):
+    if isinstance(exc, FieldError):
         bad = exc
     elif isinstance(exc, (IndexError, struct.error)):
-        bad = _Bad("truncated: the data ends inside this field")
+        bad = FieldError("truncated: the data ends inside this field")
     elif isinstance(exc, UnicodeDecodeError):
-        bad = _Bad(f"invalid UTF-8 at byte {exc.start} of the string")
+        bad = FieldError(f"invalid UTF-8 at byte {exc.start} of the string")
     else:  # not expected: still the one typed error, with what happened
-        bad = _Bad(f"{type(exc).__name__}: {exc}")
+        bad = FieldError(f"{type(exc).__name__}: {exc}")
     if part is not None and not (part is _TAGS_STEP and bad.path):  # a known tag names itself
         bad.path.append(part)
     return bad
 
 
-def _located_encoding(exc: BaseException, part: str | None) -> _Bad:
+def _located_encoding(exc: BaseException, part: str | None) -> FieldError:
     """The same for an encoder: a value it cannot write."""
-    if isinstance(exc, _Bad):
+    if isinstance(exc, FieldError):
         bad = exc
     elif isinstance(exc, KeyError):
-        bad = _Bad("missing")
+        bad = FieldError("missing")
     elif isinstance(exc, UnicodeEncodeError):
-        bad = _Bad("string is not valid UTF-8 (a lone surrogate)")
+        bad = FieldError("string is not valid UTF-8 (a lone surrogate)")
     else:
-        bad = _Bad(f"cannot encode: {exc}")
+        bad = FieldError(f"cannot encode: {exc}")
     if part is not None:
         bad.path.append(part)
     return bad
@@ -184,7 +173,7 @@ def _path(parts: list[str]) -> str:
     return out
 
 
-def _error(bad: _Bad, what: str) -> CodecError:
+def _error(bad: FieldError, what: str) -> CodecError:
     where = _path(bad.path)
     error = CodecError(f"{what}: {where}: {bad.problem}" if where else f"{what}: {bad.problem}")
     error.field = where  # type: ignore[attr-defined]
@@ -215,7 +204,7 @@ def _run_field(step: Any, ctx: Any) -> str | None:
 def _uuid_bytes(value: Any) -> bytes:
     raw = bytes.fromhex(value) if value.__class__ is str and len(value) == 32 else b""
     if len(raw) != 16:
-        raise _Bad(f"expected uuid (32 hex digits), got {value!r:.40}")
+        raise FieldError(f"expected uuid (32 hex digits), got {value!r:.40}")
     return raw
 
 
@@ -280,7 +269,8 @@ class _StructCode:
         self.c = compiler
         self.s = declared
         self.ns: dict[str, Any] = {
-            "_Bad": _Bad, "LOC": _located, "LOCE": _located_encoding, "WHERE": _run_field, "UV": _uv, "UVB": _uvb,
+            "FieldError": FieldError, "LOC": _located, "LOCE": _located_encoding, "WHERE": _run_field,
+            "UV": _uv, "UVB": _uvb,
             "SMALL": _UVB_SMALL, "I16": _INT16, "I32": _INT32, "I8": _INT8, "UUID": _uuid_bytes,
             "NUUID": _nullable_uuid_bytes, "ZERO": _ZERO_UUID, "MISSING": _MISSING, "TAGS": _read_tags,
             "unpack_from": struct.unpack_from, "pack": struct.pack,
@@ -313,7 +303,7 @@ class _StructCode:
 
         def null_case() -> None:
             out.append(f"{ind}if {v} is None:")
-            out.append(f"{ind}    {buf} += {null}" if nullable else f"{ind}    raise _Bad('null is not allowed')")
+            out.append(f"{ind}    {buf} += {null}" if nullable else f"{ind}    raise FieldError('null is not allowed')")
             out.append(f"{ind}else:")
 
         if isinstance(declared, str) and declared in FIXED_FORMATS:
@@ -326,7 +316,7 @@ class _StructCode:
             body = f"b{depth}"
             out.append(f"{ind}    {body} = {v}.encode('utf-8')" if declared == "string" else f"{ind}    {body} = {v}")
             out.append(f"{ind}    {n} = len({body})")
-            out.append(f"{ind}    if {n} > {limit}: raise _Bad(f'{declared} of {{{n}}} bytes, at most {limit}')")
+            out.append(f"{ind}    if {n} > {limit}: raise FieldError(f'{declared} of {{{n}}} bytes, at most {limit}')")
             out.append(f"{ind}    {length_prefix(n)}")
             out.append(f"{ind}    {buf} += {body}")
         elif isinstance(declared, Array):
@@ -334,7 +324,7 @@ class _StructCode:
             of = declared.of
             out.append(f"{ind}    {n} = len({v})")
             out.append(f"{ind}    if {n} > {declared.max_count}: "
-                       f"raise _Bad(f'array of {{{n}}} entries, at most {declared.max_count}')")
+                       f"raise FieldError(f'array of {{{n}}} entries, at most {declared.max_count}')")
             out.append(f"{ind}    {length_prefix(n)}")
             if isinstance(of, str) and of in FIXED_FORMATS and of != "uuid":
                 out.append(f"{ind}    {buf} += pack('>%d{FIXED_FORMATS[of]}' % {n}, *{v})")
@@ -372,7 +362,7 @@ class _StructCode:
                 out.append(f"{ind}if {n} < 128: pos += 1")
                 out.append(f"{ind}else: {n}, pos = UV(buf, pos)")
                 out.append(f"{ind}if {n} == 0:")
-                out.append(f"{ind}    {v} = None" if nullable else f"{ind}    raise _Bad('null is not allowed')")
+                out.append(f"{ind}    {v} = None" if nullable else f"{ind}    raise FieldError('null is not allowed')")
                 out.append(f"{ind}else:")
                 out.append(f"{ind}    {n} -= 1")
             else:
@@ -380,10 +370,10 @@ class _StructCode:
                 out.append(f"{ind}pos += {2 if kind == 'string' else 4}")
                 out.append(f"{ind}if {n} < 0:")
                 if nullable:
-                    out.append(f"{ind}    if {n} != -1: raise _Bad(f'negative length {{{n}}}')")
+                    out.append(f"{ind}    if {n} != -1: raise FieldError(f'negative length {{{n}}}')")
                     out.append(f"{ind}    {v} = None")
                 else:
-                    out.append(f"{ind}    raise _Bad('null is not allowed' if {n} == -1 "
+                    out.append(f"{ind}    raise FieldError('null is not allowed' if {n} == -1 "
                                f"else f'negative length {{{n}}}')")
                 out.append(f"{ind}else:")
 
@@ -397,9 +387,10 @@ class _StructCode:
             limit = max_length if max_length is not None else (STRING_BYTES_MAX if declared == "string" else BYTES_MAX)
             length(declared)
             e = f"e{depth}"
-            out.append(f"{ind}    if {n} > {limit}: raise _Bad(f'{declared} of {{{n}}} bytes, at most {limit}')")
+            out.append(f"{ind}    if {n} > {limit}: raise FieldError(f'{declared} of {{{n}}} bytes, at most {limit}')")
             out.append(f"{ind}    {e} = pos + {n}")
-            out.append(f"{ind}    if {e} > size: raise _Bad(f'truncated: {{{n}}} bytes declared, {{size - pos}} left')")
+            out.append(f"{ind}    if {e} > size: "
+                       f"raise FieldError(f'truncated: {{{n}}} bytes declared, {{size - pos}} left')")
             if declared == "string":
                 out.append(f"{ind}    {v} = str(buf[pos:{e}], 'utf-8')")
             else:
@@ -410,10 +401,10 @@ class _StructCode:
             each = max(_min_size(of, self.c.version, self.c.flexible), 0)
             length("array")
             out.append(f"{ind}    if {n} > {declared.max_count}: "
-                       f"raise _Bad(f'array of {{{n}}} entries, at most {declared.max_count}')")
+                       f"raise FieldError(f'array of {{{n}}} entries, at most {declared.max_count}')")
             if each:  # before anything is allocated: could the bytes left hold that many?
                 out.append(f"{ind}    if {n} * {each} > size - pos: "
-                           f"raise _Bad(f'truncated: {{{n}}} entries declared, {{size - pos}} bytes left')")
+                           f"raise FieldError(f'truncated: {{{n}}} entries declared, {{size - pos}} bytes left')")
             if isinstance(of, str) and of in FIXED_FORMATS and of != "uuid":
                 out.append(f"{ind}    {v} = list(unpack_from('>%d{FIXED_FORMATS[of]}' % {n}, buf, pos))")
                 out.append(f"{ind}    pos += {n} * {each}")
@@ -496,7 +487,7 @@ class _StructCode:
         version = self.c.version
         steps: list[Any] = []
         out = ["def enc(d, buf):",
-               "    if d.__class__ is not dict: raise _Bad('expected a struct (dict), got ' + type(d).__name__)",
+               "    if d.__class__ is not dict: raise FieldError('expected a struct (dict), got ' + type(d).__name__)",
                "    at = 0", "    try:", "        get = d.get"]
         ind = "        "
         for group in self.runs(present):
@@ -625,14 +616,14 @@ def _read_tags(buf: Any, pos: int, count: int, d: dict[str, Any], known: dict[in
         length, pos = _uv(buf, pos)
         end = pos + length
         if end > size:
-            raise _Bad(f"truncated: tagged field {tag} of {length} bytes, {size - pos} left")
+            raise FieldError(f"truncated: tagged field {tag} of {length} bytes, {size - pos} left")
         entry = known.get(tag)
         if entry is not None:
             name, decode = entry
             try:
                 value, used = decode(buf[pos:end], 0)
                 if used != length:
-                    raise _Bad(f"tagged field of {length} bytes holds {used}")
+                    raise FieldError(f"tagged field of {length} bytes holds {used}")
             except Exception as exc:  # noqa: BLE001
                 raise _located(exc, name) from None
             d[name] = value
@@ -684,7 +675,7 @@ def _make_encoder(message: Message, version: int) -> Callable[[dict[str, Any]], 
         buf = bytearray()
         try:
             enc(body, buf)
-        except _Bad as bad:
+        except FieldError as bad:
             raise _error(bad, what) from None
         return bytes(buf)
     return encode
@@ -706,10 +697,10 @@ def _make_decoder(message: Message, version: int, allow_trailing: bool) -> Calla
         buf = data if data.__class__ is memoryview else memoryview(data)
         try:
             body, pos = dec(buf, 0)
-        except _Bad as bad:
+        except FieldError as bad:
             raise _error(bad, what) from None
         if pos != len(buf) and not allow_trailing:
-            raise _error(_Bad(f"{len(buf) - pos} bytes after the body"), what)
+            raise _error(FieldError(f"{len(buf) - pos} bytes after the body"), what)
         return body  # type: ignore[no-any-return]
     return decode
 
@@ -770,11 +761,11 @@ def _decode_prefix(message: Message, version: int, data: Any) -> tuple[dict[str,
     buf = data if data.__class__ is memoryview else memoryview(data)
     try:
         return dec(buf, 0)  # type: ignore[no-any-return]
-    except _Bad as bad:
+    except FieldError as bad:
         raise _error(bad, f"{message.name} v{version}") from None
 
 
-__all__ = ["CodecError", "FIXED_FORMATS", "REQUEST_HEADER", "RESPONSE_HEADER",
-           "decode_request_header", "decode_response_header", "decode_uvarint", "decode_varint", "decode_varlong",
-           "decoder", "encode_request_header", "encode_response_header", "encode_uvarint", "encode_varint", "encode_varlong",
+__all__ = ["CodecError", "FIXED_FORMATS", "REQUEST_HEADER", "RESPONSE_HEADER", "decode_request_header",
+           "decode_response_header", "decode_uvarint", "decode_varint", "decode_varlong", "decoder",
+           "encode_request_header", "encode_response_header", "encode_uvarint", "encode_varint", "encode_varlong",
            "encoder", "peek_request_api", "request_header_version", "response_header_version"]

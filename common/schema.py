@@ -197,8 +197,9 @@ class Message:
 
 # -- the checkers ----------------------------------------------------------------------------------
 
-class _Bad(Exception):
-    """A bad value; each level it passes through adds its part of the path (innermost first)."""
+class FieldError(Exception):
+    """A bad value (schema.py's checkers) or bad bytes (codec.py); each level it passes through
+    adds its part of the path (innermost first). Internal: callers see InvalidRequestError."""
 
     __slots__ = ("path", "problem")
 
@@ -226,11 +227,11 @@ def _int_check(type_name: str, low: int | None, high: int | None) -> Check:
 
     def check(value: Any) -> None:
         if value.__class__ is not int:  # bool is a subclass: refused here too
-            raise _Bad(f"expected {type_name}, got {_kind(value)}")
+            raise FieldError(f"expected {type_name}, got {_kind(value)}")
         if not lo <= value <= hi:
             if in_type:
-                raise _Bad(f"{value} is out of range for {type_name}")
-            raise _Bad(f"{value} is out of range [{lo}, {hi}]")
+                raise FieldError(f"{value} is out of range for {type_name}")
+            raise FieldError(f"{value} is out of range [{lo}, {hi}]")
     return check
 
 
@@ -239,16 +240,16 @@ def _string_check(max_length: int) -> Check:
 
     def check(value: Any) -> None:
         if value.__class__ is not str:
-            raise _Bad(f"expected string, got {_kind(value)}")
+            raise FieldError(f"expected string, got {_kind(value)}")
         if len(value) > max_chars_fast:
             if len(value) > max_length:
-                raise _Bad(f"string of {len(value)} characters, at most {max_length} bytes")
+                raise FieldError(f"string of {len(value)} characters, at most {max_length} bytes")
             try:
                 size = len(value.encode("utf-8"))
             except UnicodeEncodeError:
-                raise _Bad("string is not valid UTF-8") from None
+                raise FieldError("string is not valid UTF-8") from None
             if size > max_length:
-                raise _Bad(f"string of {size} bytes, at most {max_length}")
+                raise FieldError(f"string of {size} bytes, at most {max_length}")
     return check
 
 
@@ -256,24 +257,24 @@ def _bytes_check(type_name: str, max_length: int) -> Check:
     def check(value: Any) -> None:
         cls = value.__class__
         if cls is not bytes and cls is not bytearray:
-            raise _Bad(f"expected {type_name}, got {_kind(value)}")
+            raise FieldError(f"expected {type_name}, got {_kind(value)}")
         if len(value) > max_length:
-            raise _Bad(f"{type_name} of {len(value)} bytes, at most {max_length}")
+            raise FieldError(f"{type_name} of {len(value)} bytes, at most {max_length}")
     return check
 
 
 def _bool_check(value: Any) -> None:
     if value.__class__ is not bool:
-        raise _Bad(f"expected bool, got {_kind(value)}")
+        raise FieldError(f"expected bool, got {_kind(value)}")
 
 
 def _float_check(value: Any) -> None:
     cls = value.__class__
     if cls is float:
         if not math.isfinite(value):
-            raise _Bad(f"expected a finite float64, got {value!r}")
+            raise FieldError(f"expected a finite float64, got {value!r}")
     elif cls is not int:
-        raise _Bad(f"expected float64, got {_kind(value)}")
+        raise FieldError(f"expected float64, got {_kind(value)}")
 
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -281,7 +282,7 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 def _uuid_check(value: Any) -> None:
     if value.__class__ is not str or len(value) != 32 or not _HEX.issuperset(value):
-        raise _Bad(f"expected uuid (32 hex digits), got {_kind(value)}")
+        raise FieldError(f"expected uuid (32 hex digits), got {_kind(value)}")
 
 
 def _scalar_check(type_name: str, max_length: int | None = None, low: int | None = None,
@@ -310,9 +311,9 @@ def _union_check(type_names: tuple[str, ...], max_length: int | None) -> Check:
             try:
                 one(value)
                 return
-            except _Bad:
+            except FieldError:
                 continue
-        raise _Bad(f"expected {expected}, got {_kind(value)}")
+        raise FieldError(f"expected {expected}, got {_kind(value)}")
     return check
 
 
@@ -324,12 +325,12 @@ def _array_check(array: Array, version: int) -> Check:
 
         def check_ints(value: Any) -> None:
             if value.__class__ is not list:
-                raise _Bad(f"expected an array of {name}, got {_kind(value)}")
+                raise FieldError(f"expected an array of {name}, got {_kind(value)}")
             if len(value) > limit:
-                raise _Bad(f"array of {len(value)} entries, at most {limit}")
+                raise FieldError(f"array of {len(value)} entries, at most {limit}")
             for i, item in enumerate(value):
                 if item.__class__ is not int or not lo <= item <= hi:
-                    bad = _Bad(f"expected {name}, got {_kind(item)}" if item.__class__ is not int
+                    bad = FieldError(f"expected {name}, got {_kind(item)}" if item.__class__ is not int
                                else f"{item} is out of range for {name}")
                     bad.path.append(f"[{i}]")
                     raise bad
@@ -338,13 +339,13 @@ def _array_check(array: Array, version: int) -> Check:
 
     def check(value: Any) -> None:
         if value.__class__ is not list:
-            raise _Bad(f"expected an array, got {_kind(value)}")
+            raise FieldError(f"expected an array, got {_kind(value)}")
         if len(value) > limit:
-            raise _Bad(f"array of {len(value)} entries, at most {limit}")
+            raise FieldError(f"array of {len(value)} entries, at most {limit}")
         for i, item in enumerate(value):
             try:
                 element(item)
-            except _Bad as bad:
+            except FieldError as bad:
                 bad.path.append(f"[{i}]")
                 raise
     return check
@@ -358,20 +359,20 @@ def _map_check(declared: Map, version: int) -> Check:
 
     def check(value: Any) -> None:
         if value.__class__ is not dict:
-            raise _Bad(f"expected a map, got {_kind(value)}")
+            raise FieldError(f"expected a map, got {_kind(value)}")
         if len(value) > limit:
-            raise _Bad(f"map of {len(value)} entries, at most {limit}")
+            raise FieldError(f"map of {len(value)} entries, at most {limit}")
         for key, item in value.items():
             try:
                 key_check(key)
-            except _Bad as bad:
+            except FieldError as bad:
                 bad.problem = f"map key: {bad.problem}"
                 raise
             if item is None and nullable:
                 continue
             try:
                 value_check(item)
-            except _Bad as bad:
+            except FieldError as bad:
                 bad.path.append(f"[{key!r}]")
                 raise
     return check
@@ -415,13 +416,13 @@ def _slow(value: Any, name: str, check: Check) -> None:
     long string, finds it fine after all)."""
     try:
         check(value)
-    except _Bad as bad:
+    except FieldError as bad:
         bad.path.append(name)
         raise
 
 
 def _refuse(name: str, problem: str) -> None:
-    bad = _Bad(problem)
+    bad = FieldError(problem)
     bad.path.append(name)
     raise bad
 
@@ -430,11 +431,11 @@ def _struct_check(struct: Struct, version: int) -> Check:
     """A struct's checker, generated as Python source once per (struct, version): one ``get``
     and one inline test per scalar field, a call per nested array, map or struct; the closure
     checkers word the errors. Field names enter the source only as string literals (repr)."""
-    namespace: dict[str, Any] = {"MISSING": _MISSING, "_Bad": _Bad, "_kind": _kind, "slow": _slow,
+    namespace: dict[str, Any] = {"MISSING": _MISSING, "FieldError": FieldError, "_kind": _kind, "slow": _slow,
                                  "refuse": _refuse}
     lines = ["def check(value):",
              "    if value.__class__ is not dict:",
-             "        raise _Bad('expected a struct (map), got ' + _kind(value))",
+             "        raise FieldError('expected a struct (map), got ' + _kind(value))",
              "    get = value.get"]
     for i, f in enumerate(x for x in struct.fields if in_versions(version, x.versions)):
         namespace[f"C{i}"] = _type_check(f.type, version, f.max_length, f.min, f.max)
@@ -458,7 +459,7 @@ def _struct_check(struct: Struct, version: int) -> Check:
             lines.append(f"    elif v.__class__ is list and len(v) <= {f.type.max_count}:")
             lines.append("        try:")
             lines.append(f"            for e in v: E{i}(e)")
-            lines.append("        except _Bad:")
+            lines.append("        except FieldError:")
             lines.append(f"            slow(v, {name}, C{i})")
             lines.append("    else:")
         else:
@@ -484,7 +485,7 @@ def compile_struct(struct: Struct, version: int) -> Callable[[Any], Any]:
     def checked(body: Any) -> Any:
         try:
             check(body)
-        except _Bad as bad:
+        except FieldError as bad:
             where = _path(bad.path)
             error = InvalidRequestError(f"{where}: {bad.problem}" if where else bad.problem)
             error.field = where  # type: ignore[attr-defined]
@@ -521,5 +522,5 @@ class Registry:
         return checker(body)
 
 
-__all__ = ["ABSENT", "ARRAY_COUNT_MAX", "Array", "BYTES_MAX", "Field", "Map", "Message", "REQUIRED", "Registry",
-           "STRING_BYTES_MAX", "Struct", "compile_struct", "in_versions", "parse_versions"]
+__all__ = ["ABSENT", "ARRAY_COUNT_MAX", "Array", "BYTES_MAX", "Field", "FieldError", "Map", "Message", "REQUIRED",
+           "Registry", "STRING_BYTES_MAX", "Struct", "compile_struct", "in_versions", "parse_versions"]
