@@ -686,3 +686,36 @@ def test_a_batch_sent_as_the_leaders_connection_opens_waits_for_the_one_connecti
     sequences = [seq for node, t, seq, count in kafka.produced if t == tp]
     assert sequences == sorted(sequences), f"a batch overtook an earlier one: sequences {sequences}"
     assert values_in_log(kafka, tp) == [b"first"] + [b"%d" % i for i in range(20)]
+
+
+@pytest.mark.parametrize("split_budget", [True, False])
+def test_a_broker_that_answers_nothing_does_not_spend_a_lookups_whole_budget(monkeypatch, split_budget):
+    # A paused broker accepts the connection and answers nothing. A lookup that tries it first
+    # must leave time for the healthy broker behind it; a request that may not be cheap to
+    # repeat (split_budget=False) still gives each attempt all that is left.
+    from raftka.client.aio.cluster import Cluster
+    from raftka.client.errors import RequestTimedOutError
+    paused, healthy = ("127.0.0.1", 1), ("127.0.0.1", 2)
+    monkeypatch.setattr(Cluster, "candidate_addresses", lambda self: [paused, healthy])
+    asked: list[tuple[tuple[str, int], int]] = []
+
+    async def request_address(self: Cluster, address: Any, api_key: int, body: Any, *,
+                              timeout_ms: int, **_: Any) -> tuple[int, Any]:
+        asked.append((address, timeout_ms))
+        if address == paused:
+            await asyncio.sleep(timeout_ms / 1000)
+            raise RequestTimedOutError(f"no answer within {timeout_ms} ms")
+        return errors.NONE, {"answered": True}
+    monkeypatch.setattr(Cluster, "request_address", request_address)
+
+    async def main() -> tuple[int, Any]:
+        cluster = Cluster("127.0.0.1:1", request_timeout_ms=400)
+        return await cluster.request_any(3, {}, split_budget=split_budget)
+
+    if split_budget:
+        assert asyncio.run(main()) == (errors.NONE, {"answered": True})
+        assert asked[0][0] == paused and asked[0][1] <= 200, asked
+    else:
+        with pytest.raises(KafkaTimeoutError):
+            asyncio.run(main())
+        assert [a for a, _ in asked] == [paused], asked

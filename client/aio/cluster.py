@@ -396,22 +396,31 @@ class Cluster:
         return candidates
 
     async def request_any(self, api_key: int, body: Any, *, timeout_ms: int | None = None,
-                          retry_codes: Iterable[int] = (errors.NOT_CONTROLLER,)) -> tuple[int, Any]:
+                          retry_codes: Iterable[int] = (errors.NOT_CONTROLLER,),
+                          split_budget: bool = False) -> tuple[int, Any]:
         """Send to any broker; on a lost connection, a timeout or a frame error in
         ``retry_codes``, try the next one (backoff ``retry_backoff_ms`` after each round) until
-        ``timeout_ms`` (default ``request_timeout_ms``) runs out; then raise the last error."""
+        ``timeout_ms`` (default ``request_timeout_ms``) runs out; then raise the last error.
+
+        ``split_budget`` is for cheap lookups any broker answers at once (Metadata,
+        FindCoordinator): an attempt that is not the round's last gets at most half of what is
+        left, so a broker that accepts connections but answers nothing (paused, overloaded)
+        cannot spend the whole budget while a healthy one waits next in line."""
         timeout_ms = timeout_ms or self.request_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
         retry = set(retry_codes)
         last: BaseException | None = None
         while True:
-            for address in self.candidate_addresses():
+            candidates = self.candidate_addresses()
+            for i, address in enumerate(candidates):
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     break
+                attempt_ms = min(left_ms, self.request_timeout_ms)
+                if split_budget and i < len(candidates) - 1:
+                    attempt_ms = max(1, min(attempt_ms, left_ms // 2))
                 try:
-                    code, answer = await self.request_address(address, api_key, body,
-                                                              timeout_ms=min(left_ms, self.request_timeout_ms))
+                    code, answer = await self.request_address(address, api_key, body, timeout_ms=attempt_ms)
                 except (NetworkExceptionError, RequestTimedOutError) as error:
                     last = error
                     continue
@@ -459,7 +468,7 @@ class Cluster:
         code, body = await self.request_any(API_METADATA, {"topics": list(topics) if topics is not None
                                                            else None,
                                                            "allow_auto_topic_creation": False},
-                                            timeout_ms=timeout_ms)
+                                            timeout_ms=timeout_ms, split_budget=True)
         if code != errors.NONE:
             raise errors.error_for(code, (body or {}).get("error_message") if isinstance(body, dict) else None)
         fresh = parse_metadata(body)

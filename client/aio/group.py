@@ -143,7 +143,7 @@ async def find_coordinator(cluster: Cluster, group_id: str, timeout_ms: float) -
                                     f"(last error: {last})")
         try:
             code, body = await cluster.request_any(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0},
-                                                   timeout_ms=left_ms)
+                                                   timeout_ms=left_ms, split_budget=True)
         except KafkaTimeoutError as error:
             last = error
             continue
