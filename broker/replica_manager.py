@@ -420,7 +420,7 @@ class ReplicaManager:
 
     async def fetch(self, body: dict) -> dict:
         """A Fetch answer; waits up to max_wait_ms for min_bytes (long poll)."""
-        # The body was checked against its declaration at the boundary (common/messages.py):
+        # The body was checked against its declaration at the boundary (common/msgpack_bodies.py):
         # the values are integers of the declared types; their ranges are clamped here.
         replica_id = body.get("replica_id", -1)
         max_wait_ms = min(max(body.get("max_wait_ms", 0), 0), FETCH_WAIT_MS_MAX)

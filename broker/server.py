@@ -37,12 +37,12 @@ from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
 from raftka.common.errors import ConfigError, InvalidRequestError, RaftkaError
-from raftka.common.messages import BROKER_REQUESTS
+from raftka.common.msgpack_bodies import BROKER_REQUESTS
 from raftka.common.ratelog import RateLimitedLog
 from raftka.common.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
-# A body that fails its declaration (common/messages.py): one line per API per minute, with a count.
+# A body that fails its declaration (common/msgpack_bodies.py): one line per API per minute, with a count.
 refused_log = RateLimitedLog(log)
 
 
@@ -309,7 +309,7 @@ class BrokerServer:
     # -- dispatch -----------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> "tuple[int, Any] | None":
-        """Check the body against its declaration (common/messages.py), then dispatch it to its
+        """Check the body against its declaration (common/msgpack_bodies.py), then dispatch it to its
         API handler (the transport answers unknown keys and versions itself)."""
         handler = self.handlers[request.api_key]
         started = time.monotonic()

@@ -23,7 +23,7 @@ from raftka.common.codec import (CodecError, decode_request_header, decode_respo
                                  encode_response_header, encode_uvarint, encode_varint, encode_varlong, encoder,
                                  peek_request_api, request_header_version, response_header_version)
 from raftka.common.errors import InvalidRequestError
-from raftka.common.messages import BROKER_REQUESTS, BROKER_RESPONSES, CONTROLLER_REQUESTS, PRODUCE
+from raftka.common.msgpack_bodies import BROKER_REQUESTS, BROKER_RESPONSES, CONTROLLER_REQUESTS, PRODUCE
 from raftka.common.schema import ABSENT, Array, Field, Map, Message, Struct, compile_struct
 
 FLEX = 1  # the single-field messages below are flexible from version 1
@@ -274,7 +274,8 @@ def bodies(version: int) -> st.SearchStrategy[dict]:
         "f": st.floats(allow_nan=False), "id": uuids.filter(lambda u: u != "0" * 32),
         "maybe_id": st.none() | uuids.filter(lambda u: u != "0" * 32), "s": st.none() | text,
         "blob": st.none() | st.binary(max_size=8), "recs": st.none() | st.binary(max_size=8),
-        "name": (st.none() | text) if version >= 1 else text,
+        # at most 5 characters: 20 UTF-8 bytes, the declared max_length, even of 4-byte characters
+        "name": (st.none() | st.text(max_size=5)) if version >= 1 else st.text(max_size=5),
         "topics": st.none() | st.lists(st.fixed_dictionaries({
             "name": text, "partitions": st.lists(st.fixed_dictionaries(partition), max_size=2)}), max_size=2),
         "extra": ints("int32"),

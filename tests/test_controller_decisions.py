@@ -12,7 +12,7 @@ import pytest
 
 from raftka.common import errors
 from raftka.common.api import ApiKey
-from raftka.common.messages import CONTROLLER_REQUESTS
+from raftka.common.msgpack_bodies import CONTROLLER_REQUESTS
 from raftka.raft_meta.controller import quorum_controller
 from raftka.common.server_config import server_config
 from raftka.raft_meta.controller.quorum_controller import QuorumController

@@ -70,7 +70,7 @@ def fuzz(cluster, inputs: int) -> FuzzResult:
     print(result.summary())
     assert not result.crashed, f"the broker died: {result.summary()} (reproduce with RAFTKA_FUZZ_SEED={SEED})"
     assert result.inputs == inputs
-    # Every body is checked against its declaration before a handler runs (common/messages.py):
+    # Every body is checked against its declaration before a handler runs (common/msgpack_bodies.py):
     # a bad one is INVALID_REQUEST, never a handler failing on it.
     assert result.error_codes[-1] == 0, f"UNKNOWN_SERVER_ERROR answered: {result.summary()} (RAFTKA_FUZZ_SEED={SEED})"
     after = committed_values(cluster)

@@ -405,12 +405,12 @@ def test_offsets_of_a_long_empty_group_expire_and_live_records_are_rewritten_bef
 
 
 def test_a_join_whose_protocol_metadata_is_an_integer_is_refused_without_allocating_it():
-    """bytes(n) of an integer allocates n zero bytes: the body's declaration (common/messages.py,
+    """bytes(n) of an integer allocates n zero bytes: the body's declaration (common/msgpack_bodies.py,
     checked by the listener before the coordinator runs) refuses it with INVALID_REQUEST.
     tracemalloc's peak over the check shows nothing near the asked-for 128 MB is allocated."""
     import tracemalloc
     from raftka.common.api import ApiKey
-    from raftka.common.messages import BROKER_REQUESTS
+    from raftka.common.msgpack_bodies import BROKER_REQUESTS
 
     body = join_body(protocols=(("range", 128 * 1024 * 1024),))
     tracemalloc.start()

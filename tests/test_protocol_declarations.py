@@ -1,7 +1,7 @@
 """Request bodies are checked at the boundary against one declaration per API (#hardening item 2).
 
 Proves three things. Each type rule of common/schema.py holds alone (one unit test per rule).
-Every declared API (common/messages.py, broker and controller listeners) takes a complete valid
+Every declared API (common/msgpack_bodies.py, broker and controller listeners) takes a complete valid
 body unchanged, and refuses every mutation the declaration rules out (a wrong type, an integer out
 of range, a string too long, an array too long, a required field missing, a null where none is
 allowed, a float infinity or NaN) with InvalidRequestError naming the mutated field's path; the
@@ -23,7 +23,7 @@ import pytest
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import InvalidRequestError
-from raftka.common.messages import BROKER_REQUESTS, CONTROLLER_REQUESTS
+from raftka.common.msgpack_bodies import BROKER_REQUESTS, CONTROLLER_REQUESTS
 from raftka.common.schema import (ABSENT, INT_RANGES, REQUIRED, STRING_BYTES_MAX, Array, Field, Map, Message,
                                   Registry, Struct, compile_struct, in_versions, parse_versions)
 
@@ -434,8 +434,8 @@ def test_the_controller_listener_checks_its_bodies_too(cluster):
 
 def test_a_brokers_answers_match_the_declared_responses(cluster):
     """Answers to valid requests (and to ones that get per-partition or per-group errors) have
-    the shape common/messages.py declares for #kafka-protocol's codec."""
-    from raftka.common.messages import BROKER_RESPONSES
+    the shape common/msgpack_bodies.py declares for #kafka-protocol's codec."""
+    from raftka.common.msgpack_bodies import BROKER_RESPONSES
     from raftka.common.records import BatchBuilder
     from raftka.common.transport import call_sync
     from raftka.cluster import wait_until

@@ -317,7 +317,7 @@ class GroupCoordinator:
             group_id = group_id_of(body)
         except RaftkaError as error:
             return _join_error(error.code, error.message)
-        # Types, sizes and counts were checked at the boundary (common/messages.py JOIN_GROUP).
+        # Types, sizes and counts were checked at the boundary (common/msgpack_bodies.py JOIN_GROUP).
         session_ms = body["session_timeout_ms"]
         rebalance_ms = body.get("rebalance_timeout_ms", -1)
         rebalance_ms = session_ms if rebalance_ms < 0 else rebalance_ms
@@ -640,7 +640,7 @@ class GroupCoordinator:
         member_id = body.get("member_id") or ""
         generation = body.get("generation_id")
         instance_id = optional_str(body.get("group_instance_id"))
-        wait_ms = body.get("max_wait_ms") or 0  # declared int32 >= 0 (common/messages.py)
+        wait_ms = body.get("max_wait_ms") or 0  # declared int32 >= 0 (common/msgpack_bodies.py)
         code = self._heartbeat_check(group_id, member_id, generation, instance_id, touch=True)
         if code or wait_ms == 0:
             return _fail(code)

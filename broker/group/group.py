@@ -66,7 +66,7 @@ def group_id_of(body: dict) -> str:
 
 def optional_str(value: Any) -> str | None:
     """A request's optional string field (``group_instance_id``): None when absent or empty."""
-    return value or None  # declared a nullable string (common/messages.py)
+    return value or None  # declared a nullable string (common/msgpack_bodies.py)
 
 
 @dataclass

@@ -124,7 +124,7 @@ class GroupService:
         key_type = body.get("key_type", 0)
         if key_type != 0:
             raise errors.InvalidRequestError("only group coordinators exist (key_type 0)")
-        if not key:  # a string: declared (common/messages.py FIND_COORDINATOR)
+        if not key:  # a string: declared (common/msgpack_bodies.py FIND_COORDINATOR)
             return errors.NONE, _coordinator(errors.INVALID_GROUP_ID, "the group id must be a non-empty string")
         view = self.replicas.view
         topic = view.topics.get(OFFSETS_TOPIC)

@@ -142,7 +142,7 @@ class QuorumController:
 
     async def broker_registration(self, version: int, body: dict) -> tuple[int, dict]:
         """BrokerRegistration {broker_id, incarnation_id, listeners {name: "host:port"}, rack}."""
-        # Types and ranges were checked at the boundary (common/messages.py BROKER_REGISTRATION).
+        # Types and ranges were checked at the boundary (common/msgpack_bodies.py BROKER_REGISTRATION).
         broker_id, incarnation, listeners = body["broker_id"], body["incarnation_id"], body["listeners"]
         rack = body.get("rack")
         current = self.image.brokers.get(broker_id)

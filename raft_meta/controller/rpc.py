@@ -3,7 +3,7 @@
 ``RpcServer(handle, ...)`` serves ``handle(api_key, api_version, body, ctx) -> (code, body)`` on
 a :class:`~raftka.common.server.Server` (requests of one connection handled concurrently,
 answered in arrival order; bad bytes close that connection only) and answers ApiVersions itself.
-Every body is checked against its declaration (``requests``: common/messages.py's
+Every body is checked against its declaration (``requests``: common/msgpack_bodies.py's
 CONTROLLER_REQUESTS) before ``handle`` sees it: a bad one is answered INVALID_REQUEST naming the
 field, with one log line per API per minute.
 One-shot requests to a controller use ``raftka.common.transport.call``.
@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Iterable
 from raftka.common import errors
 from raftka.common.api import CONTROLLER_API_KEYS, ApiKey, api_name, api_versions_body
 from raftka.common.errors import InvalidRequestError
-from raftka.common.messages import CONTROLLER_REQUESTS
+from raftka.common.msgpack_bodies import CONTROLLER_REQUESTS
 from raftka.common.ratelog import RateLimitedLog
 from raftka.common.schema import Registry
 from raftka.common.server import Request, Response, Server

@@ -217,7 +217,7 @@ class ControllerService:
         if topic != METADATA_TOPIC:
             return errors.UNKNOWN_TOPIC_OR_PARTITION, {
                 "error_message": f"the controller listener serves only {METADATA_TOPIC}, not {topic!r}"}
-        # Types and ranges were checked at the boundary (common/messages.py METADATA_FETCH).
+        # Types and ranges were checked at the boundary (common/msgpack_bodies.py METADATA_FETCH).
         offset = body["fetch_offset"]
         max_records = min(body.get("max_records", self.fetch_max_records), self.fetch_max_records)
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS_MAX)

@@ -1,4 +1,4 @@
-"""What each request body looks like: one declaration per API, in the shape of Kafka's message
+"""What each msgpack request body looks like (retired by #kafka-protocol for messages/): one declaration per API, in the shape of Kafka's message
 definitions (common/schema.py explains the types, defaults and limits; docs/protocol.md the APIs).
 
 Only the fields Raftka serves and reads are declared; names are Kafka's in snake_case, and Kafka's
