@@ -30,6 +30,7 @@ from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
 from raftka.broker.limits import ByteBudget
 from raftka.storage import LogManager
 from raftka.broker.metadata import MetadataFollower, MetadataView
+from raftka.broker.kafka_wire import ANSWER_SHIMS, REQUEST_SHIMS
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.network import Request, Server
 from raftka.common.api import ApiKey, api_name, api_versions_body
@@ -37,6 +38,7 @@ from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
 from raftka.common.errors import ConfigError, InvalidRequestError, RaftkaError
+from raftka.common.messages import BROKER_API
 from raftka.common.msgpack_bodies import BROKER_REQUESTS
 from raftka.common.ratelog import RateLimitedLog
 from raftka.common.server_config import ServerConfig
@@ -147,7 +149,9 @@ class BrokerServer:
         host, port = self.config.listeners["PLAINTEXT"]
         self.server = Server(self.handle, **self.config.server_limits,  # socket.request.max.bytes, max.connections, ...
                              max_in_flight_per_connection=self.config["queued.max.requests"],
-                             api_versions={int(k): (0, 0) for k in self.handlers}, name=f"broker {self.broker_id}")
+                             api_versions={int(k): (0, 0) for k in self.handlers},
+                             kafka_api={k: BROKER_API[k] for k in self.handlers if k in BROKER_API},
+                             name=f"broker {self.broker_id}")
         await self.server.start(host, port)
         if self.http and "HTTP" in self.config.listeners:
             from raftka.broker.http import start_http
@@ -316,11 +320,19 @@ class BrokerServer:
         self.metrics.request(request.api_key)
         GROUP_REQUEST.set(request)  # this request's task only: the coordinator reads client id and host
         try:
-            try:
-                body = BROKER_REQUESTS.check(request.api_key, request.api_version, request.body)
-            except InvalidRequestError as error:
-                return self._refused(request, error)
+            if request.kafka:  # decoded (and so type-checked) against its declaration already
+                shim = REQUEST_SHIMS.get(request.api_key)
+                body = request.body if shim is None else shim(request.api_version, request.body)
+            else:
+                try:
+                    body = BROKER_REQUESTS.check(request.api_key, request.api_version, request.body)
+                except InvalidRequestError as error:
+                    return self._refused(request, error)
             result = await handler(body)
+            if request.kafka and result is not None and result[0] == errors.NONE:
+                answer_shim = ANSWER_SHIMS.get(request.api_key)
+                if answer_shim is not None:
+                    result = result[0], answer_shim(request.api_version, request.body, result[1])
         except RaftkaError as error:
             self.metrics.error(request.api_key)
             return error.code, {"error_message": error.message}

@@ -44,7 +44,11 @@ from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
 from raftka.common import errors
 from raftka.common.api import SUPPORTED_API_VERSIONS, api_name
 from raftka.common.errors import FrameError, RaftkaError
+from raftka.common.codec import (CodecError, decode_request_header, decoder, encode_response_header, encoder,
+                                 peek_request_api, request_header_version, response_header_version)
+from raftka.common.messages.error_answers import error_answer
 from raftka.common.ratelog import RateLimitedLog
+from raftka.common.schema import FieldError, Message
 from raftka.common.transport import (
     CLOSE_TIMEOUT_MS, CONNECTIONS_FIRST_BYTE_TIMEOUT_MS_DEFAULT, CONNECTIONS_MAX_IDLE_MS_DEFAULT,
     HANDLER_TIMEOUT_MS_DEFAULT, LENGTH, LENGTH_BYTES, MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT,
@@ -107,6 +111,13 @@ class Request:
     peer: Any  # (host, port) of the client
     connection_id: int  # unique per accepted connection of this server
     received_monotonic: float = 0.0
+    # -1: a msgpack frame (transport.py); 1 or 2: Kafka's request header version (its wire protocol)
+    header_version: int = -1
+
+    @property
+    def kafka(self) -> bool:
+        """Did the request come in Kafka's wire protocol (answered in it too)."""
+        return self.header_version >= 0
 
 
 class Response(NamedTuple):
@@ -119,6 +130,7 @@ class Response(NamedTuple):
 HandlerResult = Union[Response, "tuple[int, Any]", None]
 Handler = Callable[[Request], Awaitable[HandlerResult]]
 
+API_VERSIONS_KEY: Final = 18  # ApiVersions: the transport answers it for Kafka clients
 UNKNOWN_API_KEY_LABEL: Final = -1  # metrics count unknown api keys under one label (bounded)
 
 
@@ -257,6 +269,7 @@ class Server:
                  api_versions: Mapping[int, tuple[int, int]] | None = None,
                  handler_timeout_ms: int = HANDLER_TIMEOUT_MS_DEFAULT,
                  queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES_DEFAULT,
+                 kafka_api: Mapping[int, tuple[Message, Message]] | None = None,
                  name: str = "server") -> None:
         for key, value in (("max_frame_bytes", max_frame_bytes), ("max_connections", max_connections),
                            ("max_in_flight_per_connection", max_in_flight_per_connection),
@@ -293,6 +306,9 @@ class Server:
         self._answer_estimate_max = max(1, max_buffered_bytes_per_connection // ANSWER_ESTIMATE_MAX_DIVISOR)
         self.api_versions: Mapping[int, tuple[int, int]] = (
             SUPPORTED_API_VERSIONS if api_versions is None else dict(api_versions))
+        # Kafka's wire protocol: api key -> (request, response) declarations this listener serves
+        # (common/messages/); their versions are what ApiVersions advertises to Kafka clients.
+        self.kafka_api: dict[int, tuple[Message, Message]] = dict(kafka_api or {})
         self.name = name
         self.metrics = ServerMetrics()
         self.port: int | None = None
@@ -490,10 +506,16 @@ class Server:
             conn.frames += 1
             conn.last_activity = time.monotonic()
             self.metrics.bytes_in += LENGTH_BYTES + length
-            api_key, api_version, correlation_id, client_id, body = decode_request(
-                payload, self.max_frame_bytes)
+            # A Kafka request header starts with its api key, an int16 below 256: a zero byte; a
+            # msgpack request (transport.py) with 0x95, its fixarray of 5.
+            if self.kafka_api and payload[:1] == b"\x00":
+                api_key, api_version, correlation_id, client_id, body, header_version = self._decode_kafka(payload)
+            else:
+                header_version = -1
+                api_key, api_version, correlation_id, client_id, body = decode_request(
+                    payload, self.max_frame_bytes)
             del payload  # a large frame's bytes are freed here, not at the next frame
-            if api_key not in self.api_versions:
+            if header_version < 0 and api_key not in self.api_versions:
                 # As Kafka: a request for an API this server does not have closes the connection
                 # (the client speaks something else); a known API at an unsupported version is
                 # answered UNSUPPORTED_VERSION below.
@@ -519,13 +541,76 @@ class Server:
             self.request_bytes_in_flight += size
             conn.reserved_bytes += estimate
             request = Request(api_key, api_version, correlation_id, client_id, body, conn.peer,
-                              conn.id, conn.last_activity)
+                              conn.id, conn.last_activity, header_version)
             self.metrics.requests[api_key] += 1
             conn.running += 1
             task = loop.create_task(self._run(conn, request, size, estimate))
             self._handler_tasks[task] = conn.last_activity
             task.add_done_callback(conn.answered)
             conn.queue.append(task)
+
+    def _decode_kafka(self, payload: bytes) -> tuple[int, int, int, str | None, Any, int]:
+        """A Kafka request frame's (api_key, api_version, correlation_id, client_id, body,
+        header_version). As Kafka: an api key this listener does not serve, a version it does not
+        declare (but ApiVersions', answered below) or bytes that do not decode as declared close
+        the connection (FrameError), since the client speaks something else."""
+        try:
+            api_key, api_version = peek_request_api(payload)
+        except CodecError as error:
+            raise FrameError(error.message) from None
+        messages = self.kafka_api.get(api_key)
+        if messages is None:
+            self.metrics.requests[UNKNOWN_API_KEY_LABEL] += 1
+            raise FrameError(f"unknown api key {api_key} (this listener serves "
+                             f"{', '.join(map(str, sorted(self.kafka_api)))})")
+        request_message = messages[0]
+        low, high = request_message.versions()[0], request_message.versions()[-1]
+        if not low <= api_version <= high:
+            if api_key == API_VERSIONS_KEY:
+                # KIP-511: a client newer than this server learns the versions from a v0 answer.
+                header, _ = decode_request_header(payload, 1)
+                return api_key, api_version, header["correlation_id"], header["client_id"], None, 1
+            raise FrameError(f"{api_name(api_key)} version {api_version} is not supported "
+                             f"(versions {low}..{high})")
+        header_version = request_header_version(request_message, api_version)
+        try:
+            header, position = decode_request_header(payload, header_version)
+            body = decoder(request_message, api_version)(memoryview(payload)[position:])
+        except CodecError as error:
+            raise FrameError(f"{api_name(api_key)} v{api_version}: {error.message}") from None
+        return api_key, api_version, header["correlation_id"], header["client_id"], body, header_version
+
+    def _encode_kafka(self, request: Request, code: int, body: Any) -> bytes | None:
+        """The answer frame in Kafka's protocol; a whole-request error (``code``) becomes the
+        error in every error field of the answer (error_answers.py). None: nothing encodes."""
+        request_message, response_message = self.kafka_api[request.api_key]
+        version = request.api_version
+        if request.api_key == API_VERSIONS_KEY and request.body is None:  # a version it does not know
+            version, code = 0, errors.UNSUPPORTED_VERSION
+            body = {"error_code": code, "api_keys": self.kafka_api_versions()}
+        elif code != errors.NONE:
+            message = body.get("error_message") if isinstance(body, dict) else None
+            body = error_answer(request_message, response_message, version, request.body, code, message)
+        header = encode_response_header({"correlation_id": request.correlation_id},
+                                        response_header_version(response_message, version))
+        try:
+            payload = header + encoder(response_message, version)(body)
+        except CodecError as error:
+            # A bug of ours, but one a client can repeat at will: rate limited like the others.
+            self._rejected.error(f"unencodable-{request.api_key}", "%s: answer to %s v%d cannot be encoded: %s",
+                                 self.name, api_name(request.api_key), version, error.message)
+            try:
+                payload = header + encoder(response_message, version)(error_answer(
+                    request_message, response_message, version, request.body, errors.UNKNOWN_SERVER_ERROR,
+                    "the server could not encode its answer"))
+            except (CodecError, FieldError):
+                return None
+        return LENGTH.pack(len(payload)) + payload
+
+    def kafka_api_versions(self) -> list[dict[str, int]]:
+        """ApiVersions' api_keys for Kafka clients: each declared request's version range."""
+        return [{"api_key": key, "min_version": request.versions()[0], "max_version": request.versions()[-1]}
+                for key, (request, _) in sorted(self.kafka_api.items())]
 
     async def _read_large_payload(self, conn: _ServerConnection, length: int) -> bytes | None:
         """A frame longer than the StreamReader's limit, read chunk by chunk as memory allows
@@ -603,21 +688,32 @@ class Server:
         if code != errors.NONE:
             label = request.api_key if request.api_key in self.api_versions else UNKNOWN_API_KEY_LABEL
             self.metrics.errors[label] += 1
-        try:
-            frame = encode_response(request.correlation_id, code, {} if body is None else body)
-        except FrameError as error:
-            log.error("%s: answer to %s cannot be encoded: %s", self.name, api_name(request.api_key),
-                      error.message)
-            frame = encode_response(request.correlation_id, errors.UNKNOWN_SERVER_ERROR,
-                                    {"error_message": "the server could not encode its answer"})
+        if request.header_version >= 0:
+            kafka_frame = self._encode_kafka(request, code, body)
+            if kafka_frame is None:  # logged; the client would wait for an answer that never comes
+                conn.abort()
+                return None
+            frame = kafka_frame
+        else:
+            try:
+                frame = encode_response(request.correlation_id, code, {} if body is None else body)
+            except FrameError as error:
+                log.error("%s: answer to %s cannot be encoded: %s", self.name, api_name(request.api_key),
+                          error.message)
+                frame = encode_response(request.correlation_id, errors.UNKNOWN_SERVER_ERROR,
+                                        {"error_message": "the server could not encode its answer"})
         if len(frame) > estimate or estimate == self._answer_estimate_unknown:  # learn; see _reap
             self._answer_estimates[request.api_key] = min(len(frame), self._answer_estimate_max)
         conn.buffered_bytes += len(frame)
         return frame
 
     async def _answer(self, request: Request) -> tuple[int, Any]:
-        versions = self.api_versions[request.api_key]  # unknown keys closed the connection
-        if not versions[0] <= request.api_version <= versions[1]:
+        if request.kafka and request.api_key == API_VERSIONS_KEY:
+            # The transport's own answer: what this listener declares (an unknown version's
+            # v0 answer is built when it is encoded).
+            return errors.NONE, {"error_code": errors.NONE, "api_keys": self.kafka_api_versions()}
+        versions = self.api_versions.get(request.api_key, (0, 2**15 - 1))  # Kafka's: checked when decoded
+        if not request.kafka and not versions[0] <= request.api_version <= versions[1]:
             return errors.UNSUPPORTED_VERSION, {
                 "error_message": f"{api_name(request.api_key)} version {request.api_version} is not "
                                  f"supported (versions {versions[0]}..{versions[1]})"}

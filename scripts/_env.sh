@@ -61,3 +61,18 @@ ensure_venv() {
         echo "$want" > "$stamp"
     fi
 }
+
+# ensure_kcat: kcat (the Debian package) for the compatibility suite; installed with apt-get where
+# this runs as root and apt-get exists, else the kcat tests skip and say why.
+ensure_kcat() {
+    command -v kcat >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing kcat (apt-get) for the compatibility suite"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null 2>&1; } ||
+            echo "warning: could not install kcat; its compatibility tests will be skipped." >&2
+    else
+        echo "warning: kcat is not installed (Debian/Ubuntu: apt-get install kcat); its tests will be skipped." >&2
+    fi
+    return 0
+}

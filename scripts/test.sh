@@ -5,6 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 ensure_venv test
+ensure_kcat
 if check_java; then export RAFTKA_HAVE_JAVA=1; fi
 cd "$RAFTKA_ROOT"
 case " $* " in

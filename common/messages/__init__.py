@@ -7,3 +7,32 @@ APIs). Each declares ``REQUESTS`` and ``RESPONSES``, tuples of Messages; names, 
 versions, defaults and tags follow Kafka's published message definitions, and ``valid_versions`` is
 the range Raftka serves (docs/protocol.md is generated from these).
 """
+from __future__ import annotations
+
+import importlib
+from typing import Final
+
+from raftka.common.schema import Message
+
+# The families; one not written yet is skipped (the package lands one family at a time).
+FAMILIES: Final = ("data", "groups", "admin", "controller")
+
+
+def _pairs() -> dict[int, tuple[Message, Message]]:
+    pairs: dict[int, tuple[Message, Message]] = {}
+    for family in FAMILIES:
+        try:
+            module = importlib.import_module(f"raftka.common.messages.{family}")
+        except ModuleNotFoundError:
+            continue
+        responses = {m.api_key: m for m in module.RESPONSES}
+        for request in module.REQUESTS:
+            pairs[request.api_key] = (request, responses[request.api_key])
+    return pairs
+
+
+# api key -> (request, response) declarations
+KAFKA_API: Final[dict[int, tuple[Message, Message]]] = _pairs()
+# What a broker's listener serves in Kafka's protocol (the controller's APIs it does not).
+CONTROLLER_ONLY_KEYS: Final = frozenset({55, 56, 62, 63, 64, 67})
+BROKER_API: Final = {k: v for k, v in KAFKA_API.items() if k not in CONTROLLER_ONLY_KEYS}

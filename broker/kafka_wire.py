@@ -1,0 +1,161 @@
+"""What a broker does differently for a request that came in Kafka's wire protocol.
+
+The handlers (broker/server.py, broker/group/) take and give the bodies their declarations
+describe (common/messages/); most of Kafka's versions of an API only add fields, which the
+decoder fills with their defaults and the encoder leaves out. What remains is here, one small
+function per API and direction, keyed by api key:
+
+- ``REQUEST_SHIMS``: version semantics of a request (Metadata v0's empty topic list means every
+  topic) and the few places where a handler still takes the older msgpack body's shape (a
+  topic's configs as a map), until the msgpack frames retire.
+- ``ANSWER_SHIMS``: what Kafka's answer needs and the handler's does not say (a topic id for a
+  topic that does not exist is Kafka's zero uuid; ``is_internal``).
+
+A request shim takes ``(version, body)``, an answer shim ``(version, request body, answer)``;
+both return the new body, may raise a RaftkaError for what Raftka does not serve (answered as
+the error of every entry, common/messages/error_answers.py), and do no I/O.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Final
+
+from raftka.common.api import ApiKey
+from raftka.common.errors import InvalidRequestError
+
+ZERO_UUID: Final = "0" * 32
+INTERNAL_TOPIC_PREFIX: Final = "__"  # __consumer_offsets (Kafka marks it is_internal)
+
+RESOURCE_TOPIC: Final = 2  # Kafka's ConfigResource.Type.TOPIC
+CONFIG_SOURCE_TOPIC: Final = 1  # DYNAMIC_TOPIC_CONFIG: a topic's own override
+CONFIG_SOURCE_DEFAULT: Final = 5  # DEFAULT_CONFIG
+
+Shim = Callable[[int, Any], Any]  # (version, request body) -> the handler's body
+AnswerShim = Callable[[int, Any, Any], Any]  # (version, request body, answer) -> Kafka's answer
+
+
+def _metadata_request(version: int, body: dict) -> dict:
+    topics = body["topics"]
+    if topics is None or (version == 0 and not topics):
+        names = None  # every topic (v0 said so with an empty list; v1+ with null)
+    else:
+        names = [t["name"] for t in topics if t.get("name") is not None]
+    return {"topics": names, "allow_auto_topic_creation": body.get("allow_auto_topic_creation", False)}
+
+
+def _metadata_answer(version: int, request: dict, body: dict) -> dict:
+    for topic in body["topics"]:
+        if topic.get("topic_id") is None:
+            topic["topic_id"] = ZERO_UUID
+        topic["is_internal"] = topic["name"].startswith(INTERNAL_TOPIC_PREFIX)
+    # As a KRaft broker: clients send controller requests (CreateTopics, ...) to "the controller",
+    # which must be a broker they can reach; any broker forwards them to the active controller.
+    live = [b["node_id"] for b in body["brokers"]]
+    body["controller_id"] = min(live) if live else -1
+    return body
+
+
+def _config_map(entries: list[dict]) -> dict[str, str | None]:
+    """Kafka's [{name, value}] as the controller's {name: value} (last one wins, as Kafka's map)."""
+    return {entry["name"]: entry["value"] for entry in entries}
+
+
+def _create_topics_request(version: int, body: dict) -> dict:
+    for topic in body["topics"]:
+        if topic["assignments"]:
+            raise InvalidRequestError(f"topic {topic['name']!r}: replica assignments are not supported; "
+                                      "give num_partitions and replication_factor")
+    return {"topics": [{"name": t["name"], "num_partitions": t["num_partitions"],
+                        "replication_factor": t["replication_factor"], "configs": _config_map(t["configs"])}
+                       for t in body["topics"]],
+            "timeout_ms": body["timeout_ms"], "validate_only": body["validate_only"]}
+
+
+def _create_topics_answer(version: int, request: dict, body: dict) -> dict:
+    for topic in body["topics"]:
+        if topic.get("topic_id") is None:
+            topic["topic_id"] = ZERO_UUID
+    return body
+
+
+def _delete_topics_request(version: int, body: dict) -> dict:
+    if version >= 6:
+        nameless = [t["topic_id"] for t in body["topics"] if t["name"] is None]
+        if nameless:
+            raise InvalidRequestError(f"topics named by id only ({nameless[0]}) are not supported; name them")
+        names = [t["name"] for t in body["topics"]]
+    else:
+        names = body["topic_names"]
+    return {"topic_names": names, "timeout_ms": body["timeout_ms"]}
+
+
+def _resources_request(version: int, body: dict) -> dict:
+    """DescribeConfigs / AlterConfigs: topics are the only resources Raftka configures through them."""
+    for resource in body["resources"]:
+        if resource["resource_type"] != RESOURCE_TOPIC:
+            raise InvalidRequestError(f"resource type {resource['resource_type']} of {resource['resource_name']!r}: "
+                                      f"only topics ({RESOURCE_TOPIC}) can be described or altered")
+    out = dict(body)
+    out["resources"] = [
+        {**r, "resource_type": "topic", **({"configs": _config_map(r["configs"])} if "configs" in r else {})}
+        for r in body["resources"]]
+    return out
+
+
+def _describe_configs_answer(version: int, request: dict, body: dict) -> dict:
+    wanted = {r["resource_name"]: r.get("configuration_keys") for r in request["resources"]}
+    for result in body["results"]:
+        result["resource_type"] = RESOURCE_TOPIC
+        keys = wanted.get(result["resource_name"])
+        configs = result.get("configs") or []
+        if keys is not None:
+            configs = [c for c in configs if c["name"] in keys]
+        for config in configs:
+            config["config_source"] = CONFIG_SOURCE_DEFAULT if config.pop("is_default", False) \
+                else CONFIG_SOURCE_TOPIC
+        result["configs"] = configs
+    return body
+
+
+def _alter_configs_answer(version: int, request: dict, body: dict) -> dict:
+    for result in body["responses"]:
+        result["resource_type"] = RESOURCE_TOPIC
+    return body
+
+
+def _fetch_answer(version: int, request: dict, body: dict) -> dict:
+    # Kafka's tagged structs have no null: "none" is the field left out (its default).
+    for topic in body["responses"]:
+        for partition in topic["partitions"]:
+            if partition.get("diverging_epoch", 0) is None:
+                del partition["diverging_epoch"]
+            if partition.get("current_leader", 0) is None:
+                del partition["current_leader"]
+    return body
+
+
+def _produce_answer(version: int, request: dict, body: dict) -> dict:
+    for topic in body["responses"]:
+        for partition in topic["partition_responses"]:
+            if partition.get("current_leader", 0) is None:
+                del partition["current_leader"]
+    return body
+
+
+REQUEST_SHIMS: Final[dict[int, Shim]] = {
+    ApiKey.METADATA: _metadata_request,
+    ApiKey.CREATE_TOPICS: _create_topics_request,
+    ApiKey.DELETE_TOPICS: _delete_topics_request,
+    ApiKey.DESCRIBE_CONFIGS: _resources_request,
+    ApiKey.ALTER_CONFIGS: _resources_request,
+}
+
+ANSWER_SHIMS: Final[dict[int, AnswerShim]] = {
+    ApiKey.PRODUCE: _produce_answer,
+    ApiKey.FETCH: _fetch_answer,
+    ApiKey.METADATA: _metadata_answer,
+    ApiKey.CREATE_TOPICS: _create_topics_answer,
+    ApiKey.DESCRIBE_CONFIGS: _describe_configs_answer,
+    ApiKey.ALTER_CONFIGS: _alter_configs_answer,
+}
+
+__all__ = ["ANSWER_SHIMS", "REQUEST_SHIMS"]
