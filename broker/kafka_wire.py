@@ -8,6 +8,8 @@ function per API and direction, keyed by api key:
 - ``REQUEST_SHIMS``: version semantics of a request (Metadata v0's empty topic list means every
   topic) and the few places where a handler still takes the older msgpack body's shape (a
   topic's configs as a map), until the msgpack frames retire.
+- ``HANDLER_WRAPPERS``: later versions that batch what a handler answers one at a time
+  (FindCoordinator v4's keys, OffsetFetch v8's groups).
 - ``ANSWER_SHIMS``: what Kafka's answer needs and the handler's does not say (a topic id for a
   topic that does not exist is Kafka's zero uuid; ``is_internal``).
 
@@ -17,8 +19,9 @@ the error of every entry, common/messages/error_answers.py), and do no I/O.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Final
+from typing import Any, Awaitable, Callable, Final
 
+from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import InvalidRequestError
 
@@ -141,7 +144,51 @@ def _produce_answer(version: int, request: dict, body: dict) -> dict:
     return body
 
 
+def _offset_commit_request(version: int, body: dict) -> dict:
+    out = dict(body)
+    out["generation_id"] = out.pop("generation_id_or_member_epoch")  # Kafka renamed it for KIP-848
+    return out
+
+
+# -- APIs whose later versions batch what a handler answers one at a time ---------------------------
+
+Handler = Callable[[dict], Awaitable[Any]]
+
+
+async def _find_coordinator(handler: Handler, version: int, body: dict) -> Any:
+    if version < 4:
+        return await handler(body)
+    coordinators = []
+    for key in body["coordinator_keys"]:  # v4: one answer per key (KIP-699)
+        code, answer = await handler({"key": key, "key_type": body["key_type"]})
+        coordinators.append({"key": key, **answer} if code == errors.NONE else
+                            {"key": key, "error_code": code, "error_message": (answer or {}).get("error_message"),
+                             "node_id": -1, "host": "", "port": -1})
+    return errors.NONE, {"coordinators": coordinators}
+
+
+async def _offset_fetch(handler: Handler, version: int, body: dict) -> Any:
+    if version < 8:
+        return await handler(body)
+    groups = []
+    for group in body["groups"]:  # v8: one answer per group (KIP-709)
+        code, answer = await handler({"group_id": group["group_id"], "topics": group["topics"],
+                                      "require_stable": body["require_stable"]})
+        if code != errors.NONE:
+            answer = {"error_code": code, "topics": []}
+        groups.append({"group_id": group["group_id"], "topics": answer.get("topics", []),
+                       "error_code": answer.get("error_code", errors.NONE)})
+    return errors.NONE, {"groups": groups}
+
+
+HANDLER_WRAPPERS: Final[dict[int, Callable[[Handler, int, dict], Awaitable[Any]]]] = {
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.OFFSET_FETCH: _offset_fetch,
+}
+
+
 REQUEST_SHIMS: Final[dict[int, Shim]] = {
+    ApiKey.OFFSET_COMMIT: _offset_commit_request,
     ApiKey.METADATA: _metadata_request,
     ApiKey.CREATE_TOPICS: _create_topics_request,
     ApiKey.DELETE_TOPICS: _delete_topics_request,
@@ -158,4 +205,4 @@ ANSWER_SHIMS: Final[dict[int, AnswerShim]] = {
     ApiKey.ALTER_CONFIGS: _alter_configs_answer,
 }
 
-__all__ = ["ANSWER_SHIMS", "REQUEST_SHIMS"]
+__all__ = ["ANSWER_SHIMS", "HANDLER_WRAPPERS", "REQUEST_SHIMS"]

@@ -30,7 +30,7 @@ from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
 from raftka.broker.limits import ByteBudget
 from raftka.storage import LogManager
 from raftka.broker.metadata import MetadataFollower, MetadataView
-from raftka.broker.kafka_wire import ANSWER_SHIMS, REQUEST_SHIMS
+from raftka.broker.kafka_wire import ANSWER_SHIMS, HANDLER_WRAPPERS, REQUEST_SHIMS
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.network import Request, Server
 from raftka.common.api import ApiKey, api_name, api_versions_body
@@ -328,7 +328,8 @@ class BrokerServer:
                     body = BROKER_REQUESTS.check(request.api_key, request.api_version, request.body)
                 except InvalidRequestError as error:
                     return self._refused(request, error)
-            result = await handler(body)
+            wrapper = HANDLER_WRAPPERS.get(request.api_key) if request.kafka else None
+            result = await (handler(body) if wrapper is None else wrapper(handler, request.api_version, body))
             if request.kafka and result is not None and result[0] == errors.NONE:
                 answer_shim = ANSWER_SHIMS.get(request.api_key)
                 if answer_shim is not None:
