@@ -30,12 +30,15 @@ import functools
 import logging
 import struct
 import time
-from typing import Any, Final
+from typing import Any, Final, Mapping
 
 import msgpack
 
 from raftka.common import errors
 from raftka.common.api import api_name
+from raftka.common.codec import (CodecError, decode_response_header, decoder, encode_request_header, encoder,
+                                 request_header_version, response_header_version)
+from raftka.common.messages import KAFKA_API
 from raftka.common.errors import FrameError, NetworkExceptionError, RaftkaError, RequestTimedOutError
 
 log = logging.getLogger(__name__)
@@ -177,14 +180,40 @@ def _os_error_text(error: BaseException) -> str:
 # Client side.
 
 class _InFlight:
-    __slots__ = ("correlation_id", "api_key", "future", "timer")
+    __slots__ = ("correlation_id", "api_key", "future", "timer", "kafka_version")
 
     def __init__(self, correlation_id: int, api_key: int, future: asyncio.Future,
-                 timer: asyncio.TimerHandle | None = None) -> None:
+                 timer: asyncio.TimerHandle | None = None, kafka_version: int = -1) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.future = future
         self.timer = timer  # submit()'s timeout; cancelled when the answer comes
+        self.kafka_version = kafka_version  # -1: a msgpack frame; else the Kafka version it was sent at
+
+
+_CORRELATION_ID = struct.Struct(">i")
+
+
+def _kafka_request_frame(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                         encoded_body: bytes) -> bytes:
+    header = encode_request_header({"api_key": api_key, "api_version": version, "correlation_id": correlation_id,
+                                    "client_id": client_id},
+                                   request_header_version(KAFKA_API[api_key][0], version))
+    return LENGTH.pack(len(header) + len(encoded_body)) + header + encoded_body
+
+
+def decode_kafka_response(payload: bytes, api_key: int, version: int) -> tuple[int, Any]:
+    """(correlation_id, body) of a Kafka answer to ``api_key`` at ``version``; FrameError when
+    the bytes are not what that answer declares."""
+    response = KAFKA_API[api_key][1]
+    try:
+        (correlation_id,) = _CORRELATION_ID.unpack_from(payload)
+        start = 4 if response_header_version(response, version) == 0 else None
+        if start is None:  # header v1: the correlation id and a tagged-field section
+            _, start = decode_response_header(payload, 1)
+        return correlation_id, decoder(response, version)(memoryview(payload)[start:])
+    except (CodecError, struct.error) as error:
+        raise FrameError(f"{api_name(api_key)} v{version} answer: {getattr(error, 'message', error)}") from None
 
 
 class _Slots:
@@ -258,7 +287,8 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, host: str,
                  port: int, client_id: str | None, max_in_flight_requests: int,
-                 max_frame_bytes: int, request_timeout_ms: int) -> None:
+                 max_frame_bytes: int, request_timeout_ms: int,
+                 kafka_versions: Mapping[int, int] | None = None) -> None:
         if max_in_flight_requests < 1:
             raise errors.ConfigError("max_in_flight_requests", f"must be >= 1, got {max_in_flight_requests}")
         if client_id is not None and not isinstance(client_id, str):
@@ -269,6 +299,10 @@ class Connection:
         self.max_in_flight_requests = max_in_flight_requests
         self.max_frame_bytes = max_frame_bytes
         self.request_timeout_ms = request_timeout_ms
+        # api key -> the version this connection sends it at in Kafka's wire protocol; other
+        # APIs go as msgpack frames, until #kafka-protocol has moved every one (the server tells
+        # the two apart frame by frame, so both share one connection meanwhile).
+        self.kafka_versions: dict[int, int] = dict(kafka_versions or {})
         self._reader = reader
         self._writer = writer
         self._in_flight: collections.deque[_InFlight] = collections.deque()
@@ -285,7 +319,8 @@ class Connection:
                    connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
                    max_in_flight_requests: int = MAX_IN_FLIGHT_REQUESTS_DEFAULT,
                    max_frame_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
-                   request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT) -> "Connection":
+                   request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+                   kafka_versions: Mapping[int, int] | None = None) -> "Connection":
         """Connect to ``host:port``. RequestTimedOutError after ``connect_timeout_ms``,
         NetworkExceptionError when the connection is refused or fails."""
         # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for loses a cancel that lands
@@ -299,7 +334,7 @@ class Connection:
             raise NetworkExceptionError(f"cannot connect to {host}:{port}: {_os_error_text(error)}") from None
         return cls(reader, writer, host=host, port=port, client_id=client_id,
                    max_in_flight_requests=max_in_flight_requests, max_frame_bytes=max_frame_bytes,
-                   request_timeout_ms=request_timeout_ms)
+                   request_timeout_ms=request_timeout_ms, kafka_versions=kafka_versions)
 
     @property
     def address(self) -> str:
@@ -320,6 +355,23 @@ class Connection:
         state = "closed" if self.closed else f"{len(self._in_flight)} in flight"
         return f"<Connection {self.address} {state}>"
 
+    def _encode_body(self, api_key: int, body: Any) -> tuple[int, bytes]:
+        """(Kafka version or -1, the encoded body): FrameError when it cannot be encoded."""
+        version = self.kafka_versions.get(api_key, -1)
+        if version < 0:
+            return -1, _pack(body)
+        try:
+            return version, encoder(KAFKA_API[api_key][0], version)(body)
+        except CodecError as error:
+            raise FrameError(f"cannot encode {api_name(api_key)} v{version}: {error.message}") from None
+
+    def _frame(self, api_key: int, api_version: int, kafka_version: int, correlation_id: int,
+               encoded_body: bytes) -> bytes:
+        if kafka_version < 0:
+            return _request_frame_from_packed_body(api_key, api_version, correlation_id, self.client_id,
+                                                   encoded_body)
+        return _kafka_request_frame(api_key, kafka_version, correlation_id, self.client_id, encoded_body)
+
     def _raise_closed(self) -> None:
         assert self._close_error is not None
         raise NetworkExceptionError(f"connection to {self.address} is closed: {self._close_error.message}")
@@ -338,7 +390,7 @@ class Connection:
         if self._close_error is not None:
             self._raise_closed()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        packed_body = _pack(body)
+        kafka_version, packed_body = self._encode_body(api_key, body)
         slot_taken = False
         try:
             async with asyncio.timeout(timeout_ms / 1000):
@@ -349,14 +401,13 @@ class Connection:
                         self._raise_closed()
                 correlation_id = self._next_correlation_id
                 self._next_correlation_id = 0 if correlation_id >= CORRELATION_ID_MAX else correlation_id + 1
-                frame = _request_frame_from_packed_body(api_key, api_version, correlation_id,
-                                                        self.client_id, packed_body)
+                frame = self._frame(api_key, api_version, kafka_version, correlation_id, packed_body)
                 future: asyncio.Future | None = None
                 if expect_response:
                     future = asyncio.get_running_loop().create_future()
                     # From here the read loop owns the slot: it is freed when the answer arrives
                     # (or the connection dies), even if this caller gives up first.
-                    self._in_flight.append(_InFlight(correlation_id, api_key, future))
+                    self._in_flight.append(_InFlight(correlation_id, api_key, future, None, kafka_version))
                     slot_taken = False
                 self._send(frame)
                 await self._writer.drain()  # waits only while the socket's buffer is full
@@ -385,7 +436,8 @@ class Connection:
         Raises NetworkExceptionError when closed, FrameError when ``body`` cannot be encoded."""
         if self._close_error is not None:
             self._raise_closed()
-        packed_body = _pack(body)
+        kafka_version, packed_body = self._encode_body(api_key, body)
+        api_version = api_version if kafka_version < 0 else kafka_version
         loop = self._loop
         future = loop.create_future()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
@@ -413,10 +465,10 @@ class Connection:
                          future: asyncio.Future, timer: asyncio.TimerHandle) -> None:
         correlation_id = self._next_correlation_id
         self._next_correlation_id = 0 if correlation_id >= CORRELATION_ID_MAX else correlation_id + 1
-        frame = _request_frame_from_packed_body(api_key, api_version, correlation_id, self.client_id,
-                                                packed_body)
+        kafka_version = self.kafka_versions.get(api_key, -1)
+        frame = self._frame(api_key, api_version, kafka_version, correlation_id, packed_body)
         # From here the read loop owns the slot, as in request().
-        self._in_flight.append(_InFlight(correlation_id, api_key, future, timer))
+        self._in_flight.append(_InFlight(correlation_id, api_key, future, timer, kafka_version))
         try:
             self._send(frame)
         except (ConnectionError, OSError) as error:
@@ -450,10 +502,14 @@ class Connection:
                 if payload is None:
                     error = NetworkExceptionError(f"{self.address} closed the connection")
                     break
-                correlation_id, code, body = decode_response(payload, self.max_frame_bytes)
                 if not self._in_flight:
-                    raise FrameError(f"answer with correlation id {correlation_id} but no request in flight")
+                    raise FrameError("an answer came with no request in flight")
                 oldest = self._in_flight[0]
+                if oldest.kafka_version < 0:
+                    correlation_id, code, body = decode_response(payload, self.max_frame_bytes)
+                else:  # Kafka's answers carry their errors in the body
+                    code = errors.NONE
+                    correlation_id, body = decode_kafka_response(payload, oldest.api_key, oldest.kafka_version)
                 if oldest.correlation_id != correlation_id:
                     raise FrameError(f"answer with correlation id {correlation_id}, expected "
                                      f"{oldest.correlation_id} (answers must come in request order)")

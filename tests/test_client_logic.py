@@ -59,7 +59,8 @@ class FakeKafka:
                            {"error_code": 0, "partition_index": p, "leader_id": self.leaders[TopicPartition(t, p)],
                             "leader_epoch": self.epochs[TopicPartition(t, p)], "replica_nodes": [1, 2],
                             "isr_nodes": [1, 2], "offline_replicas": []} for p in range(n)]}
-                           for t, n in self.topics.items() if body["topics"] is None or t in body["topics"]]}
+                           for t, n in self.topics.items()
+                           if body["topics"] is None or t in [x["name"] for x in body["topics"]]]}
         if api == 22:
             self.next_pid += 1
             return 0, {"producer_id": self.next_pid, "producer_epoch": 0}

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
+from raftka.client.aio.protocol import KAFKA_VERSIONS, ZERO_UUID
 from raftka.client.aio.timeouts import cancel_and_wait, wait_for
 from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
 from raftka.common import errors
@@ -87,7 +88,7 @@ def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
 async def default_connection_factory(host: str, port: int, client_id: str) -> ConnectionLike:
     """Open a pipelined connection with the shared transport (common/transport.py)."""
     from raftka.common.transport import Connection  # the shared transport
-    return await Connection.open(host, port, client_id=client_id)
+    return await Connection.open(host, port, client_id=client_id, kafka_versions=KAFKA_VERSIONS)
 
 
 @dataclass
@@ -182,7 +183,9 @@ def parse_metadata(body: dict[str, Any]) -> ClusterMetadata:
                 name, idx, p.get("leader_id", -1) if p.get("leader_id") is not None else -1,
                 p.get("leader_epoch", -1), tuple(p.get("replica_nodes") or ()),
                 tuple(p.get("isr_nodes") or ()), tuple(p.get("offline_replicas") or ()))
-        topics[name] = TopicInfo(name, raw.get("topic_id"), raw.get("error_code", 0) or 0, parts)
+        topic_id = raw.get("topic_id")
+        topics[name] = TopicInfo(name, None if topic_id == ZERO_UUID else topic_id, raw.get("error_code", 0) or 0,
+                                 parts)
     return ClusterMetadata(body.get("cluster_id"), body.get("controller_id", -1)
                            if body.get("controller_id") is not None else -1, brokers, topics)
 
@@ -465,8 +468,8 @@ class Cluster:
         every topic when tracking all) from any broker, merge it into the cache, and return what this answer said."""
         if topics is TRACKED:
             topics = None if self._all_topics else sorted(self._tracked)
-        code, body = await self.request_any(API_METADATA, {"topics": list(topics) if topics is not None
-                                                           else None,
+        code, body = await self.request_any(API_METADATA, {"topics": [{"name": t} for t in topics]
+                                                           if topics is not None else None,
                                                            "allow_auto_topic_creation": False},
                                             timeout_ms=timeout_ms, split_budget=True)
         if code != errors.NONE:
@@ -500,7 +503,7 @@ class Cluster:
 
     def update_leader(self, tp: TopicPartition, leader: dict[str, Any] | None) -> None:
         """Apply ``current_leader`` {leader_id, leader_epoch} from an error answer when newer."""
-        if not leader or leader.get("leader_id") is None:
+        if not leader or leader.get("leader_id") is None or leader["leader_id"] < 0:  # -1: Kafka's "unknown"
             self.request_update()
             return
         info = self.metadata.topics.get(tp.topic)

@@ -1,0 +1,24 @@
+"""The version of each API this client speaks in Kafka's wire protocol.
+
+Every API listed goes out in Kafka's encoding at that version (common/transport.py encodes it from
+the declarations in common/messages/); the client builds its bodies in that version's shape. An
+API not listed yet still goes as a msgpack frame: #kafka-protocol moves them one at a time, and a
+Raftka broker tells the two apart frame by frame.
+
+Versions are the newest the Raftka broker serves whose shape this client builds; a Kafka broker
+serves them too (all are within Kafka 4's ranges).
+"""
+from __future__ import annotations
+
+from typing import Final
+
+from raftka.common.api import ApiKey
+
+KAFKA_VERSIONS: Final[dict[int, int]] = {
+    ApiKey.PRODUCE: 10,  # v10: a NOT_LEADER answer names the new leader (KIP-951)
+    ApiKey.FETCH: 12,  # sessionless (session_id 0); v13+ name topics by id
+    ApiKey.LIST_OFFSETS: 6,
+    ApiKey.METADATA: 12,
+}
+
+ZERO_UUID: Final = "0" * 32  # Kafka's "no topic id"
