@@ -9,7 +9,8 @@ function per API and direction, keyed by api key:
   topic) and the few places where a handler still takes the older msgpack body's shape (a
   topic's configs as a map), until the msgpack frames retire.
 - ``HANDLER_WRAPPERS``: later versions that batch what a handler answers one at a time
-  (FindCoordinator v4's keys, OffsetFetch v8's groups).
+  (FindCoordinator v4's keys, OffsetFetch v8's groups), and what is answered without the handler
+  (an incremental Fetch: Raftka declines fetch sessions).
 - ``ANSWER_SHIMS``: what Kafka's answer needs and the handler's does not say (a topic id for a
   topic that does not exist is Kafka's zero uuid; ``is_internal``).
 
@@ -27,6 +28,11 @@ from raftka.common.errors import InvalidRequestError
 
 ZERO_UUID: Final = "0" * 32
 INTERNAL_TOPIC_PREFIX: Final = "__"  # __consumer_offsets (Kafka marks it is_internal)
+
+# Fetch sessions (KIP-227). Raftka's error table does not name the code: only this shim answers it.
+FETCH_SESSION_ID_NOT_FOUND: Final = 70
+FINAL_EPOCH: Final = -1  # a full fetch that wants no session (or closes the one it names)
+INITIAL_EPOCH: Final = 0  # a full fetch that asks for a session (declined: session_id 0 in the answer)
 
 RESOURCE_TOPIC: Final = 2  # Kafka's ConfigResource.Type.TOPIC
 CONFIG_SOURCE_TOPIC: Final = 1  # DYNAMIC_TOPIC_CONFIG: a topic's own override
@@ -144,6 +150,15 @@ def _produce_answer(version: int, request: dict, body: dict) -> dict:
     return body
 
 
+def _join_group_answer(version: int, request: dict, body: dict) -> dict:
+    # The coordinator says "no protocol chosen" with null (its answers on error, e.g. the v4+
+    # MEMBER_ID_REQUIRED that hands out a member id); Kafka's protocol_name is nullable from v7
+    # only, and before that an error answer carries the empty string.
+    if version < 7 and body.get("protocol_name") is None:
+        body["protocol_name"] = ""
+    return body
+
+
 def _offset_commit_request(version: int, body: dict) -> dict:
     out = dict(body)
     out["generation_id"] = out.pop("generation_id_or_member_epoch")  # Kafka renamed it for KIP-848
@@ -181,7 +196,19 @@ async def _offset_fetch(handler: Handler, version: int, body: dict) -> Any:
     return errors.NONE, {"groups": groups}
 
 
+async def _fetch(handler: Handler, version: int, body: dict) -> Any:
+    """Fetch sessions (v7+, KIP-227) are declined: every answer has session_id 0, which tells a
+    client asking for one (epoch 0) to go on with full fetches. A full fetch (epoch 0 or -1) is
+    served whatever session it names (Kafka closes the session a full fetch names; Raftka has none
+    to close). An incremental fetch (epoch above 0) needs a session this broker never made: Kafka's
+    answer to it is the error alone, top level, no partitions."""
+    if body.get("session_epoch", FINAL_EPOCH) in (FINAL_EPOCH, INITIAL_EPOCH):
+        return await handler(body)
+    return errors.NONE, {"error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+
+
 HANDLER_WRAPPERS: Final[dict[int, Callable[[Handler, int, dict], Awaitable[Any]]]] = {
+    ApiKey.FETCH: _fetch,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.OFFSET_FETCH: _offset_fetch,
 }
@@ -201,6 +228,7 @@ ANSWER_SHIMS: Final[dict[int, AnswerShim]] = {
     ApiKey.FETCH: _fetch_answer,
     ApiKey.METADATA: _metadata_answer,
     ApiKey.CREATE_TOPICS: _create_topics_answer,
+    ApiKey.JOIN_GROUP: _join_group_answer,
     ApiKey.DESCRIBE_CONFIGS: _describe_configs_answer,
     ApiKey.ALTER_CONFIGS: _alter_configs_answer,
 }

@@ -131,6 +131,13 @@ HandlerResult = Union[Response, "tuple[int, Any]", None]
 Handler = Callable[[Request], Awaitable[HandlerResult]]
 
 API_VERSIONS_KEY: Final = 18  # ApiVersions: the transport answers it for Kafka clients
+PRODUCE_KEY: Final = 0
+# Versions advertised in ApiVersions below the lowest one served (KAFKA-18659). Older librdkafka
+# (2.0.2, which Debian's kcat links) compresses a batch only if the broker's Produce range meets
+# [0, the codec's version]; without v0 it sends gzip, snappy and lz4 uncompressed, silently.
+# Kafka 4.0 advertises Produce from v0 while serving v3+ only, and so does Raftka: a Produce
+# below v3 still closes the connection (_decode_kafka), as any undeclared version does.
+ADVERTISED_MIN_VERSIONS: Final = {PRODUCE_KEY: 0}
 UNKNOWN_API_KEY_LABEL: Final = -1  # metrics count unknown api keys under one label (bounded)
 
 
@@ -608,8 +615,10 @@ class Server:
         return LENGTH.pack(len(payload)) + payload
 
     def kafka_api_versions(self) -> list[dict[str, int]]:
-        """ApiVersions' api_keys for Kafka clients: each declared request's version range."""
-        return [{"api_key": key, "min_version": request.versions()[0], "max_version": request.versions()[-1]}
+        """ApiVersions' api_keys for Kafka clients: each declared request's version range (with
+        Produce from v0, see ADVERTISED_MIN_VERSIONS)."""
+        return [{"api_key": key, "max_version": request.versions()[-1],
+                 "min_version": min(request.versions()[0], ADVERTISED_MIN_VERSIONS.get(key, request.versions()[0]))}
                 for key, (request, _) in sorted(self.kafka_api.items())]
 
     async def _read_large_payload(self, conn: _ServerConnection, length: int) -> bytes | None:
