@@ -681,6 +681,24 @@ def _make_encoder(message: Message, version: int) -> Callable[[dict[str, Any]], 
     return encode
 
 
+def encoder_into(message: Message, version: int) -> Callable[[dict[str, Any], bytearray], None]:
+    """``encode_into(body, buf)``: as :func:`encoder`, appending to ``buf`` (a frame being built:
+    its length prefix and header first, then the body, with no copy of a large body)."""
+    return _wrapper(message, version, "encode into", lambda: _make_encoder_into(message, version))  # type: ignore[no-any-return]
+
+
+def _make_encoder_into(message: Message, version: int) -> Callable[[dict[str, Any], bytearray], None]:
+    enc, _ = _compiled(message, version)
+    what = f"{message.name} v{version}"
+
+    def encode_into(body: dict[str, Any], buf: bytearray) -> None:
+        try:
+            enc(body, buf)
+        except FieldError as bad:
+            raise _error(bad, what) from None
+    return encode_into
+
+
 def decoder(message: Message, version: int, *, allow_trailing: bool = False) -> Callable[[Any], dict[str, Any]]:
     """``decode(data) -> body`` of ``message`` at ``version``, compiled once; any malformed input
     raises CodecError naming the field. Bytes after the body are an error unless ``allow_trailing``."""
@@ -768,4 +786,4 @@ def _decode_prefix(message: Message, version: int, data: Any) -> tuple[dict[str,
 __all__ = ["CodecError", "FIXED_FORMATS", "REQUEST_HEADER", "RESPONSE_HEADER", "decode_request_header",
            "decode_response_header", "decode_uvarint", "decode_varint", "decode_varlong", "decoder",
            "encode_request_header", "encode_response_header", "encode_uvarint", "encode_varint", "encode_varlong",
-           "encoder", "peek_request_api", "request_header_version", "response_header_version"]
+           "encoder", "encoder_into", "peek_request_api", "request_header_version", "response_header_version"]

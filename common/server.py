@@ -44,7 +44,7 @@ from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
 from raftka.common import errors
 from raftka.common.api import SUPPORTED_API_VERSIONS, api_name
 from raftka.common.errors import FrameError, RaftkaError
-from raftka.common.codec import (CodecError, decode_request_header, decoder, encode_response_header, encoder,
+from raftka.common.codec import (CodecError, decode_request_header, decoder, encode_response_header, encoder_into,
                                  peek_request_api, request_header_version, response_header_version)
 from raftka.common.messages.error_answers import error_answer
 from raftka.common.ratelog import RateLimitedLog
@@ -600,19 +600,24 @@ class Server:
             body = error_answer(request_message, response_message, version, request.body, code, message)
         header = encode_response_header({"correlation_id": request.correlation_id},
                                         response_header_version(response_message, version))
+        # One buffer for the whole frame: a Fetch answer's records are copied into it once.
+        frame = bytearray(LENGTH_BYTES)
+        frame += header
         try:
-            payload = header + encoder(response_message, version)(body)
+            encoder_into(response_message, version)(body, frame)
         except CodecError as error:
             # A bug of ours, but one a client can repeat at will: rate limited like the others.
             self._rejected.error(f"unencodable-{request.api_key}", "%s: answer to %s v%d cannot be encoded: %s",
                                  self.name, api_name(request.api_key), version, error.message)
+            del frame[LENGTH_BYTES + len(header):]
             try:
-                payload = header + encoder(response_message, version)(error_answer(
+                encoder_into(response_message, version)(error_answer(
                     request_message, response_message, version, request.body, errors.UNKNOWN_SERVER_ERROR,
-                    "the server could not encode its answer"))
+                    "the server could not encode its answer"), frame)
             except (CodecError, FieldError):
                 return None
-        return LENGTH.pack(len(payload)) + payload
+        LENGTH.pack_into(frame, 0, len(frame) - LENGTH_BYTES)
+        return frame  # type: ignore[return-value]  # a bytearray: written as is
 
     def kafka_api_versions(self) -> list[dict[str, int]]:
         """ApiVersions' api_keys for Kafka clients: each declared request's version range (with

@@ -36,7 +36,7 @@ import msgpack
 
 from raftka.common import errors
 from raftka.common.api import api_name
-from raftka.common.codec import (CodecError, decode_response_header, decoder, encode_request_header, encoder,
+from raftka.common.codec import (CodecError, decode_response_header, decoder, encode_request_header, encoder_into,
                                  request_header_version, response_header_version)
 from raftka.common.messages import KAFKA_API
 from raftka.common.errors import FrameError, NetworkExceptionError, RaftkaError, RequestTimedOutError
@@ -361,7 +361,9 @@ class Connection:
         if version < 0:
             return -1, _pack(body)
         try:
-            return version, encoder(KAFKA_API[api_key][0], version)(body)
+            encoded = bytearray()  # kept as is: the frame copies it once
+            encoder_into(KAFKA_API[api_key][0], version)(body, encoded)
+            return version, encoded  # type: ignore[return-value]
         except CodecError as error:
             raise FrameError(f"cannot encode {api_name(api_key)} v{version}: {error.message}") from None
 
