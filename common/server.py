@@ -37,6 +37,7 @@ import ipaddress
 import logging
 import mmap
 import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
@@ -44,8 +45,8 @@ from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
 from raftka.common import errors
 from raftka.common.api import SUPPORTED_API_VERSIONS, api_name
 from raftka.common.errors import FrameError, RaftkaError
-from raftka.common.codec import (CodecError, decode_request_header, decoder, encode_response_header, encoder_into,
-                                 peek_request_api, request_header_version, response_header_version)
+from raftka.common.codec import (CodecError, decode_request_header, decoder, encoder_into, request_header_version,
+                                 response_header_version)
 from raftka.common.messages.error_answers import error_answer
 from raftka.common.ratelog import RateLimitedLog
 from raftka.common.schema import FieldError, Message
@@ -130,6 +131,8 @@ class Response(NamedTuple):
 HandlerResult = Union[Response, "tuple[int, Any]", None]
 Handler = Callable[[Request], Awaitable[HandlerResult]]
 
+_KAFKA_HEADER: Final = struct.Struct(">hhih")  # api key, version, correlation id, client_id's length
+_LENGTH_AND_CORRELATION: Final = struct.Struct(">Ii")
 API_VERSIONS_KEY: Final = 18  # ApiVersions: the transport answers it for Kafka clients
 PRODUCE_KEY: Final = 0
 # Versions advertised in ApiVersions below the lowest one served (KAFKA-18659). Older librdkafka
@@ -316,6 +319,8 @@ class Server:
         # Kafka's wire protocol: api key -> (request, response) declarations this listener serves
         # (common/messages/); their versions are what ApiVersions advertises to Kafka clients.
         self.kafka_api: dict[int, tuple[Message, Message]] = dict(kafka_api or {})
+        # (api key, version) -> what decodes and answers it (_kafka_plan); one per declared pair
+        self._kafka_plans: dict[tuple[int, int], tuple[int, Any, int, Any]] = {}
         self.name = name
         self.metrics = ServerMetrics()
         self.port: int | None = None
@@ -562,30 +567,58 @@ class Server:
         declare (but ApiVersions', answered below) or bytes that do not decode as declared close
         the connection (FrameError), since the client speaks something else."""
         try:
-            api_key, api_version = peek_request_api(payload)
+            api_key, api_version, correlation_id, client_id_length = _KAFKA_HEADER.unpack_from(payload)
+        except struct.error:
+            raise FrameError(f"request header cut short ({len(payload)} bytes)") from None
+        plan = self._kafka_plans.get((api_key, api_version))
+        if plan is None:
+            plan = self._kafka_plan(api_key, api_version)
+            if plan is None:  # ApiVersions at a version this server does not know (KIP-511): a v0 answer
+                header, _ = decode_request_header(payload, 1)
+                return api_key, api_version, header["correlation_id"], header["client_id"], None, 1
+        header_version, decode_body = plan[0], plan[1]
+        # The header by hand (it is the same for every API; the codec's generic path costs 1 us).
+        position = _KAFKA_HEADER.size
+        client_id = None
+        if client_id_length >= 0:
+            position += client_id_length
+            if position > len(payload):
+                raise FrameError("request header: client_id cut short")
+            try:
+                client_id = str(payload[_KAFKA_HEADER.size:position], "utf-8")
+            except UnicodeDecodeError:
+                raise FrameError("request header: client_id is not UTF-8") from None
+        try:
+            if header_version == 2:
+                if payload[position:position + 1] == b"\x00":  # no tagged fields: the usual case
+                    position += 1
+                else:
+                    _, position = decode_request_header(payload, 2)
+            body = decode_body(memoryview(payload)[position:])
         except CodecError as error:
-            raise FrameError(error.message) from None
+            raise FrameError(f"{api_name(api_key)} v{api_version}: {error.message}") from None
+        return api_key, api_version, correlation_id, client_id, body, header_version
+
+    def _kafka_plan(self, api_key: int, version: int) -> tuple[int, Any, int, Any] | None:
+        """(request header version, body decoder, response header version, answer encoder) of a
+        declared api key and version, kept for the next request; None for ApiVersions at a
+        version it does not declare; FrameError for anything else not declared."""
         messages = self.kafka_api.get(api_key)
         if messages is None:
             self.metrics.requests[UNKNOWN_API_KEY_LABEL] += 1
             raise FrameError(f"unknown api key {api_key} (this listener serves "
                              f"{', '.join(map(str, sorted(self.kafka_api)))})")
-        request_message = messages[0]
-        low, high = request_message.versions()[0], request_message.versions()[-1]
-        if not low <= api_version <= high:
+        request_message, response_message = messages
+        versions = request_message.versions()
+        if version not in versions:
             if api_key == API_VERSIONS_KEY:
-                # KIP-511: a client newer than this server learns the versions from a v0 answer.
-                header, _ = decode_request_header(payload, 1)
-                return api_key, api_version, header["correlation_id"], header["client_id"], None, 1
-            raise FrameError(f"{api_name(api_key)} version {api_version} is not supported "
-                             f"(versions {low}..{high})")
-        header_version = request_header_version(request_message, api_version)
-        try:
-            header, position = decode_request_header(payload, header_version)
-            body = decoder(request_message, api_version)(memoryview(payload)[position:])
-        except CodecError as error:
-            raise FrameError(f"{api_name(api_key)} v{api_version}: {error.message}") from None
-        return api_key, api_version, header["correlation_id"], header["client_id"], body, header_version
+                return None
+            raise FrameError(f"{api_name(api_key)} version {version} is not supported "
+                             f"(versions {versions[0]}..{versions[-1]})")
+        plan = (request_header_version(request_message, version), decoder(request_message, version),
+                response_header_version(response_message, version), encoder_into(response_message, version))
+        self._kafka_plans[(api_key, version)] = plan  # at most one per declared api key and version
+        return plan
 
     def _encode_kafka(self, request: Request, code: int, body: Any) -> bytes | None:
         """The answer frame in Kafka's protocol; a whole-request error (``code``) becomes the
@@ -595,25 +628,31 @@ class Server:
         if request.api_key == API_VERSIONS_KEY and request.body is None:  # a version it does not know
             version, code = 0, errors.UNSUPPORTED_VERSION
             body = {"error_code": code, "api_keys": self.kafka_api_versions()}
-        elif code != errors.NONE:
+            response_header, encode_into = 0, encoder_into(response_message, 0)
+        else:
+            _, _, response_header, encode_into = self._kafka_plans[(request.api_key, version)]
+        if code != errors.NONE:
             message = body.get("error_message") if isinstance(body, dict) else None
             body = error_answer(request_message, response_message, version, request.body, code, message)
-        header = encode_response_header({"correlation_id": request.correlation_id},
-                                        response_header_version(response_message, version))
-        # One buffer for the whole frame: a Fetch answer's records are copied into it once.
-        frame = bytearray(LENGTH_BYTES)
-        frame += header
+        # One buffer for the whole frame (length, header, body): a Fetch answer's records are
+        # copied into it once. Response header v0 is the correlation id; v1 adds an empty
+        # tagged-field section.
+        frame = bytearray(_LENGTH_AND_CORRELATION.size)
+        _LENGTH_AND_CORRELATION.pack_into(frame, 0, 0, request.correlation_id)
+        if response_header:
+            frame.append(0)
+        header_end = len(frame)
         try:
-            encoder_into(response_message, version)(body, frame)
+            encode_into(body, frame)
         except CodecError as error:
             # A bug of ours, but one a client can repeat at will: rate limited like the others.
             self._rejected.error(f"unencodable-{request.api_key}", "%s: answer to %s v%d cannot be encoded: %s",
                                  self.name, api_name(request.api_key), version, error.message)
-            del frame[LENGTH_BYTES + len(header):]
+            del frame[header_end:]
             try:
-                encoder_into(response_message, version)(error_answer(
-                    request_message, response_message, version, request.body, errors.UNKNOWN_SERVER_ERROR,
-                    "the server could not encode its answer"), frame)
+                encode_into(error_answer(request_message, response_message, version, request.body,
+                                         errors.UNKNOWN_SERVER_ERROR, "the server could not encode its answer"),
+                            frame)
             except (CodecError, FieldError):
                 return None
         LENGTH.pack_into(frame, 0, len(frame) - LENGTH_BYTES)

@@ -36,7 +36,7 @@ import msgpack
 
 from raftka.common import errors
 from raftka.common.api import api_name
-from raftka.common.codec import (CodecError, decode_response_header, decoder, encode_request_header, encoder_into,
+from raftka.common.codec import (CodecError, decode_response_header, decoder, encoder_into,
                                  request_header_version, response_header_version)
 from raftka.common.messages import KAFKA_API
 from raftka.common.errors import FrameError, NetworkExceptionError, RaftkaError, RequestTimedOutError
@@ -192,29 +192,49 @@ class _InFlight:
 
 
 _CORRELATION_ID = struct.Struct(">i")
+_REQUEST_HEADER = struct.Struct(">Ihhih")  # frame length, api key, version, correlation id, client_id's length
+# (api key, version) -> (request header version, body encoder, response header version, body
+# decoder): one per declared pair, built on first use (the codec's own lookups cost ~2 us a request).
+_KAFKA_PLANS: dict[tuple[int, int], tuple[int, Any, int, Any]] = {}
+
+
+def _kafka_plan(api_key: int, version: int) -> tuple[int, Any, int, Any]:
+    plan = _KAFKA_PLANS.get((api_key, version))
+    if plan is None:
+        request, response = KAFKA_API[api_key]
+        if version not in request.versions():
+            raise FrameError(f"{api_name(api_key)} v{version} is not declared (versions {request.valid_versions})")
+        plan = _KAFKA_PLANS[(api_key, version)] = (
+            request_header_version(request, version), encoder_into(request, version),
+            response_header_version(response, version), decoder(response, version))
+    return plan
 
 
 def _kafka_request_frame(api_key: int, version: int, correlation_id: int, client_id: str | None,
                          encoded_body: bytes) -> bytes:
-    header = encode_request_header({"api_key": api_key, "api_version": version, "correlation_id": correlation_id,
-                                    "client_id": client_id},
-                                   request_header_version(KAFKA_API[api_key][0], version))
-    return LENGTH.pack(len(header) + len(encoded_body)) + header + encoded_body
+    """Length, request header v1 or v2 (by hand: the same for every API), body."""
+    client = b"" if client_id is None else client_id.encode()
+    flexible = _kafka_plan(api_key, version)[0] == 2
+    length = _REQUEST_HEADER.size - LENGTH_BYTES + len(client) + flexible + len(encoded_body)
+    head = _REQUEST_HEADER.pack(length, api_key, version, correlation_id, -1 if client_id is None else len(client))
+    return b"".join((head, client, b"\x00" if flexible else b"", encoded_body))
 
 
 def decode_kafka_response(payload: bytes, api_key: int, version: int) -> tuple[int, Any]:
     """(correlation_id, body) of a Kafka answer to ``api_key`` at ``version``; FrameError when
     the bytes are not what that answer declares."""
-    response = KAFKA_API[api_key][1]
+    _, _, response_header, decode = _kafka_plan(api_key, version)
     try:
         (correlation_id,) = _CORRELATION_ID.unpack_from(payload)
-        start = 4 if response_header_version(response, version) == 0 else None
-        if start is None:  # header v1: the correlation id and a tagged-field section
-            _, start = decode_response_header(payload, 1)
-        return correlation_id, decoder(response, version)(memoryview(payload)[start:])
+        start = 4
+        if response_header == 1:  # header v1: a tagged-field section after the correlation id
+            if payload[4:5] == b"\x00":
+                start = 5
+            else:
+                _, start = decode_response_header(payload, 1)
+        return correlation_id, decode(memoryview(payload)[start:])
     except (CodecError, struct.error) as error:
         raise FrameError(f"{api_name(api_key)} v{version} answer: {getattr(error, 'message', error)}") from None
-
 
 class _Slots:
     """In-flight slots of one connection: ``acquire`` waits (first come, first served),
@@ -362,7 +382,7 @@ class Connection:
             return -1, _pack(body)
         try:
             encoded = bytearray()  # kept as is: the frame copies it once
-            encoder_into(KAFKA_API[api_key][0], version)(body, encoded)
+            _kafka_plan(api_key, version)[1](body, encoded)
             return version, encoded  # type: ignore[return-value]
         except CodecError as error:
             raise FrameError(f"cannot encode {api_name(api_key)} v{version}: {error.message}") from None

@@ -57,3 +57,49 @@ def test_api_versions_advertise_produce_from_v0_while_serving_v3_and_up():
     assert produce_request.versions()[0] == 3  # still served from v3 only
     fetch_request = BROKER_API[ApiKey.FETCH][0]
     assert ranges[ApiKey.FETCH] == (fetch_request.versions()[0], fetch_request.versions()[-1])
+
+
+# -- the listener's request header, read by hand (common/server.py _decode_kafka) ---------------------
+
+def _server() -> Server:
+    async def handler(request):  # never called: these tests decode only
+        return None
+    return Server(handler, kafka_api=BROKER_API)
+
+
+@pytest.mark.parametrize("client_id", ["client-1", None, "\u00e9t\u00e9", ""])
+@pytest.mark.parametrize("version", [3, 8, 9, 10])  # header v1 below Produce v9, v2 from it
+def test_the_hand_read_request_header_agrees_with_the_codec(client_id, version):
+    from raftka.common.codec import encode_request_header, request_header_version
+    request = BROKER_API[ApiKey.PRODUCE][0]
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"r"}]}]}
+    header_version = request_header_version(request, version)
+    payload = encode_request_header({"api_key": 0, "api_version": version, "correlation_id": 42,
+                                     "client_id": client_id}, header_version) + encoder(request, version)(body)
+    api_key, api_version, correlation_id, got_client_id, got_body, got_header = _server()._decode_kafka(payload)
+    assert (api_key, api_version, correlation_id, got_client_id, got_header) == (0, version, 42, client_id,
+                                                                                 header_version)
+    assert got_body["topic_data"][0]["partition_data"][0]["records"] == b"r"
+
+
+def test_a_v2_header_with_tagged_fields_is_read_past_them():
+    from raftka.common.codec import encoder as enc
+    request = BROKER_API[ApiKey.PRODUCE][0]
+    body = enc(request, 10)({"acks": 1, "timeout_ms": 5, "topic_data": []})
+    # api key 0, v10, correlation 9, client_id "c", then one unknown tagged field (tag 7, 2 bytes)
+    header = bytes.fromhex("0000000a00000009") + b"\x00\x01c" + bytes.fromhex("01070201ff")
+    assert _server()._decode_kafka(header + body)[:4] == (0, 10, 9, "c")
+
+
+@pytest.mark.parametrize("payload, says", [
+    (bytes.fromhex("0000000a000000"), "cut short"),
+    (bytes.fromhex("0000000a00000009") + b"\x00\x09ab", "client_id cut short"),
+    (bytes.fromhex("0000000a00000009") + b"\x00\x02\xff\xfe\x00", "not UTF-8"),
+    (bytes.fromhex("0000000200000009ffff"), "version 2 is not supported"),
+    (bytes.fromhex("00630000000000090000"), "unknown api key 99"),
+])
+def test_a_bad_request_header_closes_the_connection_with_a_reason(payload, says):
+    from raftka.common.errors import FrameError
+    with pytest.raises(FrameError, match=says):
+        _server()._decode_kafka(payload)
