@@ -110,6 +110,28 @@ def _resources_request(version: int, body: dict) -> dict:
     return out
 
 
+def _config_text(value: Any) -> str | None:
+    """A config value as Kafka writes it: a string ("true", "604800000", "a,b")."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_config_text(v) or "" for v in value)
+    return str(value)
+
+
+# Kafka's ConfigEntry.ConfigType numbers, by the value's Python type (DescribeConfigs v3+).
+_CONFIG_TYPES: Final = ((bool, 1), (int, 5), (float, 6), (str, 2), (list, 7), (tuple, 7))
+
+
+def _config_type(value: Any) -> int:
+    for kind, number in _CONFIG_TYPES:
+        if isinstance(value, kind):
+            return number
+    return 0  # unknown (a null value)
+
+
 def _describe_configs_answer(version: int, request: dict, body: dict) -> dict:
     wanted = {r["resource_name"]: r.get("configuration_keys") for r in request["resources"]}
     for result in body["results"]:
@@ -121,6 +143,8 @@ def _describe_configs_answer(version: int, request: dict, body: dict) -> dict:
         for config in configs:
             config["config_source"] = CONFIG_SOURCE_DEFAULT if config.pop("is_default", False) \
                 else CONFIG_SOURCE_TOPIC
+            config["config_type"] = _config_type(config["value"])
+            config["value"] = _config_text(config["value"])
         result["configs"] = configs
     return body
 

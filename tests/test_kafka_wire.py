@@ -103,3 +103,22 @@ def test_a_bad_request_header_closes_the_connection_with_a_reason(payload, says)
     from raftka.common.errors import FrameError
     with pytest.raises(FrameError, match=says):
         _server()._decode_kafka(payload)
+
+
+@pytest.mark.parametrize("version", BROKER_API[ApiKey.DESCRIBE_CONFIGS][1].versions())
+def test_describe_configs_values_go_out_as_kafkas_strings_with_their_source(version):
+    # The controller keeps typed values; Kafka's answer carries strings ("true", "a,b", "604800000").
+    request = {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": ["retention.ms",
+                                                                                              "cleanup.policy"]}]}
+    answer = {"results": [{"resource_name": "t", "error_code": 0, "error_message": None, "configs": [
+        {"name": "retention.ms", "value": 604800000, "is_default": True},
+        {"name": "cleanup.policy", "value": ["delete", "compact"], "is_default": False},
+        {"name": "preallocate", "value": False, "is_default": True}]}]}
+    response = BROKER_API[ApiKey.DESCRIBE_CONFIGS][1]
+    shimmed = ANSWER_SHIMS[ApiKey.DESCRIBE_CONFIGS](version, request, answer)
+    decoded = decoder(response, version)(encoder(response, version)(shimmed))
+    configs = {c["name"]: c for c in decoded["results"][0]["configs"]}
+    assert set(configs) == {"retention.ms", "cleanup.policy"}  # the keys asked for only
+    assert configs["retention.ms"]["value"] == "604800000" and configs["cleanup.policy"]["value"] == "delete,compact"
+    assert configs["retention.ms"]["config_source"] == 5 and configs["cleanup.policy"]["config_source"] == 1
+    assert decoded["results"][0]["resource_type"] == 2

@@ -15,6 +15,7 @@ import time
 
 from raftka.client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
+from raftka.client.aio.protocol import CONFIG_SOURCE_DEFAULT, RESOURCE_TOPIC
 from raftka.client.aio.fetcher import list_offsets
 from raftka.client.aio.subscription_state import EARLIEST, LATEST
 from raftka.client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
@@ -95,8 +96,10 @@ class AdminClient:
         first error is raised instead (e.g. TopicAlreadyExistsError, InvalidConfigError)."""
         body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
                             "replication_factor": t.replication_factor,
-                            "configs": {k: _config_value(v) for k, v in (t.topic_configs or {}).items()}}
-                           for t in new_topics], "validate_only": validate_only}
+                            "configs": [{"name": k, "value": _config_value(v)}
+                                        for k, v in (t.topic_configs or {}).items()]}
+                           for t in new_topics], "validate_only": validate_only,
+                "timeout_ms": timeout_ms or self.config["request_timeout_ms"]}
         answer = await self._call(API_CREATE_TOPICS, body, timeout_ms)
         results: dict[str, RaftkaError | None] = {}
         for t in answer.get("topics") or []:
@@ -110,7 +113,9 @@ class AdminClient:
     async def delete_topics(self, topics: Sequence[str], timeout_ms: int | None = None,
                             raise_errors: bool = True) -> dict[str, RaftkaError | None]:
         """Delete topics; {name: None or error}, or raise the first error (raise_errors)."""
-        answer = await self._call(API_DELETE_TOPICS, {"topic_names": list(topics)}, timeout_ms)
+        answer = await self._call(API_DELETE_TOPICS, {"topics": [{"name": t} for t in topics],
+                                                      "timeout_ms": timeout_ms or self.config["request_timeout_ms"]},
+                                  timeout_ms)
         results: dict[str, RaftkaError | None] = {}
         for t in answer.get("responses") or []:
             code = t.get("error_code", 0) or 0
@@ -166,7 +171,8 @@ class AdminClient:
                                timeout_ms: int | None = None) -> dict[str, dict[str, ConfigEntry]]:
         """{topic: {key: ConfigEntry(name, value, is_default)}}; raises a topic's error. Values
         are strings, as Kafka's AdminClient gives them (``"3600000"``, ``"true"``)."""
-        body = {"resources": [{"resource_type": r.resource_type, "resource_name": r.name}
+        body = {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": r.name,
+                               "configuration_keys": None}
                               for r in self._resources(config_resources)]}
         answer = await self._call(API_DESCRIBE_CONFIGS, body, timeout_ms, read_only=True)
         out: dict[str, dict[str, ConfigEntry]] = {}
@@ -175,7 +181,7 @@ class AdminClient:
             if code:
                 raise errors.error_for(code, r.get("error_message"), topic=r.get("resource_name"))
             out[r["resource_name"]] = {c["name"]: ConfigEntry(c["name"], _config_value(c.get("value")),
-                                                              bool(c.get("is_default")))
+                                                              c.get("config_source") == CONFIG_SOURCE_DEFAULT)
                                        for c in r.get("configs") or []}
         return out
 
@@ -183,8 +189,9 @@ class AdminClient:
                             timeout_ms: int | None = None, raise_errors: bool = True
                             ) -> dict[str, RaftkaError | None]:
         """Set (or, with a None value, remove) topic config overrides; {topic: None or error}."""
-        body = {"resources": [{"resource_type": r.resource_type, "resource_name": r.name,
-                               "configs": {k: _config_value(v) for k, v in (r.configs or {}).items()}}
+        body = {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": r.name,
+                               "configs": [{"name": k, "value": _config_value(v)}
+                                           for k, v in (r.configs or {}).items()]}
                               for r in self._resources(config_resources)]}
         answer = await self._call(API_ALTER_CONFIGS, body, timeout_ms)
         results: dict[str, RaftkaError | None] = {}

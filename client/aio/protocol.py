@@ -19,6 +19,13 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.FETCH: 12,  # sessionless (session_id 0); v13+ name topics by id
     ApiKey.LIST_OFFSETS: 6,
     ApiKey.METADATA: 12,
+    ApiKey.CREATE_TOPICS: 7,
+    ApiKey.DELETE_TOPICS: 6,
+    ApiKey.INIT_PRODUCER_ID: 4,
+    ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.ALTER_CONFIGS: 2,
 }
 
 ZERO_UUID: Final = "0" * 32  # Kafka's "no topic id"
+RESOURCE_TOPIC: Final = 2  # ConfigResource type of a topic (DescribeConfigs, AlterConfigs)
+CONFIG_SOURCE_DEFAULT: Final = 5  # DescribeConfigs: the value is the default

@@ -158,6 +158,8 @@ class Sender:
                 if not error.retriable:
                     raise
                 code, body = error.code, {}
+            if code == errors.NONE:  # Kafka's answer carries its error in the body
+                code = body.get("error_code", errors.NONE)
             if code == errors.NONE:
                 self._set_producer_id(body["producer_id"], body["producer_epoch"])
                 return
