@@ -8,7 +8,8 @@ Batch layout (all integers big-endian; offsets are from the start of the batch):
         12     4  partitionLeaderEpoch  leader epoch of the leader that appended it
         16     1  magic                 2
         17     4  crc                   CRC-32C (Castagnoli) of everything from attributes to the end
-        21     2  attributes            bits 0-2 codec (0 none, 3 lz4), bit 3 timestamp type
+        21     2  attributes            bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4,
+                                        4 zstd), bit 3 timestamp type
                                         (0 CreateTime, 1 LogAppendTime), bit 4 transactional,
                                         bit 5 control
         23     4  lastOffsetDelta       offset of the last record minus baseOffset
@@ -85,11 +86,12 @@ BATCH_BYTES_MAX: Final = 1 << 30
 MAGIC: Final = 2
 
 COMPRESSION_NONE: Final = 0
-COMPRESSION_GZIP: Final = 1     # Kafka's codec ids; Raftka reads and writes only none and lz4.
+COMPRESSION_GZIP: Final = 1     # Kafka's codec ids; Raftka reads and writes all five.
 COMPRESSION_SNAPPY: Final = 2
 COMPRESSION_LZ4: Final = 3
 COMPRESSION_ZSTD: Final = 4
-SUPPORTED_COMPRESSION: Final = frozenset((COMPRESSION_NONE, COMPRESSION_LZ4))
+SUPPORTED_COMPRESSION: Final = frozenset((COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY,
+                                          COMPRESSION_LZ4, COMPRESSION_ZSTD))
 COMPRESSION_NAMES: Final = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP,
                             "snappy": COMPRESSION_SNAPPY, "lz4": COMPRESSION_LZ4,
                             "zstd": COMPRESSION_ZSTD}
@@ -265,8 +267,8 @@ def validate_batches(buf, *, max_batch_bytes: int | None = None, check_records: 
         codec = header.attributes & ATTR_COMPRESSION_MASK
         if codec not in SUPPORTED_COMPRESSION:
             raise InvalidRecordError(
-                f"record batch at position {pos} uses compression codec {codec}; "
-                f"Raftka supports none (0) and lz4 (3)")
+                f"record batch at position {pos} uses compression codec {codec}; Raftka supports "
+                f"none (0), gzip (1), snappy (2), lz4 (3) and zstd (4)")
         if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
             raise InvalidRecordError(
                 f"record batch at position {pos} has recordCount {header.record_count} and "
@@ -286,7 +288,10 @@ def _check_batch_records(buf, pos: int, header: BatchHeader, size: int, codec: i
     with memoryview(buf) as view:
         section = view[pos + RECORDS_OFFSET:pos + size]
         # bytes: indexing them is as fast as a view's, and a copy is a memcpy next to the walk
-        data = _lz4_decompress(section, pos, DECOMPRESSED_BYTES_MAX) if codec == COMPRESSION_LZ4 else bytes(section)
+        if codec == COMPRESSION_NONE:
+            data = bytes(section)
+        else:
+            data = _DECOMPRESS[codec](section, pos, DECOMPRESSED_BYTES_MAX)
         section.release()
     where = f"record batch at position {pos} (baseOffset {header.base_offset})"
     try:
@@ -457,12 +462,19 @@ def set_log_append_time(buf, timestamp_ms: int) -> bytes:
 
 
 # --- records: varints, builder, decoder ---------------------------------------------------------
+import zlib as _zlib  # noqa: E402
+
+import cramjam as _cramjam  # noqa: E402
 import lz4.frame as _lz4frame  # noqa: E402
 
 # Limits so that bytes from the network cannot make us allocate without bound.
-# Uncompressed records of one lz4 batch: a tiny "lz4 bomb" stops here instead of eating memory.
+# Uncompressed records of one compressed batch (any codec): a tiny "bomb" stops here instead of
+# eating memory; no decompressor ever produces or allocates output beyond this (zstd's own window
+# buffer aside, see _zstd_decompress).
 DECOMPRESSED_BYTES_MAX: Final = 64 << 20
 HEADERS_PER_RECORD_MAX: Final = 4096
+# gzip and lz4 decompress in steps of this many bytes, counted against the cap as they come.
+_DECOMPRESS_CHUNK_BYTES: Final = 1 << 20
 RECORD_BYTES_MIN: Final = 7   # length, attributes, timestamp, offset, key, value, header count
 
 _INT64_MIN: Final = -(1 << 63)
@@ -535,8 +547,9 @@ class BatchBuilder:
     ``append`` returns False when the record would push the batch past ``batch_size`` bytes
     (estimated before compression); the first record is always accepted, however large, so a
     big record still gets a batch of its own. ``build()`` returns the finished batch, records
-    compressed as a whole with lz4 in the LZ4 frame format when ``compression_type`` is
-    COMPRESSION_LZ4.
+    compressed as a whole as Kafka's Java producer writes them: gzip a gzip stream (RFC 1952),
+    snappy in snappy-java's (xerial) stream framing with 32 KiB blocks, lz4 the LZ4 frame format
+    with 64 KiB independent blocks, zstd one zstd frame (level 3, Kafka's default).
     """
 
     __slots__ = ("_compression", "_batch_size", "_producer_id", "_producer_epoch",
@@ -549,8 +562,8 @@ class BatchBuilder:
                  partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
                  timestamp_type: int = TIMESTAMP_TYPE_CREATE_TIME) -> None:
         if compression_type not in SUPPORTED_COMPRESSION:
-            raise ValueError(f"compression_type {compression_type!r}: Raftka writes none (0) "
-                             f"and lz4 (3) only")
+            raise ValueError(f"compression_type {compression_type!r}: Raftka writes none (0), "
+                             f"gzip (1), snappy (2), lz4 (3) and zstd (4)")
         if not 0 < batch_size <= BATCH_BYTES_MAX:
             raise ValueError(f"batch_size {batch_size!r} must be in [1, {BATCH_BYTES_MAX}]")
         if timestamp_type not in (TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME):
@@ -575,7 +588,7 @@ class BatchBuilder:
 
     @property
     def size_in_bytes(self) -> int:
-        """Bytes of the batch so far, before compression (an upper estimate with lz4)."""
+        """Bytes of the batch so far, before compression (an upper estimate when compressed)."""
         return self._size
 
     def is_full(self) -> bool:
@@ -637,12 +650,12 @@ class BatchBuilder:
         if not count:
             raise ValueError("a record batch needs at least one record")
         records = b"".join(self._parts)
-        if self._compression == COMPRESSION_LZ4:
+        if self._compression != COMPRESSION_NONE:
             if len(records) > DECOMPRESSED_BYTES_MAX:
                 raise MessageTooLargeError(
-                    f"an lz4 batch may hold at most {DECOMPRESSED_BYTES_MAX} bytes of records "
-                    f"before compression, this one holds {len(records)}")
-            records = _lz4_compress(records)
+                    f"a compressed batch may hold at most {DECOMPRESSED_BYTES_MAX} bytes of "
+                    f"records before compression, this one holds {len(records)}")
+            records = _COMPRESS[self._compression](records)
         attributes = self._compression | (ATTR_TIMESTAMP_TYPE if self._timestamp_type else 0)
         out = bytearray(BATCH_OVERHEAD_BYTES)
         try:
@@ -688,21 +701,280 @@ def _lz4_compress(data: bytes) -> bytes:
 
 
 def _lz4_decompress(data, pos: int, decompressed_bytes_max: int) -> bytes:
+    # Streamed in chunks of at most _DECOMPRESS_CHUNK_BYTES, each counted against the cap before
+    # the next is made: a bomb stops having produced at most the cap (one call asking for
+    # everything reallocated its growing output and held up to twice the cap).
     decompressor = _lz4frame.LZ4FrameDecompressor()
+    parts = []
+    left = decompressed_bytes_max
+    pending = data
+    idle = 0
     try:
-        out = decompressor.decompress(data, max_length=decompressed_bytes_max)
+        while not decompressor.eof:
+            if left:
+                chunk = decompressor.decompress(pending, max_length=min(_DECOMPRESS_CHUNK_BYTES, left))
+            elif decompressor.decompress(pending, max_length=1):
+                raise CorruptRecordError(f"lz4 records of the batch at position {pos} decompress "
+                                         f"to more than {decompressed_bytes_max} bytes")
+            else:
+                chunk = b""
+            pending = b""
+            if chunk:
+                parts.append(chunk)
+                left -= len(chunk)
+                idle = 0
+            elif decompressor.needs_input or idle > 2:
+                raise CorruptRecordError(f"lz4 records of the batch at position {pos} are cut off")
+            else:
+                idle += 1
     except RuntimeError as exc:
         raise CorruptRecordError(f"lz4 records of the batch at position {pos} do not "
                                  f"decompress: {exc}") from None
-    if not decompressor.eof:
-        if decompressor.needs_input:
-            raise CorruptRecordError(f"lz4 records of the batch at position {pos} are cut off")
-        raise CorruptRecordError(f"lz4 records of the batch at position {pos} decompress to more "
-                                 f"than {decompressed_bytes_max} bytes")
     if decompressor.unused_data:
         raise CorruptRecordError(f"{len(decompressor.unused_data)} bytes follow the lz4 frame "
                                  f"of the batch at position {pos}")
-    return out
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# gzip (codec 1): one gzip stream (RFC 1952) of the records section; members written one after
+# the other are read as one stream, as Java's GZIPInputStream does. Level 6, Java's default.
+def _gzip_compress(data: bytes) -> bytes:
+    compressor = _zlib.compressobj(6, _zlib.DEFLATED, 16 + _zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+def _gzip_decompress(data, pos: int, decompressed_bytes_max: int) -> bytes:
+    # Streamed in chunks of at most _DECOMPRESS_CHUNK_BYTES (zlib's max_length), each counted against
+    # the cap before the next is made: a bomb stops having produced at most the cap, never more
+    # (one call asking for everything would hold its output twice while joining its blocks).
+    parts = []
+    left = decompressed_bytes_max
+    decompressor = _zlib.decompressobj(16 + _zlib.MAX_WBITS)
+    pending = data
+    try:
+        while True:
+            if left:
+                chunk = decompressor.decompress(pending, min(_DECOMPRESS_CHUNK_BYTES, left))
+            elif decompressor.decompress(pending, 1):  # the cap is reached: one byte more is too much
+                raise CorruptRecordError(f"gzip records of the batch at position {pos} decompress "
+                                         f"to more than {decompressed_bytes_max} bytes")
+            else:
+                chunk = b""
+            if chunk:
+                parts.append(chunk)
+                left -= len(chunk)
+            if decompressor.eof:
+                pending = decompressor.unused_data
+                if not pending:
+                    break
+                decompressor = _zlib.decompressobj(16 + _zlib.MAX_WBITS)  # another member
+                continue
+            tail = decompressor.unconsumed_tail
+            if not chunk and len(tail) >= len(pending):
+                raise CorruptRecordError(f"gzip records of the batch at position {pos} are cut off")
+            pending = tail
+    except _zlib.error as exc:
+        raise CorruptRecordError(f"gzip records of the batch at position {pos} do not "
+                                 f"decompress: {exc}") from None
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# snappy (codec 2): Kafka's Java client writes snappy-java's stream framing ("xerial"): the
+# 8-byte magic, int32 version and int32 minimum compatible version (1 and 1), then blocks of
+# [int32 big-endian length][raw snappy block of at most 32 KiB uncompressed]. librdkafka and
+# Kafka also read a plain raw snappy block, told apart by the magic; Raftka reads both and
+# writes the framing. A raw snappy block starts with its uncompressed length (a varint): every
+# block's is read and summed before anything is allocated, then all are decompressed into one
+# buffer of exactly that size.
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER: Final = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK_BYTES: Final = 32 * 1024
+_snappy = _cramjam.snappy
+
+
+def _snappy_compress(data: bytes) -> bytes:
+    parts = [_XERIAL_HEADER]
+    with memoryview(data) as view:
+        for start in range(0, len(data), _XERIAL_BLOCK_BYTES):
+            block = bytes(_snappy.compress_raw(view[start:start + _XERIAL_BLOCK_BYTES]))
+            parts.append(_INT32.pack(len(block)))
+            parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data, pos: int, decompressed_bytes_max: int) -> bytes:
+    view = memoryview(data)
+    n = len(view)
+    blocks = []
+    total = 0
+    try:
+        if view[:len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
+            i = len(_XERIAL_HEADER)
+            if n < i:
+                raise CorruptRecordError(f"snappy records of the batch at position {pos} are cut "
+                                         f"off inside the xerial header")
+            while i < n:
+                if n - i < 4:
+                    raise CorruptRecordError(f"snappy records of the batch at position {pos} are "
+                                             f"cut off inside a block length")
+                length = _INT32.unpack_from(view, i)[0]
+                i += 4
+                if not 0 < length <= n - i:
+                    raise CorruptRecordError(f"snappy records of the batch at position {pos} "
+                                             f"declare a block of {length} bytes, {n - i} are left")
+                blocks.append(view[i:i + length])
+                i += length
+        else:
+            blocks.append(view)
+        sizes = []
+        for block in blocks:
+            size = _snappy.decompress_raw_len(block)
+            total += size
+            if total > decompressed_bytes_max:
+                raise CorruptRecordError(f"snappy records of the batch at position {pos} "
+                                         f"decompress to more than {decompressed_bytes_max} bytes")
+            sizes.append(size)
+        out = bytearray(total)
+        with memoryview(out) as target:
+            at = 0
+            for block, size in zip(blocks, sizes):
+                if _snappy.decompress_raw_into(block, target[at:at + size]) != size:
+                    raise CorruptRecordError(f"snappy records of the batch at position {pos} "
+                                             f"hold a block shorter than it declares")
+                at += size
+    except _cramjam.DecompressionError as exc:
+        raise CorruptRecordError(f"snappy records of the batch at position {pos} do not "
+                                 f"decompress: {exc}") from None
+    finally:
+        for block in blocks:
+            block.release()
+        view.release()
+    return bytes(out)
+
+
+# zstd (codec 4): one zstd frame (RFC 8878; more frames, and skippable ones, are read too).
+# Bounding: the frame headers and block headers are walked first (a few struct reads per 128 KiB
+# block) to bound the decompressed size: a raw or RLE block regenerates exactly its declared size,
+# a compressed block at most min(window size, 128 KiB), and a frame that declares its content size
+# (librdkafka, cramjam and aiokafka do; Java's streaming zstd does not) at most that. The frames
+# are then decompressed into a buffer of min(bound, cap) bytes, which zstd refuses to overrun:
+# the output never exceeds the cap, and a bomb fails once it has filled it. zstd's streaming
+# decoder keeps its own window buffer besides (the frame's window size, at most 128 MiB by zstd's
+# default limit; pages are touched only as output is produced, so at most the cap of them).
+_ZSTD_MAGIC: Final = 0xFD2FB528
+_ZSTD_BLOCK_BYTES_MAX: Final = 128 * 1024
+_UINT32_LE = struct.Struct("<I")
+_zstd = _cramjam.zstd
+
+
+def _zstd_compress(data: bytes) -> bytes:
+    return bytes(_zstd.compress(data, level=3))
+
+
+def _zstd_bound(view, pos: int, decompressed_bytes_max: int) -> int:
+    """An upper bound of the decompressed size of the zstd frames in ``view``."""
+    def cut() -> CorruptRecordError:
+        return CorruptRecordError(f"zstd records of the batch at position {pos} are cut off")
+
+    n = len(view)
+    i = 0
+    bound = 0
+    while i < n:
+        if n - i < 8:
+            raise cut()
+        magic = _UINT32_LE.unpack_from(view, i)[0]
+        if magic & 0xFFFFFFF0 == 0x184D2A50:   # a skippable frame: magic, size, size bytes
+            i += 8 + _UINT32_LE.unpack_from(view, i + 4)[0]
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise CorruptRecordError(f"zstd records of the batch at position {pos} do not "
+                                     f"decompress: no zstd frame magic at byte {i}")
+        descriptor = view[i + 4]
+        i += 5
+        if descriptor & 0x08:
+            raise CorruptRecordError(f"zstd records of the batch at position {pos} do not "
+                                     f"decompress: a reserved frame header bit is set")
+        single_segment = descriptor & 0x20
+        window = 0
+        if not single_segment:
+            exponent, mantissa = view[i] >> 3, view[i] & 7
+            window = (1 << (10 + exponent)) + ((1 << (10 + exponent)) >> 3) * mantissa
+            i += 1
+        i += (0, 1, 2, 4)[descriptor & 3]                       # dictionary id
+        size_bytes = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+        content_size = None
+        if size_bytes:
+            if n - i < size_bytes:
+                raise cut()
+            content_size = int.from_bytes(view[i:i + size_bytes], "little")
+            if size_bytes == 2:
+                content_size += 256
+            i += size_bytes
+            if content_size > decompressed_bytes_max:
+                raise CorruptRecordError(f"zstd records of the batch at position {pos} declare "
+                                         f"{content_size} bytes, more than "
+                                         f"{decompressed_bytes_max}")
+        if single_segment:
+            window = content_size
+        block_max = min(window, _ZSTD_BLOCK_BYTES_MAX)
+        frame = 0
+        while True:
+            if n - i < 3:
+                raise cut()
+            block = view[i] | view[i + 1] << 8 | view[i + 2] << 16
+            kind = (block >> 1) & 3
+            size = block >> 3
+            if kind == 0:       # raw
+                frame += size
+                i += 3 + size
+            elif kind == 1:     # RLE: one byte repeated size times
+                frame += size
+                i += 4
+            elif kind == 2:     # compressed
+                frame += block_max
+                i += 3 + size
+            else:
+                raise CorruptRecordError(f"zstd records of the batch at position {pos} do not "
+                                         f"decompress: a reserved block type")
+            if block & 1:
+                break
+        if descriptor & 0x04:
+            i += 4                                              # content checksum
+        if i > n:
+            raise cut()
+        bound += frame if content_size is None else min(frame, content_size)
+    if i > n:
+        raise cut()
+    return bound
+
+
+def _zstd_decompress(data, pos: int, decompressed_bytes_max: int) -> bytes:
+    with memoryview(data) as view:
+        try:
+            bound = _zstd_bound(view, pos, decompressed_bytes_max)
+        except IndexError:   # a frame header cut short
+            raise CorruptRecordError(f"zstd records of the batch at position {pos} are "
+                                     f"cut off") from None
+        out = bytearray(min(bound, decompressed_bytes_max))
+        try:
+            written = _zstd.decompress_into(view, out)
+        except _cramjam.DecompressionError as exc:
+            if bound > decompressed_bytes_max and "whole buffer" in str(exc):
+                raise CorruptRecordError(f"zstd records of the batch at position {pos} "
+                                         f"decompress to more than {decompressed_bytes_max} "
+                                         f"bytes") from None
+            raise CorruptRecordError(f"zstd records of the batch at position {pos} do not "
+                                     f"decompress: {exc}") from None
+    if written != len(out):
+        del out[written:]
+    return bytes(out)
+
+
+_COMPRESS: Final = {COMPRESSION_GZIP: _gzip_compress, COMPRESSION_SNAPPY: _snappy_compress,
+                    COMPRESSION_LZ4: _lz4_compress, COMPRESSION_ZSTD: _zstd_compress}
+# (records section, batch position for messages, cap) -> the uncompressed records section
+_DECOMPRESS: Final = {COMPRESSION_GZIP: _gzip_decompress, COMPRESSION_SNAPPY: _snappy_decompress,
+                      COMPRESSION_LZ4: _lz4_decompress, COMPRESSION_ZSTD: _zstd_decompress}
 
 
 class Record(NamedTuple):
@@ -736,11 +1008,13 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
     with memoryview(buf) as view:
         data = bytes(view[pos + RECORDS_OFFSET:end])
     codec = header.attributes & ATTR_COMPRESSION_MASK
-    if codec == COMPRESSION_LZ4:
-        data = _lz4_decompress(data, pos, decompressed_bytes_max)
-    elif codec != COMPRESSION_NONE:
-        raise CorruptRecordError(f"record batch at position {pos} uses compression codec "
-                                 f"{codec}; Raftka reads none (0) and lz4 (3)")
+    if codec != COMPRESSION_NONE:
+        decompress = _DECOMPRESS.get(codec)
+        if decompress is None:
+            raise CorruptRecordError(f"record batch at position {pos} uses compression codec "
+                                     f"{codec}; Raftka reads none (0), gzip (1), snappy (2), "
+                                     f"lz4 (3) and zstd (4)")
+        data = decompress(data, pos, decompressed_bytes_max)
     try:
         records = _decode_records(data, header.base_offset, header.base_timestamp)
     except CorruptRecordError as exc:

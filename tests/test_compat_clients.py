@@ -12,9 +12,8 @@ How: one cluster (3 controllers + 3 brokers, replication factor 3, min.insync.re
 module. A group's records are produced only once both members hold partitions, so no record is
 consumed before the group is stable and each member commits what it consumed before it polls
 again; a restart that ignored the committed offsets would read the first phase again
-(auto.offset.reset=earliest) and show up as duplicates. Codecs the broker does not store yet
-(common/records.py: none and lz4 only) are strict xfails, so they flip when the broker learns them;
-a codec a client cannot compress with (a missing optional package) is a skip naming the package.
+(auto.offset.reset=earliest) and show up as duplicates. A codec missing from BROKER_CODECS (all
+five are there now) would be a strict xfail; a codec a client cannot compress with (a missing optional package) is a skip naming the package.
 kcat runs with librdkafka's debug output, which says when it sends a batch uncompressed because it
 believes the broker cannot take the codec (KAFKA-18659). Raw Fetch requests check that fetch
 sessions are declined the way KIP-227 allows. The last test kills (kill -9) a partition's leader under a librdkafka idempotent producer and checks
@@ -76,8 +75,8 @@ CODEC_RECORDS = 10
 HEADERS = [("trace", b"t-1"), ("origin", b"compat")]
 WAIT_S = 30.0
 
-# What the broker stores (common/records.py SUPPORTED_COMPRESSION): none and lz4.
-BROKER_CODECS = {"none", "lz4"}
+# What the broker stores (common/records.py SUPPORTED_COMPRESSION): all five of Kafka's codecs.
+BROKER_CODECS = {"none", "gzip", "snappy", "lz4", "zstd"}
 ALL_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 

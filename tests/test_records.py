@@ -136,8 +136,8 @@ def test_validate_batches_refuses_a_batch_larger_than_max_batch_bytes():
 
 
 def test_validate_batches_refuses_unsupported_codecs_and_gapped_offsets():
-    with pytest.raises(rec.InvalidRecordError, match="codec 1"):
-        rec.validate_batches(raw_batch(attributes=rec.COMPRESSION_GZIP))
+    with pytest.raises(rec.InvalidRecordError, match="codec 5"):
+        rec.validate_batches(raw_batch(attributes=5))  # Kafka defines codecs 0-4 only
     with pytest.raises(rec.InvalidRecordError, match="contiguous"):
         rec.validate_batches(raw_batch(last_offset_delta=5, record_count=2))
     with pytest.raises(rec.InvalidRecordError, match="contiguous"):
@@ -275,7 +275,7 @@ def test_the_first_record_is_accepted_even_when_larger_than_batch_size():
 
 def test_builder_refuses_bad_arguments():
     with pytest.raises(ValueError):
-        rec.BatchBuilder(compression_type=rec.COMPRESSION_GZIP)
+        rec.BatchBuilder(compression_type=5)
     with pytest.raises(ValueError):
         rec.BatchBuilder(batch_size=0)
     with pytest.raises(ValueError):
@@ -372,9 +372,9 @@ def test_lz4_garbage_and_an_lz4_bomb_raise_corrupt_record_error():
 
 def test_decode_batch_refuses_codecs_raftka_does_not_read():
     batch = bytearray(build([(1, None, b"a", ())]))
-    struct.pack_into(">h", batch, 21, rec.COMPRESSION_ZSTD)
+    struct.pack_into(">h", batch, 21, 6)
     struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
-    with pytest.raises(CorruptRecordError, match="codec 4"):
+    with pytest.raises(CorruptRecordError, match="codec 6"):
         rec.decode_batch(batch)
 
 
@@ -436,3 +436,252 @@ def test_a_compressed_batch_is_walked_after_decompression():
     with pytest.raises(CorruptRecordError, match="declares length -64"):
         rec.validate_batches(_resealed(damaged))
     rec.validate_batches(_three(rec.COMPRESSION_LZ4))  # the undamaged one passes
+
+
+# -- compression codecs: gzip, snappy, lz4, zstd ---------------------------------------------------
+
+COMPRESSED = [pytest.param(rec.COMPRESSION_GZIP, id="gzip"), pytest.param(rec.COMPRESSION_SNAPPY, id="snappy"),
+              pytest.param(rec.COMPRESSION_LZ4, id="lz4"), pytest.param(rec.COMPRESSION_ZSTD, id="zstd")]
+# How each codec's records section starts (what Kafka's Java producer writes).
+SECTION_MAGIC = {rec.COMPRESSION_GZIP: b"\x1f\x8b\x08", rec.COMPRESSION_SNAPPY: b"\x82SNAPPY\x00\x00\x00\x00\x01",
+                 rec.COMPRESSION_LZ4: b"\x04\x22\x4d\x18", rec.COMPRESSION_ZSTD: b"\x28\xb5\x2f\xfd"}
+
+
+def _many(count: int = 148, size: int = 100) -> list:
+    return [(1000 + i, b"key-%d" % (i % 7), (b"value %d " % i * 20)[:size], [("h", b"v%d" % i)] if i % 3 else ())
+            for i in range(count)]
+
+
+def _plain_section(records) -> bytes:
+    return build(records, batch_size=1 << 24)[rec.RECORDS_OFFSET:]
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_each_codec_round_trips_through_the_walk_and_the_decoder(codec):
+    records = _many()
+    batch = build(records, batch_size=1 << 24, compression_type=codec, base_offset=50)
+    header = rec.validate_batches(batch)[0]
+    assert header.compression == codec
+    assert batch[rec.RECORDS_OFFSET:].startswith(SECTION_MAGIC[codec])
+    assert len(batch) < len(build(records, batch_size=1 << 24)) // 2  # it really is compressed
+    decoded = rec.decode_batch(batch)[1]
+    assert decoded == [rec.Record(50 + i, ts, k, v, list(h)) for i, (ts, k, v, h) in enumerate(records)]
+    assert all(type(r.value) is bytes and type(r.key) is bytes for r in decoded)
+    assert [r.value for r in rec.iter_records(batch + batch[:30])] == [v for _, _, v, _ in records]
+
+
+def test_gzip_is_an_rfc_1952_stream_and_zstd_one_frame_of_the_records_section():
+    import gzip
+    import cramjam
+    records = _many(20)
+    plain = _plain_section(records)
+    assert gzip.decompress(build(records, compression_type=rec.COMPRESSION_GZIP)[rec.RECORDS_OFFSET:]) == plain
+    assert bytes(cramjam.zstd.decompress(build(records, compression_type=rec.COMPRESSION_ZSTD)[rec.RECORDS_OFFSET:])) == plain
+
+
+def _xerial_blocks(section: bytes) -> list[bytes]:
+    assert section[:16] == b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    blocks, i = [], 16
+    while i < len(section):
+        (length,) = struct.unpack_from(">i", section, i)
+        blocks.append(section[i + 4:i + 4 + length])
+        i += 4 + length
+    assert i == len(section)
+    return blocks
+
+
+def test_snappy_is_written_in_xerial_framing_with_32_kib_blocks_and_read_raw_too():
+    import cramjam
+    records = _many(1000)  # ~100 KB of records: four blocks
+    batch = build(records, batch_size=1 << 24, compression_type=rec.COMPRESSION_SNAPPY)
+    blocks = _xerial_blocks(batch[rec.RECORDS_OFFSET:])
+    sizes = [cramjam.snappy.decompress_raw_len(b) for b in blocks]
+    assert len(blocks) == 4 and all(s == 32 * 1024 for s in sizes[:-1]) and 0 < sizes[-1] <= 32 * 1024
+    plain = _plain_section(records)
+    assert b"".join(bytes(cramjam.snappy.decompress_raw(b)) for b in blocks) == plain
+    # Raw snappy (no framing), as librdkafka can send and Kafka reads: the same records.
+    raw = with_records_section(batch, bytes(cramjam.snappy.compress_raw(plain)))
+    assert rec.validate_batches(raw)[0].compression == rec.COMPRESSION_SNAPPY
+    assert rec.decode_batch(raw)[1] == rec.decode_batch(batch)[1]
+    # Xerial framing written by another encoder, blocks of any size: read block by block.
+    odd = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + b"".join(
+        struct.pack(">i", len(c)) + c for c in
+        (bytes(cramjam.snappy.compress_raw(plain[i:i + 5000])) for i in range(0, len(plain), 5000)))
+    assert rec.decode_batch(with_records_section(batch, odd))[1] == rec.decode_batch(batch)[1]
+
+
+def _gzip_members(*parts: bytes) -> bytes:
+    import gzip
+    return b"".join(gzip.compress(p) for p in parts)
+
+
+def test_gzip_reads_concatenated_members_as_one_stream():
+    records = _many(30)
+    plain = _plain_section(records)
+    batch = build(records, compression_type=rec.COMPRESSION_GZIP)
+    two = with_records_section(batch, _gzip_members(plain[:1000], plain[1000:]))
+    assert rec.decode_batch(two)[1] == rec.decode_batch(batch)[1]
+    rec.validate_batches(two)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_cut_off_or_garbage_compressed_records_are_corrupt(codec):
+    batch = build(_many(40), compression_type=codec)
+    section = batch[rec.RECORDS_OFFSET:]
+    cases = {"garbage": b"definitely not compressed data at all",
+             "cut off": section[:-7], "cut in half": section[:len(section) // 2],
+             "magic only": SECTION_MAGIC[codec], "trailing garbage": section + b"\x01\x02\x03\x04\x05\x06\x07\x08",
+             "damaged middle": section[:40] + bytes(b ^ 0x5A for b in section[40:60]) + section[60:]}
+    for what, bad in cases.items():
+        damaged = with_records_section(batch, bad)
+        with pytest.raises(CorruptRecordError, match=r"at position 0"):
+            rec.decode_batch(damaged)
+        with pytest.raises((CorruptRecordError, rec.InvalidRecordError), match=r"at position 0"):
+            rec.validate_batches(damaged)
+        print("refused:", what)
+    # Position named: a bad batch after a good one.
+    good = build(_many(3))
+    with pytest.raises(CorruptRecordError, match=f"at position {len(good)}"):
+        rec.validate_batches(good + with_records_section(batch, section[:-7]))
+
+
+# Bombs: a few KB (gzip ~100 KB and lz4 ~300 KB: deflate tops out near 1:1000, lz4 near 1:255) that
+# would decompress far past the cap. Each must fail with CorruptRecordError naming the batch, quickly, without Python ever holding
+# much more than the cap (tracemalloc sees bytearray, bytes and zlib's buffers).
+
+def _zstd_rle_bomb(total: int) -> bytes:
+    """A hand-made zstd frame: no content size, 128 KiB window, RLE blocks of 128 KiB zeros."""
+    block = 128 * 1024
+    count = total // block
+    out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0x00, 0x38])  # no FCS; window 2**17
+    for n in range(count):
+        header = (1 if n == count - 1 else 0) | (1 << 1) | (block << 3)
+        out += header.to_bytes(3, "little") + b"\x00"
+    return bytes(out)
+
+
+def _zstd_declared_bomb() -> bytes:
+    """A zstd frame declaring 4 GiB of content (single segment, 8-byte content size)."""
+    return struct.pack("<I", 0xFD2FB528) + bytes([0xE0]) + struct.pack("<Q", 4 << 30) + b"\x01\x00\x00"
+
+
+def _snappy_raw_bomb() -> bytes:
+    return b"\xff\xff\xff\xff\x0f" + b"\x00" * 64  # a raw block declaring 4 GiB - 1
+
+
+def _snappy_xerial_bomb() -> bytes:
+    # 200 blocks, each a valid-looking raw block header declaring 1 MiB: 200 MiB in ~2 KB.
+    block = rec.encode_varint(0) and bytes([0x80, 0x80, 0x40]) + b"\x00"
+    return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + (struct.pack(">i", len(block)) + block) * 200
+
+
+def _gzip_bomb() -> bytes:
+    import zlib
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = b"\x00" * (1 << 20)
+    return b"".join(compressor.compress(zeros) for _ in range(100)) + compressor.flush()  # 100 MiB
+
+
+def _lz4_bomb() -> bytes:
+    import lz4.frame
+    compressor = lz4.frame.LZ4FrameCompressor(block_size=lz4.frame.BLOCKSIZE_MAX4MB)
+    zeros = b"\x00" * (4 << 20)  # lz4 tops out near 1:255: 72 MiB in ~300 KB
+    return compressor.begin() + b"".join(compressor.compress(zeros) for _ in range(18)) + compressor.flush()
+
+
+BOMBS = [pytest.param(rec.COMPRESSION_GZIP, _gzip_bomb, id="gzip-100MiB"),
+         pytest.param(rec.COMPRESSION_SNAPPY, _snappy_raw_bomb, id="snappy-raw-4GiB"),
+         pytest.param(rec.COMPRESSION_SNAPPY, _snappy_xerial_bomb, id="snappy-xerial-200MiB"),
+         pytest.param(rec.COMPRESSION_LZ4, _lz4_bomb, id="lz4-72MiB"),
+         pytest.param(rec.COMPRESSION_ZSTD, lambda: _zstd_rle_bomb(1 << 30), id="zstd-1GiB-undeclared"),
+         pytest.param(rec.COMPRESSION_ZSTD, _zstd_declared_bomb, id="zstd-4GiB-declared")]
+
+
+@pytest.mark.parametrize("codec, make", BOMBS)
+def test_a_bomb_is_refused_at_the_cap_without_holding_more_than_it(codec, make):
+    import time
+    import tracemalloc
+    bomb = make()
+    assert len(bomb) < {rec.COMPRESSION_GZIP: 120_000, rec.COMPRESSION_LZ4: 320_000}.get(codec, 40_000)
+    good = build(_many(3))
+    batch = good + with_records_section(build(_many(3), compression_type=codec), bomb)
+    tracemalloc.start()
+    try:
+        started = time.perf_counter()
+        for attempt in (lambda: rec.validate_batches(batch), lambda: rec.decode_batch(batch, len(good))):
+            with pytest.raises(CorruptRecordError, match=f"at position {len(good)}.*more than "
+                                                         f"{rec.DECOMPRESSED_BYTES_MAX}"):
+                attempt()
+        elapsed = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < rec.DECOMPRESSED_BYTES_MAX + (4 << 20), f"peak {peak} bytes"
+    assert elapsed < 5, f"{elapsed:.2f} s"
+    with pytest.raises(CorruptRecordError, match="more than 1048576"):
+        rec.decode_batch(batch, len(good), decompressed_bytes_max=1 << 20)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_a_batch_exactly_at_the_cap_decompresses_and_one_byte_more_does_not(codec):
+    plain = _plain_section([(1, None, b"x" * 2000, ())] * 5)
+    batch = build([(1, None, b"x" * 2000, ())] * 5, compression_type=codec, batch_size=1 << 20)
+    assert len(rec.decode_batch(batch, decompressed_bytes_max=len(plain))[1]) == 5
+    with pytest.raises(CorruptRecordError, match=f"more than {len(plain) - 1}"):
+        rec.decode_batch(batch, decompressed_bytes_max=len(plain) - 1)
+
+
+def test_a_zstd_frame_without_content_size_and_with_checksum_and_skippable_frames_reads():
+    import cramjam
+    records = _many(200)
+    plain = _plain_section(records)
+    batch = build(records, batch_size=1 << 24, compression_type=rec.COMPRESSION_ZSTD)
+    streamed = cramjam.zstd.Compressor(level=3)  # a streaming frame, as Java's zstd-jni writes it
+    streamed.compress(plain)
+    frame = bytes(streamed.finish())
+    assert not frame[4] & 0xC0  # no content size declared
+    skippable = struct.pack("<II", 0x184D2A5E, 3) + b"abc"
+    for section in (frame, skippable + frame, frame + skippable):
+        assert rec.decode_batch(with_records_section(batch, section))[1] == rec.decode_batch(batch)[1]
+    # A walked-and-damaged record inside a well-formed frame is still refused by the walk.
+    inner = bytearray(plain)
+    inner[0] = 0x7F
+    with pytest.raises(CorruptRecordError, match="declares length -64"):
+        rec.validate_batches(with_records_section(batch, bytes(cramjam.zstd.compress(bytes(inner)))))
+
+
+# -- batches other clients' producers build -------------------------------------------------------
+
+CLIENT_RECORDS = [(1_700_000_000_000 + i, b"k%d" % (i % 4), b"value-%d " % i * 12, [("trace", b"t-%d" % i)])
+                  for i in range(60)]
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_batches_built_by_aiokafkas_producer_read_correctly(codec):
+    default_records = pytest.importorskip("aiokafka.record.default_records")
+    for builder_class in (default_records._DefaultRecordBatchBuilderPy, default_records.DefaultRecordBatchBuilder):
+        builder = builder_class(magic=2, compression_type=codec, is_transactional=0, producer_id=9,
+                                producer_epoch=1, base_sequence=0, batch_size=1 << 20)
+        for i, (ts, key, value, headers) in enumerate(CLIENT_RECORDS):
+            assert builder.append(i, timestamp=ts, key=key, value=value, headers=headers) is not None
+        batch = bytes(builder.build())
+        header = rec.validate_batches(batch)[0]
+        assert header.compression == codec and header.record_count == len(CLIENT_RECORDS)
+        decoded = rec.decode_batch(batch)[1]
+        assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decoded] == \
+            [(i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(CLIENT_RECORDS)]
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_our_batches_read_correctly_by_aiokafkas_and_kafka_pythons_readers(codec):
+    default_records = pytest.importorskip("aiokafka.record.default_records")
+    batch = build(CLIENT_RECORDS, compression_type=codec, base_offset=100, batch_size=1 << 20)
+    readers = [default_records._DefaultRecordBatchPy, default_records.DefaultRecordBatch]
+    if codec in (rec.COMPRESSION_GZIP, rec.COMPRESSION_LZ4):  # kafka-python reads snappy and zstd only
+        kafka_records = pytest.importorskip("kafka.record.default_records")  # with packages not installed
+        readers.append(kafka_records.DefaultRecordBatch)
+    for reader in readers:
+        parsed = reader(bytearray(batch))
+        assert parsed.validate_crc() and parsed.compression_type == codec
+        got = [(r.offset, r.timestamp, r.key, r.value, [(k, bytes(v)) for k, v in r.headers]) for r in parsed]
+        assert got == [(100 + i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(CLIENT_RECORDS)], reader

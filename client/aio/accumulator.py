@@ -44,7 +44,10 @@ from raftka.client.structs import TopicPartition
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (adjacent)
 _CRC = struct.Struct(">I")
 RECORD_OVERHEAD_BYTES = 24  # a record's varints and attributes, roughly (for the budget only)
-COMPRESSION_CODES = {None: rec.COMPRESSION_NONE, "none": rec.COMPRESSION_NONE, "lz4": rec.COMPRESSION_LZ4}
+# compression_type values (Kafka's names) -> codec id of the batch attributes.
+COMPRESSION_CODES = {None: rec.COMPRESSION_NONE, "none": rec.COMPRESSION_NONE, "gzip": rec.COMPRESSION_GZIP,
+                     "snappy": rec.COMPRESSION_SNAPPY, "lz4": rec.COMPRESSION_LZ4, "zstd": rec.COMPRESSION_ZSTD}
+COMPRESSION_CHOICES = "None, 'none', 'gzip', 'snappy', 'lz4' or 'zstd'"
 
 
 def record_size_estimate(key: bytes | None, value: bytes | None,
@@ -129,7 +132,7 @@ class RecordAccumulator:
                  clock: Callable[[], float] = time.monotonic) -> None:
         if compression_type not in COMPRESSION_CODES:
             from raftka.client.errors import ConfigError
-            raise ConfigError("compression_type", f"must be None or 'lz4', got {compression_type!r}")
+            raise ConfigError("compression_type", f"must be {COMPRESSION_CHOICES}, got {compression_type!r}")
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.compression = COMPRESSION_CODES[compression_type]

@@ -37,8 +37,8 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from raftka.client.aio.accumulator import (RECORD_OVERHEAD_BYTES, ProducerBatch, RecordAccumulator,
-                                    record_size_estimate)
+from raftka.client.aio.accumulator import (COMPRESSION_CHOICES, COMPRESSION_CODES, RECORD_OVERHEAD_BYTES,
+                                           ProducerBatch, RecordAccumulator, record_size_estimate)
 from raftka.client.aio.cluster import Cluster
 from raftka.client.aio.sender import Sender
 from raftka.client.aio.timeouts import wait_for
@@ -93,8 +93,9 @@ def producer_config(configs: dict[str, Any]) -> dict[str, Any]:
     if config["acks"] not in ACKS:
         raise ConfigError("acks", f"must be 0, 1 or 'all', got {config['acks']!r}")
     config["acks"] = ACKS[config["acks"]]
-    if config["compression_type"] not in (None, "none", "lz4"):
-        raise ConfigError("compression_type", f"must be None or 'lz4', got {config['compression_type']!r}")
+    if config["compression_type"] not in tuple(COMPRESSION_CODES):
+        raise ConfigError("compression_type",
+                          f"must be {COMPRESSION_CHOICES}, got {config['compression_type']!r}")
     for key in ("batch_size", "buffer_memory", "max_request_size", "request_timeout_ms",
                 "max_in_flight_requests_per_connection", "delivery_timeout_ms"):
         if not isinstance(config[key], int) or config[key] < 1:

@@ -69,7 +69,7 @@ def register(perf: argparse._SubParsersAction) -> None:
     p.add_argument("--record-size", type=int, default=100, help="bytes per value (default 100)")
     p.add_argument("--acks", choices=["all", "1", "0", "-1"], default="all")
     p.add_argument("--producers", type=int, default=1, help="producer processes (default 1)")
-    p.add_argument("--compression", choices=["none", "lz4"], default="none")
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
     p.add_argument("--throughput", type=float, default=-1,
                    help="records/s across all producers; -1 (default) = as fast as possible")
     p.add_argument("--sync", action="store_true",

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--headers", action="store_true",
                         help="each line starts with headers: k1:v1,k2:v2<TAB>...")
     parser.add_argument("--partition", type=int, default=None, help="send every record to this partition")
-    parser.add_argument("--compression-type", choices=["none", "lz4"], default="none")
+    parser.add_argument("--compression-type", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16384)
     parser.add_argument("--timeout-ms", type=int, default=30_000,
