@@ -140,7 +140,7 @@ def test_a_commit_from_a_stale_generation_or_an_unknown_member_is_refused(cluste
 
         def commit(generation: int, member: str) -> int:
             answer = group_request(cluster, "stale", ApiKey.OFFSET_COMMIT, {
-                "group_id": "stale", "generation_id": generation, "member_id": member,
+                "group_id": "stale", "generation_id_or_member_epoch": generation, "member_id": member,
                 "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1}]}]})
             return answer["topics"][0]["partitions"][0]["error_code"]
         assert commit(old["generation_id"], old["member_id"]) == errors.ILLEGAL_GENERATION

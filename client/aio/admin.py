@@ -311,7 +311,7 @@ class AdminClient:
             topics.setdefault(tp[0], []).append({"partition_index": tp[1], "committed_offset": o.offset,
                                                  "committed_leader_epoch": o.leader_epoch,
                                                  "committed_metadata": o.metadata})
-        body = {"group_id": group_id, "generation_id": -1, "member_id": "", "group_instance_id": None,
+        body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
                 "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
 
         def first_error(answer: dict[str, Any]) -> int:

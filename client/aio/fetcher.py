@@ -398,9 +398,15 @@ class Fetcher:
                 state.storage_error_since = now
             elif (now - state.storage_error_since) * 1000 >= bound_ms:
                 state.storage_error_since = 0.0
+                # Kafka's Fetch answer has no room for the broker's message (the file and position):
+                # the leader's log and its /health name them.
+                leader = self.cluster.metadata.leader_for(tp)
+                where = f"broker {leader}" if leader is not None and leader >= 0 else "the partition leader"
                 state.failed = errors.error_for(
-                    code, f"offset {fetch_offset}: {p.get('error_message') or error.message} (still failing "
-                          f"after {bound_ms / 1000:g} s of retries)", topic=tp.topic, partition=tp.partition)
+                    code, f"{tp.topic}-{tp.partition} at offset {fetch_offset}: "
+                          f"{p.get('error_message') or error.message} (still failing after {bound_ms / 1000:g} s "
+                          f"of retries; {where}'s log and /health name the file)",
+                    topic=tp.topic, partition=tp.partition)
                 self._notify()
                 return
         if error.retriable:

@@ -668,7 +668,7 @@ class GroupMember:
                 generation, member_id = self.generation, self.member_id
             else:
                 generation, member_id = -1, ""
-            body = {"group_id": self.group_id, "generation_id": generation, "member_id": member_id,
+            body = {"group_id": self.group_id, "generation_id_or_member_epoch": generation, "member_id": member_id,
                     "group_instance_id": self.instance_id if self.subscribed else None,
                     "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
             left_ms = (deadline - time.monotonic()) * 1000

@@ -22,6 +22,18 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
     ApiKey.INIT_PRODUCER_ID: 4,
+    # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them); Heartbeat stays
+    # a msgpack frame for now: the client's Heartbeat is held by the coordinator up to the
+    # interval (Raftka's max_wait_ms), which Kafka's Heartbeat has no field for.
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 9,
+    ApiKey.SYNC_GROUP: 5,
+    ApiKey.LEAVE_GROUP: 5,
+    ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.OFFSET_FETCH: 7,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.LIST_GROUPS: 4,
+    ApiKey.DELETE_GROUPS: 2,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
 }
