@@ -29,8 +29,8 @@ from raftka.common.errors import InvalidRequestError
 ZERO_UUID: Final = "0" * 32
 INTERNAL_TOPIC_PREFIX: Final = "__"  # __consumer_offsets (Kafka marks it is_internal)
 
-# Fetch sessions (KIP-227). Raftka's error table does not name the code: only this shim answers it.
-FETCH_SESSION_ID_NOT_FOUND: Final = 70
+# Fetch sessions (KIP-227).
+FETCH_SESSION_ID_NOT_FOUND: Final = errors.FETCH_SESSION_ID_NOT_FOUND
 FINAL_EPOCH: Final = -1  # a full fetch that wants no session (or closes the one it names)
 INITIAL_EPOCH: Final = 0  # a full fetch that asks for a session (declined: session_id 0 in the answer)
 
