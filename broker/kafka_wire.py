@@ -25,18 +25,15 @@ from typing import Any, Awaitable, Callable, Final
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import InvalidRequestError
+from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC, RESOURCE_TOPIC
+from raftka.common.schema import ZERO_UUID
 
-ZERO_UUID: Final = "0" * 32
 INTERNAL_TOPIC_PREFIX: Final = "__"  # __consumer_offsets (Kafka marks it is_internal)
 
 # Fetch sessions (KIP-227).
-FETCH_SESSION_ID_NOT_FOUND: Final = errors.FETCH_SESSION_ID_NOT_FOUND
 FINAL_EPOCH: Final = -1  # a full fetch that wants no session (or closes the one it names)
 INITIAL_EPOCH: Final = 0  # a full fetch that asks for a session (declined: session_id 0 in the answer)
 
-RESOURCE_TOPIC: Final = 2  # Kafka's ConfigResource.Type.TOPIC
-CONFIG_SOURCE_TOPIC: Final = 1  # DYNAMIC_TOPIC_CONFIG: a topic's own override
-CONFIG_SOURCE_DEFAULT: Final = 5  # DEFAULT_CONFIG
 
 Shim = Callable[[int, Any], Any]  # (version, request body) -> the handler's body
 AnswerShim = Callable[[int, Any, Any], Any]  # (version, request body, answer) -> Kafka's answer
@@ -228,7 +225,7 @@ async def _fetch(handler: Handler, version: int, body: dict) -> Any:
     answer to it is the error alone, top level, no partitions."""
     if body.get("session_epoch", FINAL_EPOCH) in (FINAL_EPOCH, INITIAL_EPOCH):
         return await handler(body)
-    return errors.NONE, {"error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+    return errors.NONE, {"error_code": errors.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
 
 
 HANDLER_WRAPPERS: Final[dict[int, Callable[[Handler, int, dict], Awaitable[Any]]]] = {

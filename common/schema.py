@@ -50,6 +50,7 @@ from typing import Any, Callable, Final, Mapping
 
 from raftka.common.errors import InvalidRequestError
 
+ZERO_UUID: Final = "0" * 32  # Kafka's "no id", as a uuid is spelled here (32 hex digits)
 STRING_BYTES_MAX: Final = 32_767  # Kafka strings carry an int16 length
 # Kafka's bytes carry an int32 length; a frame is at most socket.request.max.bytes anyway.
 BYTES_MAX: Final = 2**31 - 1
@@ -523,4 +524,4 @@ class Registry:
 
 
 __all__ = ["ABSENT", "ARRAY_COUNT_MAX", "Array", "BYTES_MAX", "Field", "FieldError", "Map", "Message", "REQUIRED",
-           "Registry", "STRING_BYTES_MAX", "Struct", "compile_struct", "in_versions", "parse_versions"]
+           "Registry", "STRING_BYTES_MAX", "Struct", "ZERO_UUID", "compile_struct", "in_versions", "parse_versions"]

@@ -21,7 +21,7 @@ import pytest
 
 from raftka.common.codec import CodecError, decoder, encoder
 from raftka.common.messages import admin
-from raftka.common.messages.admin import ZERO_UUID
+from raftka.common.schema import ZERO_UUID
 from raftka.common.schema import Array, Field, Message, Struct, in_versions, parse_versions
 
 MESSAGES = admin.REQUESTS + admin.RESPONSES

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
-from raftka.client.aio.protocol import KAFKA_VERSIONS, ZERO_UUID
+from raftka.client.aio.protocol import KAFKA_VERSIONS
+from raftka.common.schema import ZERO_UUID
 from raftka.client.aio.timeouts import cancel_and_wait, wait_for
 from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
 from raftka.common import errors

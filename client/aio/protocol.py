@@ -37,7 +37,3 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
 }
-
-ZERO_UUID: Final = "0" * 32  # Kafka's "no topic id"
-RESOURCE_TOPIC: Final = 2  # ConfigResource type of a topic (DescribeConfigs, AlterConfigs)
-CONFIG_SOURCE_DEFAULT: Final = 5  # DescribeConfigs: the value is the default

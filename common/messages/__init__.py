@@ -9,24 +9,19 @@ the range Raftka serves (docs/protocol.md is generated from these).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Final
 
+from raftka.common.messages import admin, controller, data, groups
 from raftka.common.schema import Message
 
-# The families; one not written yet is skipped (the package lands one family at a time).
-FAMILIES: Final = ("data", "groups", "admin", "controller")
+FAMILIES: Final = (data, groups, admin, controller)
 
 
 def _pairs() -> dict[int, tuple[Message, Message]]:
     pairs: dict[int, tuple[Message, Message]] = {}
     for family in FAMILIES:
-        try:
-            module = importlib.import_module(f"raftka.common.messages.{family}")
-        except ModuleNotFoundError:
-            continue
-        responses = {m.api_key: m for m in module.RESPONSES}
-        for request in module.REQUESTS:
+        responses = {m.api_key: m for m in family.RESPONSES}
+        for request in family.REQUESTS:
             pairs[request.api_key] = (request, responses[request.api_key])
     return pairs
 

@@ -23,14 +23,18 @@ from typing import Any, Final
 
 from raftka.common.api import ApiKey
 from raftka.common.messages.limits import CONFIGS_MAX, PARTITIONS_MAX, REPLICAS_MAX, TOPICS_MAX
-from raftka.common.schema import Array, Field, Message, Struct
+from raftka.common.schema import ZERO_UUID, Array, Field, Message, Struct
+
+# Values of the fields below (Kafka's ConfigResource.Type and DescribeConfigs' ConfigSource).
+RESOURCE_TOPIC: Final = 2
+CONFIG_SOURCE_TOPIC: Final = 1  # a topic's own override (DYNAMIC_TOPIC_CONFIG)
+CONFIG_SOURCE_DEFAULT: Final = 5  # the default (DEFAULT_CONFIG)
 
 # Api keys common/api.py does not name yet.
 DELETE_RECORDS_KEY: Final = 21  # DeleteRecords
 CREATE_PARTITIONS_KEY: Final = 37  # CreatePartitions
 INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44  # IncrementalAlterConfigs
 
-ZERO_UUID: Final = "0" * 32  # Kafka's "no topic id", the default of a non-nullable uuid
 RESOURCES_MAX: Final = TOPICS_MAX  # config resources in one request: topics, plus a few brokers
 
 

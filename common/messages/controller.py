@@ -24,11 +24,10 @@ from typing import Final
 
 from raftka.common.api import ApiKey
 from raftka.common.messages.limits import LISTENERS_MAX, PARTITIONS_MAX, REPLICAS_MAX, TOPICS_MAX
-from raftka.common.schema import Array, Field, Message, Struct
+from raftka.common.schema import ZERO_UUID, Array, Field, Message, Struct
 
 UNREGISTER_BROKER: Final = 64  # Kafka's UnregisterBroker; not in common/api.py's ApiKey yet
 
-ZERO_UUID: Final = "0" * 32  # Kafka's Uuid.ZERO_UUID: "no id"
 FEATURES_MAX: Final = 100  # feature ranges one broker reports (Raftka: metadata.version alone)
 LOG_DIRS_MAX: Final = 1_000  # log directory ids one broker lists (Raftka: none)
 

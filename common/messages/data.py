@@ -28,10 +28,9 @@ from typing import Any, Final
 
 from raftka.common.api import ApiKey
 from raftka.common.messages.limits import PARTITIONS_MAX, REPLICAS_MAX, TOPICS_MAX
-from raftka.common.schema import Array, Field, Message, Struct
+from raftka.common.schema import ZERO_UUID, Array, Field, Message, Struct
 
 _INT_TYPES: Final = frozenset({"int8", "int16", "int32", "int64", "uint16", "uint32"})
-_ZERO_UUID: Final = "0" * 32  # Kafka's "no topic id", as Raftka spells a uuid
 _NO_OPERATIONS: Final = -2**31  # Kafka's "authorized operations not asked for"
 
 
@@ -43,7 +42,7 @@ def _zero(type_: Any) -> Any:
         return {f.name: f.default for f in type_.fields}
     if type_ in _INT_TYPES:
         return 0
-    return {"bool": False, "float64": 0.0, "string": "", "bytes": b"", "records": b"", "uuid": _ZERO_UUID}[type_]
+    return {"bool": False, "float64": 0.0, "string": "", "bytes": b"", "records": b"", "uuid": ZERO_UUID}[type_]
 
 
 _KAFKA_ZERO: Final = object()
