@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Iterable
 from raftka.common import errors
 from raftka.common.api import CONTROLLER_API_KEYS, ApiKey, api_name, api_versions_body
 from raftka.common.errors import InvalidRequestError
+from raftka.common.messages import KAFKA_API
 from raftka.common.msgpack_bodies import CONTROLLER_REQUESTS
 from raftka.common.ratelog import RateLimitedLog
 from raftka.common.schema import Registry
@@ -44,9 +45,12 @@ class RpcServer:
         # ApiVersions (18) is answered here from ``api_keys`` (None: passed to ``handle``).
         self.api_keys = None if api_keys is None else frozenset(api_keys)
         # ``limits``: the Server's other limits (max_connections_per_ip, ...; ServerConfig.server_limits)
+        # Kafka's wire protocol for every declared key this listener serves (common/messages/);
+        # a Kafka-framed body arrives decoded and type-checked, in Kafka's shape (ctx["kafka"]).
+        kafka_api = {k: KAFKA_API[k] for k in (self.api_keys or ()) if k in KAFKA_API}
         self.server = Server(self._on_request, max_frame_bytes=max_frame_bytes,
                              max_connections=max_connections, idle_timeout_ms=idle_timeout_ms,
-                             name=name, **limits)
+                             kafka_api=kafka_api, name=name, **limits)
 
     @property
     def port(self) -> int | None:
@@ -66,10 +70,10 @@ class RpcServer:
         return self.server.connection_count
 
     async def _on_request(self, request: Request) -> Response:
-        if request.api_key == ApiKey.API_VERSIONS and self.api_keys is not None:
+        if request.api_key == ApiKey.API_VERSIONS and self.api_keys is not None and not request.kafka:
             return Response(0, api_versions_body(self.api_keys))
         body = request.body
-        if self.requests is not None and request.api_key in self.requests:
+        if not request.kafka and self.requests is not None and request.api_key in self.requests:
             try:
                 body = self.requests.check(request.api_key, request.api_version, {} if body is None else body)
             except InvalidRequestError as error:
@@ -78,7 +82,7 @@ class RpcServer:
                 return Response(errors.INVALID_REQUEST, {
                     "error_message": f"invalid {api_name(request.api_key)} request: {error.message}"})
         ctx = {"peer": request.peer, "client_id": request.client_id,
-               "connection_id": request.connection_id}
+               "connection_id": request.connection_id, "kafka": request.kafka}
         code, out = await self.handle(request.api_key, request.api_version, body, ctx)
         return Response(code, out)
 
