@@ -149,6 +149,18 @@ class RaftkaSystem:
             f"raftka consume #{run}",
             perf + ["consume", *common, "--topic", topic, "--messages", str(a.records),
                     *(["--consumer-props", *a.consumer_props] if a.consumer_props else [])]), _rate)
+        # The same cluster through librdkafka: what the brokers take when the client is C.
+        rdkafka = [sys.executable, "-m", "raftka.bench.peers"]
+        rd_topic = f"bench-librdkafka-{run}"
+        bench.record("librdkafka.produce.acks_all", bench.child(
+            f"librdkafka produce acks=all #{run}",
+            rdkafka + ["librdkafka-produce", "--bootstrap-server", self.cluster.bootstrap_servers,
+                       "--stream", rd_topic, "--records", str(a.records), "--record-size", str(a.record_size)]),
+            _rate)
+        bench.record("librdkafka.consume", bench.child(
+            f"librdkafka consume #{run}",
+            rdkafka + ["librdkafka-consume", "--bootstrap-server", self.cluster.bootstrap_servers,
+                       "--stream", rd_topic, "--records", str(a.records)]), _rate)
         bench.record("raftka.e2e", bench.child(
             f"raftka e2e #{run}",
             perf + ["e2e", *common, "--topic", f"bench-e2e-{run}", "--rate", str(a.e2e_rate),
@@ -344,7 +356,8 @@ def environment() -> dict[str, Any]:
             "mem_gb": mem_gb, "kernel": platform.release(), "python": platform.python_version(),
             "raftka": f"{__version__} (git {rev})", "nats_server": peers.version_of("nats-server"),
             "redis_server": peers.version_of("redis-server"), "nats_py": peers.package_version("nats-py"),
-            "redis_py": peers.package_version("redis"), "hiredis": peers.package_version("hiredis")}
+            "redis_py": peers.package_version("redis"), "hiredis": peers.package_version("hiredis"),
+            "confluent_kafka": peers.package_version("confluent-kafka")}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

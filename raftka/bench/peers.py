@@ -1,4 +1,5 @@
-"""The peers of the benchmark: NATS JetStream (3-node cluster) and Redis Streams (one node).
+"""The peers of the benchmark: NATS JetStream (3-node cluster) and Redis Streams (one node), and
+confluent-kafka (librdkafka) as a second client of Raftka's own cluster.
 
 Servers are Debian's ``nats-server`` and ``redis-server`` binaries, started here on 127.0.0.1
 with ports chosen at run time and stopped by PID (``raftka.cluster.Process``). Drivers are the
@@ -13,6 +14,11 @@ peers' own Python clients, each used the fastest documented way:
 - Redis: ``redis-py`` with ``hiredis``; ``XADD`` pipelined (non-transactional pipelines of
   1,000), ``XREAD COUNT 1000``; sequential latency = one ``XADD`` round trip at a time. No
   persistence (``save ""``, ``appendonly no``): the in-memory ceiling.
+
+- confluent-kafka against Raftka: librdkafka's producer (idempotent, acks=all, linger.ms 5,
+  ``produce`` + ``poll(0)``, retried on a full local queue, then ``flush``) and consumer
+  (``consume(num_messages=1000)`` from the earliest offset, no commits). librdkafka's C core is not
+  the bottleneck a Python client is: its rate shows what the brokers take.
 
 Each driver runs in its own process (``python -m raftka.bench.peers FIGURE ...``) and prints one
 JSON object, so a hung client is killed by the benchmark's timeout like any other process.
@@ -344,6 +350,70 @@ async def nats_failover(cluster: NatsCluster, kills: int, rate: float, size: int
             "unreadable": sum(r["unreadable"] for r in rounds)}
 
 
+# -- confluent-kafka (librdkafka) drivers, against Raftka ---------------------------------------
+
+LIBRDKAFKA_QUEUE_FULL_WAIT_S = 0.05  # poll() while librdkafka's local queue is full
+LIBRDKAFKA_IDLE_TIMEOUT_S = 30.0  # no record consumed for this long: the run fails
+
+
+def librdkafka_produce(bootstrap: str, topic: str, records: int, size: int) -> dict[str, Any]:
+    """Produce ``records`` values with acks=all through librdkafka; every delivery checked."""
+    from confluent_kafka import Producer
+    from raftka.bench.client import ensure_topic, payload
+    ensure_topic(bootstrap, topic, 1, 3, 2)  # as `raftka perf produce` makes its topic
+    value = payload(size)
+    failed: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "client.id": "raftka-bench-librdkafka"})
+    producer.produce(topic, value, on_delivery=delivered)  # metadata and producer id first
+    producer.flush(30)
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(LIBRDKAFKA_QUEUE_FULL_WAIT_S)
+        producer.poll(0)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if left or failed:
+        raise RuntimeError(f"{left} records undelivered, {len(failed)} failed (first: {failed[:1]})")
+    return {"records": records, "seconds": elapsed, "records_per_s": records / elapsed,
+            "confluent_kafka": package_version("confluent-kafka")}
+
+
+def librdkafka_consume(bootstrap: str, topic: str, records: int) -> dict[str, Any]:
+    """Read ``records`` from the start of ``topic`` through librdkafka (no commits)."""
+    from confluent_kafka import Consumer
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.time_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    count = 0
+    started = None
+    idle_since = time.monotonic()
+    try:
+        while count < records:
+            batch = consumer.consume(num_messages=BATCH, timeout=1.0)
+            got = sum(1 for m in batch if m.error() is None)
+            if got:
+                if started is None:  # from the first record: the group join is not the read rate
+                    started = time.perf_counter()
+                count += got
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > LIBRDKAFKA_IDLE_TIMEOUT_S:
+                raise RuntimeError(f"nothing consumed for {LIBRDKAFKA_IDLE_TIMEOUT_S:.0f} s at {count} records")
+    finally:
+        consumer.close()
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    return {"records": count, "seconds": elapsed, "records_per_s": count / elapsed if elapsed else 0.0}
+
+
 # -- Redis drivers --------------------------------------------------------------------------
 
 def redis_xadd(port: int, key: str, records: int, size: int, batch: int = BATCH) -> dict[str, Any]:
@@ -406,10 +476,12 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m raftka.bench.peers FIGURE ...``: run one peer measurement, print JSON."""
     parser = argparse.ArgumentParser(prog="python -m raftka.bench.peers")
     parser.add_argument("figure", choices=["nats-publish", "nats-consume", "nats-sequential",
-                                           "redis-xadd", "redis-xread", "redis-sequential"])
+                                           "redis-xadd", "redis-xread", "redis-sequential",
+                                           "librdkafka-produce", "librdkafka-consume"])
+    parser.add_argument("--bootstrap-server", default="", help="librdkafka: Raftka's brokers")
     parser.add_argument("--urls", default="", help="NATS: comma-separated server URLs")
     parser.add_argument("--port", type=int, default=0, help="Redis: port on 127.0.0.1")
-    parser.add_argument("--stream", default="bench", help="NATS stream / Redis key")
+    parser.add_argument("--stream", default="bench", help="NATS stream / Redis key / Kafka topic")
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--record-size", type=int, default=100)
@@ -422,6 +494,10 @@ def main(argv: list[str] | None = None) -> int:
         out = asyncio.run(nats_consume(urls, args.stream, args.records))
     elif args.figure == "nats-sequential":
         out = asyncio.run(nats_sequential(urls, args.stream, args.replicas, args.samples, args.record_size))
+    elif args.figure == "librdkafka-produce":
+        out = librdkafka_produce(args.bootstrap_server, args.stream, args.records, args.record_size)
+    elif args.figure == "librdkafka-consume":
+        out = librdkafka_consume(args.bootstrap_server, args.stream, args.records)
     elif args.figure == "redis-xadd":
         out = redis_xadd(args.port, args.stream, args.records, args.record_size)
     elif args.figure == "redis-xread":

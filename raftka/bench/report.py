@@ -120,7 +120,8 @@ def render(raw: dict[str, Any]) -> str:
                  "figures are noisy; compare ratios from the same run.**")
     lines.append("")
     lines.append(f"Versions: Raftka {env['raftka']}; {env['nats_server']} with nats-py {env['nats_py']}; "
-                 f"{env['redis_server']} with redis-py {env['redis_py']} + hiredis {env['hiredis']}.")
+                 f"{env['redis_server']} with redis-py {env['redis_py']} + hiredis {env['hiredis']}; "
+                 f"confluent-kafka {env.get('confluent_kafka', 'missing')}.")
     lines.append("")
     lines += ["### Targets (issue #performance)", "", "| figure | target | measured | verdict |",
               "|---|---|---|---|"]
@@ -146,6 +147,11 @@ def render(raw: dict[str, Any]) -> str:
                  f"{x(ro, n3p)} |")
     lines.append(f"| read from the start in batches (Raftka poll; JetStream pull fetch 1000; Redis XREAD COUNT 1000) | "
                  f"{rate_cell(rc)} | {rate_cell(n3c)} | {rate_cell(n1c)} | {rate_cell(rr)} | {x(rc, n3c)} |")
+    lp, lc = _rate("librdkafka.produce.acks_all", res), _rate("librdkafka.consume", res)
+    lines.append(f"| Raftka's brokers through confluent-kafka (librdkafka), acks=all write | {rate_cell(lp)} | "
+                 f"{rate_cell(n3p)} | {rate_cell(n1p)} | {rate_cell(rx)} | {x(lp, n3p)} |")
+    lines.append(f"| Raftka's brokers through confluent-kafka (librdkafka), read | {rate_cell(lc)} | "
+                 f"{rate_cell(n3c)} | {rate_cell(n1c)} | {rate_cell(rr)} | {x(lc, n3c)} |")
     lines.append("")
     lines += ["### Latency", "", "| figure | Raftka | JetStream R3 | JetStream R1 | Redis |", "|---|---|---|---|---|"]
     for q in ("p50", "p99"):
@@ -193,6 +199,10 @@ def render(raw: dict[str, Any]) -> str:
               "1,000 at a time (raftka/bench/peers.py).",
               "- Redis: one `redis-server` without persistence (no replication: an in-memory ceiling, "
               "not a like-for-like peer); pipelines of 1,000 XADD; XREAD COUNT 1000.",
+              "- confluent-kafka (librdkafka) against the same Raftka cluster: idempotent producer, "
+              "acks=all, linger.ms 5, a fresh topic per run (1 partition, RF 3); consumer reading it "
+              "from the earliest offset with `consume(num_messages=1000)`, rate from the first record. "
+              "librdkafka is C: its rate shows what the brokers take when the client is not the limit.",
               "- End-to-end: the producer stamps CLOCK_MONOTONIC into each value; a consumer in another "
               "process computes the latency when poll() returns the record.", ""]
     lines += ["Where the time goes (profiles) and the plan to reach the targets: docs/performance.md.", ""]
