@@ -782,25 +782,47 @@ class Log:
                 count += 1
             if not count:
                 return 0
-            doomed = self._segments[:count]
             new_start = self._segments[count].base_offset
-            try:
-                # The checkpoint goes first: after a crash, open() deletes what lies below it.
-                self._lso_file.write_value(new_start)
-                self.log_start_offset = new_start
-                self._set_segments(self._segments[count:])
-                for seg in doomed:
-                    seg.delete()
-                self.producer_state.delete_snapshots_below(new_start)
-                self.leader_epoch_cache.truncate_from_start(new_start)
-                if self.corruption is not None and self.corruption.offset < new_start:
-                    self.corruption = None  # its segment is gone
-            except OSError as error:
-                raise self._error(KafkaStorageError, f"retention in {self.dir}: "
-                                  f"{error.strerror or error}") from error
-            log.info("%s: retention deleted %d segment(s); log start offset now %d", self, count,
-                     new_start)
+            self._advance_start(new_start, count, "retention")
             return count
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` the log start offset (nothing below it is read again)
+        and delete the segments wholly below it. ``offset`` may not pass the high watermark
+        (OffsetOutOfRangeError); at or below the current start it changes nothing. Returns the
+        log start offset. Durable before it returns: the checkpoint is written first."""
+        with self._lock:
+            self._check_usable()
+            if offset > self.high_watermark:
+                raise self._error(OffsetOutOfRangeError,
+                                  f"cannot delete records before offset {offset}: past the high "
+                                  f"watermark {self.high_watermark}")
+            if offset > self.log_start_offset:
+                count = 0
+                while count < len(self._segments) - 1 and self._segments[count + 1].base_offset <= offset:
+                    count += 1
+                self._advance_start(offset, count, "records deleted")
+            return self.log_start_offset
+
+    def _advance_start(self, new_start: int, count: int, why: str) -> None:
+        """Move the log start offset to ``new_start`` and delete the first ``count`` segments
+        (all wholly below it)."""
+        doomed = self._segments[:count]
+        try:
+            # The checkpoint goes first: after a crash, open() deletes what lies below it.
+            self._lso_file.write_value(new_start)
+            self.log_start_offset = new_start
+            self._set_segments(self._segments[count:])
+            for seg in doomed:
+                seg.delete()
+            self.producer_state.delete_snapshots_below(new_start)
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            if self.corruption is not None and self.corruption.offset < new_start:
+                self.corruption = None  # its segment is gone
+        except OSError as error:
+            raise self._error(KafkaStorageError, f"{why} in {self.dir}: "
+                              f"{error.strerror or error}") from error
+        log.info("%s: %s: deleted %d segment(s); log start offset now %d", self, why, count, new_start)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget idempotent producers silent for producer.id.expiration.ms (1 day)."""

@@ -643,6 +643,28 @@ def test_retention_ms_deletes_segments_whose_newest_record_is_too_old(tmp_path):
     assert len(lg.segments) == 1
 
 
+def test_delete_records_moves_the_log_start_inside_a_segment_and_deletes_the_segments_below(tmp_path):
+    lg = open_log(tmp_path, segment_bytes=1000, retention_ms=-1)
+    for _ in range(30):
+        lg.append_as_leader(make_batch(3), 0)
+    with pytest.raises(OffsetOutOfRangeError, match="past the high watermark"):
+        lg.delete_records_before(1)  # the high watermark is 0: nothing is deletable yet
+    lg.update_high_watermark(60)
+    target = 47  # inside a batch, inside a segment past the first
+    segments_before = len(lg.segments)
+    assert lg.delete_records_before(target) == target == lg.log_start_offset
+    assert len(lg.segments) < segments_before and lg.segments[0].base_offset <= target
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.read(target - 1, 100)
+    assert lg.read(target, 100).records  # the batch holding it is still served, as Kafka does
+    assert lg.delete_records_before(10) == target  # an older offset changes nothing
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.delete_records_before(61)
+    lg.close()
+    lg = open_log(tmp_path, segment_bytes=1000)  # the checkpoint keeps the start
+    assert lg.log_start_offset == target
+
+
 # --- disk errors -------------------------------------------------------------------------------
 
 def test_a_failing_write_is_a_storage_error_and_leaves_no_partial_batch(tmp_path, monkeypatch):
