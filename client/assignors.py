@@ -2,12 +2,15 @@
 
 The coordinator never reads what members say about their subscriptions: it hands every
 member's bytes to the leader, the leader's assignor splits the partitions, and the coordinator
-hands each member its bytes back. Raftka's consumer protocol (``protocol_type = "consumer"``)
-encodes both as msgpack maps:
+hands each member its bytes back. Both are Kafka's consumer protocol (``protocol_type =
+"consumer"``; common/messages/consumer_protocol.py declares them), so Raftka consumers share a
+group with Kafka's clients:
 
-- subscription: ``{version: 1, topics: [names], user_data: bin|None,
-  owned_partitions: [[topic, [partitions]]], generation_id, rack_id}``
-- assignment: ``{version: 1, assigned_partitions: [[topic, [partitions]]], user_data: bin|None}``
+- subscription: ConsumerProtocolSubscription, sent at v3 as Kafka's own consumer sends it
+  (topics, user_data, owned_partitions, generation_id, rack_id); v0-3 are read, a newer
+  version with the v3 layout.
+- assignment: ConsumerProtocolAssignment, sent at v3 (assigned_partitions, user_data); every
+  version reads the same.
 
 Assignors, by protocol name (Kafka's):
 
@@ -27,13 +30,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-import msgpack
-
 from raftka.client.structs import TopicPartition
+from raftka.common.messages import consumer_protocol as wire
 
 EAGER = "eager"
 COOPERATIVE = "cooperative"
-PROTOCOL_VERSION = 1
+# What this client writes: the newest versions (every field it fills exists there).
+SUBSCRIPTION_VERSION = 3
+ASSIGNMENT_VERSION = 3
 
 
 class Subscription(NamedTuple):
@@ -54,60 +58,49 @@ class Assignment(NamedTuple):
     user_data: bytes | None = None
 
 
-def _grouped(partitions: Iterable[TopicPartition]) -> list[list]:
+def _grouped(partitions: Iterable[TopicPartition]) -> list[dict]:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for tp in partitions:
         by_topic[tp.topic].append(tp.partition)
-    return [[topic, sorted(parts)] for topic, parts in sorted(by_topic.items())]
+    return [{"topic": topic, "partitions": sorted(parts)} for topic, parts in sorted(by_topic.items())]
 
 
-def _ungrouped(raw: object) -> list[TopicPartition]:
-    out = []
-    for item in raw or []:  # type: ignore[attr-defined]
-        topic, parts = item
-        out += [TopicPartition(str(topic), int(p)) for p in parts]
-    return out
+def _ungrouped(entries: list[dict]) -> list[TopicPartition]:
+    return [TopicPartition(e["topic"], p) for e in entries for p in e["partitions"]]
 
 
-def encode_subscription(subscription: Subscription) -> bytes:
-    """Subscription -> the bytes a member sends in JoinGroup."""
-    return msgpack.packb({"version": PROTOCOL_VERSION, "topics": sorted(subscription.topics),
-                          "user_data": subscription.user_data,
-                          "owned_partitions": _grouped(subscription.owned_partitions),
-                          "generation_id": subscription.generation_id, "rack_id": subscription.rack_id},
-                         use_bin_type=True)
+def encode_subscription(subscription: Subscription, version: int = SUBSCRIPTION_VERSION) -> bytes:
+    """Subscription -> the bytes a member sends in JoinGroup (ConsumerProtocolSubscription at
+    ``version``; an older one drops the fields it lacks)."""
+    return wire.encode_versioned(wire.CONSUMER_PROTOCOL_SUBSCRIPTION, version, {
+        "topics": sorted(subscription.topics), "user_data": subscription.user_data,
+        "owned_partitions": _grouped(subscription.owned_partitions),
+        "generation_id": subscription.generation_id, "rack_id": subscription.rack_id})
 
 
 def decode_subscription(data: bytes, group_instance_id: str | None = None) -> Subscription:
-    """The bytes of a JoinGroup member entry -> Subscription (ValueError when unreadable)."""
-    try:
-        raw = msgpack.unpackb(data, raw=False) if data else {}
-        if not isinstance(raw, dict):
-            raise TypeError("not a map")
-        return Subscription([str(t) for t in raw.get("topics") or []], raw.get("user_data"),
-                            _ungrouped(raw.get("owned_partitions")), int(raw.get("generation_id", -1)),
-                            group_instance_id, raw.get("rack_id"))
-    except (msgpack.UnpackException, TypeError, ValueError) as error:
-        raise ValueError(f"unreadable subscription: {error}") from None
+    """The bytes of a JoinGroup member entry -> Subscription; empty bytes subscribe to nothing.
+    ConsumerProtocolError (a ValueError) when unreadable."""
+    if not data:
+        return Subscription([], group_instance_id=group_instance_id)
+    _version, body = wire.decode_subscription(data)
+    return Subscription(body["topics"], body["user_data"], _ungrouped(body["owned_partitions"]),
+                        body["generation_id"], group_instance_id, body["rack_id"])
 
 
-def encode_assignment(assignment: Assignment) -> bytes:
-    """Assignment -> the bytes the leader sends in SyncGroup."""
-    return msgpack.packb({"version": PROTOCOL_VERSION, "assigned_partitions": _grouped(assignment.partitions),
-                          "user_data": assignment.user_data}, use_bin_type=True)
+def encode_assignment(assignment: Assignment, version: int = ASSIGNMENT_VERSION) -> bytes:
+    """Assignment -> the bytes the leader sends in SyncGroup (ConsumerProtocolAssignment)."""
+    return wire.encode_versioned(wire.CONSUMER_PROTOCOL_ASSIGNMENT, version, {
+        "assigned_partitions": _grouped(assignment.partitions), "user_data": assignment.user_data})
 
 
 def decode_assignment(data: bytes) -> Assignment:
-    """SyncGroup's bytes -> Assignment (empty bytes: nothing assigned)."""
+    """SyncGroup's bytes -> Assignment (empty bytes: nothing assigned, as a failed SyncGroup
+    leaves it). ConsumerProtocolError (a ValueError) when unreadable."""
     if not data:
         return Assignment([])
-    try:
-        raw = msgpack.unpackb(data, raw=False)
-        if not isinstance(raw, dict):
-            raise TypeError("not a map")
-        return Assignment(_ungrouped(raw.get("assigned_partitions")), raw.get("user_data"))
-    except (msgpack.UnpackException, TypeError, ValueError) as error:
-        raise ValueError(f"unreadable assignment: {error}") from None
+    _version, body = wire.decode_assignment(data)
+    return Assignment(_ungrouped(body["assigned_partitions"]), body["user_data"])
 
 
 def _sort_key(member_id: str, subscription: Subscription) -> tuple[int, str]:

@@ -66,7 +66,7 @@ def group_id_of(body: dict) -> str:
 
 def optional_str(value: Any) -> str | None:
     """A request's optional string field (``group_instance_id``): None when absent or empty."""
-    return value or None  # declared a nullable string (common/msgpack_bodies.py)
+    return value or None  # declared a nullable string: checked at the boundary
 
 
 @dataclass
@@ -244,34 +244,35 @@ class Group:
     # -- what is stored and shown ------------------------------------------------------------
 
     def metadata_value(self, wall_ms: int) -> dict[str, Any]:
-        """The group metadata record value (records.py)."""
+        """The group metadata record value: GroupMetadataValue's fields (records.py)."""
         protocol = self.protocol_name
-        return {"protocol_type": self.protocol_type, "generation": self.generation_id, "protocol": protocol,
-                "leader": self.leader_id, "state_timestamp": wall_ms,
+        return {"protocol_type": self.protocol_type or "", "generation": self.generation_id, "protocol": protocol,
+                "leader": self.leader_id, "current_state_timestamp": wall_ms,
                 "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                              "client_id": m.client_id, "client_host": m.client_host,
-                             "session_timeout": m.session_timeout_ms, "rebalance_timeout": m.rebalance_timeout_ms,
+                             "rebalance_timeout": m.rebalance_timeout_ms, "session_timeout": m.session_timeout_ms,
                              "subscription": m.metadata_for(protocol) if protocol else b"",
                              "assignment": m.assignment}
                             for m in self.members.values()]}
 
     @classmethod
     def from_value(cls, group_id: str, partition: int, value: dict, now_ms: float) -> "Group":
-        """A group loaded from its last metadata record: Stable with its members (their
-        session timers start now), or Empty without."""
+        """A group loaded from its last metadata record (a decoded GroupMetadataValue): Stable
+        with its members (their session timers start now), or Empty without."""
         group = cls(group_id, partition)
-        group.generation_id = int(value.get("generation", 0))
-        group.protocol_type = value.get("protocol_type")
-        group.protocol_name = value.get("protocol")
-        group.state_timestamp_ms = int(value.get("state_timestamp", 0))
-        for raw in value.get("members") or []:
-            protocols = [(group.protocol_name, bytes(raw.get("subscription") or b""))] if group.protocol_name else []
-            member = Member(str(raw["member_id"]), raw.get("group_instance_id"), str(raw.get("client_id") or ""),
-                            str(raw.get("client_host") or ""), int(raw["session_timeout"]),
-                            int(raw["rebalance_timeout"]), group.protocol_type or "", protocols,
-                            bytes(raw.get("assignment") or b""))
+        group.generation_id = value["generation"]
+        group.protocol_type = value["protocol_type"] or None  # Kafka writes "" for none
+        group.protocol_name = value["protocol"]
+        group.state_timestamp_ms = max(0, value["current_state_timestamp"])
+        for raw in value["members"]:
+            protocols = [(group.protocol_name, raw["subscription"])] if group.protocol_name else []
+            # A v0 record has no rebalance timeout: Kafka uses the session timeout then.
+            rebalance_ms = raw["rebalance_timeout"] if raw["rebalance_timeout"] >= 0 else raw["session_timeout"]
+            member = Member(raw["member_id"], raw["group_instance_id"], raw["client_id"], raw["client_host"],
+                            raw["session_timeout"], rebalance_ms, group.protocol_type or "", protocols,
+                            raw["assignment"])
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
             group.add(member)
-        group.leader_id = value.get("leader") if value.get("leader") in group.members else group.leader_id
+        group.leader_id = value["leader"] if value["leader"] in group.members else group.leader_id
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group

@@ -114,7 +114,7 @@ class OffsetManager:
 
     async def offset_commit(self, body: dict) -> dict:
         """OffsetCommit: per-partition answers once the records are below the high watermark."""
-        # Types and per-array counts were checked at the boundary (common/msgpack_bodies.py OFFSET_COMMIT);
+        # Types and per-array counts were checked at the boundary against its declaration;
         # the total over topics is this API's own limit.
         wanted = [(t["name"], p) for t in body["topics"] for p in t.get("partitions") or []]
         if len(wanted) > PARTITIONS_PER_COMMIT_MAX:

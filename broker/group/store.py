@@ -91,7 +91,7 @@ class ReplicaOffsetsStore:
         log_ = replica.log
         end = replica.high_watermark
         offset = log_.log_start_offset
-        loaded = Loaded({}, {})
+        loaded = Loaded({}, {}, partition=partition)
         while offset < end and still_current():
             data = log_.read(offset, self.load_buffer_bytes, max_offset=end, min_one_batch=True)
             if not data.records:
