@@ -83,8 +83,11 @@ _TABLE: tuple[tuple[int, str, bool, bool, str], ...] = (
     (82, "FENCED_INSTANCE_ID", False, False, "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id."),
     (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True, True, "Eligible topic partition leaders are not available."),
     (84, "ELECTION_NOT_NEEDED", True, True, "Leader election not needed for topic partition."),
+    (86, "GROUP_SUBSCRIBED_TO_TOPIC", False, False, "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."),
     (87, "INVALID_RECORD", False, False, "This record has failed the validation on broker and hence will be rejected."),
     (95, "INVALID_UPDATE_VERSION", False, False, "The given update version (partition epoch) was stale."),
+    (98, "SNAPSHOT_NOT_FOUND", False, False, "Requested snapshot was not found."),
+    (99, "POSITION_OUT_OF_RANGE", False, False, "Requested position is not greater than or equal to zero, and less than the size of the snapshot."),
     (100, "UNKNOWN_TOPIC_ID", True, True, "This server does not host this topic ID."),
     (101, "DUPLICATE_BROKER_REGISTRATION", False, False, "This broker ID is already in use by another live broker incarnation."),
     (102, "BROKER_ID_NOT_REGISTERED", False, False, "The given broker ID was not registered."),
@@ -92,6 +95,7 @@ _TABLE: tuple[tuple[int, str, bool, bool, str], ...] = (
     (104, "INCONSISTENT_CLUSTER_ID", False, False, "The clusterId in the request does not match that found on the server."),
     (107, "INELIGIBLE_REPLICA", False, False, "The new ISR contains at least one ineligible replica."),
     (108, "NEW_LEADER_ELECTED", False, False, "The AlterPartition request successfully updated the partition state but the leader has changed."),
+    (114, "MISMATCHED_ENDPOINT_TYPE", False, False, "The request was sent to an endpoint of the wrong type."),
 )
 
 SPECS: dict[int, ErrorSpec] = {row[0]: ErrorSpec(*row) for row in _TABLE}

@@ -76,11 +76,12 @@ def test_admin_creates_lists_describes_and_deletes_topics(cluster, admin):
     assert topic not in admin.list_topics()
 
 
-def test_admin_describes_the_cluster_with_brokers_and_controller(cluster, admin):
+def test_admin_describes_the_cluster_with_brokers_and_a_live_broker_as_controller(cluster, admin):
     described = admin.describe_cluster()
     assert [b["node_id"] for b in described["brokers"]] == cluster.broker_ids
     assert all(not b["fenced"] and b["port"] > 0 for b in described["brokers"])
-    assert described["controller_id"] in cluster.controller_ids
+    # Kafka's meaning: the broker a client sends controller requests to (any forwards them).
+    assert described["controller_id"] == min(cluster.broker_ids)
 
 
 def test_admin_describes_and_alters_topic_configs(cluster, admin):
@@ -349,3 +350,40 @@ def test_clients_closed_right_after_creation_leave_no_pending_task(cluster):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "Task was destroyed" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_a_leader_answers_the_consumers_offsets_for_leader_epoch_v4_in_kafkas_shape(cluster, admin):
+    """What the consumer's check after a leader change reads (client/aio/fetcher.py): the current
+    epoch ends at the log end offset; an epoch newer than any the leader had is undefined (-1);
+    a current_leader_epoch the leader does not have yet is UNKNOWN_LEADER_EPOCH."""
+    from raftka.client.aio.cluster import API_OFFSET_FOR_LEADER_EPOCH, Cluster as ClientCluster
+    from raftka.common import errors
+    topic = new_topic(admin, 1, 3)
+    with Producer(bootstrap_servers=cluster.bootstrap_servers) as producer:
+        for i in range(5):
+            producer.send(topic, b"%d" % i, partition=0)
+        assert producer.flush(timeout=30) == []
+
+    async def main() -> list[dict]:
+        client = ClientCluster(cluster.bootstrap_servers, request_timeout_ms=10_000)
+        try:
+            await client.refresh_metadata([topic])
+            tp = TopicPartition(topic, 0)
+            leader, epoch = client.metadata.leader_for(tp), client.metadata.leader_epoch(tp)
+            answers = []
+            for current, wanted in [(epoch, epoch), (epoch, epoch + 5), (epoch + 1, epoch)]:
+                code, answer = await client.request(leader, API_OFFSET_FOR_LEADER_EPOCH, {
+                    "replica_id": -1, "topics": [{"topic": topic, "partitions": [
+                        {"partition": 0, "current_leader_epoch": current, "leader_epoch": wanted}]}]})
+                assert code == errors.NONE and answer["topics"][0]["topic"] == topic
+                answers.append({"epoch": epoch, **answer["topics"][0]["partitions"][0]})
+            return answers
+        finally:
+            await client.close()
+
+    answers = asyncio.run(main())
+    current = answers[0]
+    assert (current["error_code"], current["partition"], current["leader_epoch"], current["end_offset"]) == \
+        (0, 0, current["epoch"], 5)
+    assert (answers[1]["error_code"], answers[1]["leader_epoch"]) == (0, -1)
+    assert answers[2]["error_code"] == errors.UNKNOWN_LEADER_EPOCH

@@ -1,7 +1,7 @@
 """The client's retry, ordering, sequence and position logic against an in-process fake broker.
 
 The fake (``FakeKafka``) is a few dozen lines that answer Metadata, InitProducerId, Produce,
-Fetch and ListOffsets over the real record-batch code, with idempotent-producer dedup, and let a
+Fetch, ListOffsets and OffsetsForLeaderEpoch over the real record-batch code, with idempotent-producer dedup, and let a
 test inject per-partition errors. It exists only to provoke situations that real processes make
 hard to hit on purpose (an error on exactly the first of five pipelined batches); the same
 behaviour is exercised against real brokers in test_client_cluster.py and
@@ -44,6 +44,7 @@ class FakeKafka:
         self.hang_produce = False
         self.hang_nodes: set[int] = set()  # these brokers never answer anything
         self.requests: collections.Counter[int] = collections.Counter()  # api key -> count
+        self.bodies: dict[int, list[Any]] = collections.defaultdict(list)  # api key -> request bodies
 
     async def connect(self, host: str, port: int, client_id: str) -> "FakeConnection":
         return FakeConnection(self, port)
@@ -78,7 +79,31 @@ class FakeKafka:
                  "offset": self.hw(TopicPartition(t["name"], p["partition_index"])) if p["timestamp"] == -1
                  else self.log_start[TopicPartition(t["name"], p["partition_index"])]}
                 for p in t["partitions"]]} for t in body["topics"]]}
+        if api == 23:
+            return 0, {"throttle_time_ms": 0, "topics": [{"topic": t["topic"], "partitions": [
+                self.epoch_end(node, TopicPartition(t["topic"], p["partition"]), p["current_leader_epoch"],
+                               p["leader_epoch"]) for p in t["partitions"]]} for t in body["topics"]]}
         return errors.UNSUPPORTED_VERSION, {}
+
+    def epoch_end(self, node: int, tp: TopicPartition, current_epoch: int, epoch: int) -> dict[str, Any]:
+        """OffsetsForLeaderEpoch as a leader answers it: the largest epoch <= ``epoch`` in its log
+        and where it ends (the next epoch's first offset, or the log end)."""
+        answer = {"error_code": 0, "partition": tp.partition, "leader_epoch": -1, "end_offset": -1}
+        if self.leaders[tp] != node:
+            return {**answer, "error_code": errors.NOT_LEADER_OR_FOLLOWER}
+        if current_epoch != self.epochs[tp]:
+            return {**answer, "error_code": errors.FENCED_LEADER_EPOCH if current_epoch < self.epochs[tp]
+                    else errors.UNKNOWN_LEADER_EPOCH}
+        starts: dict[int, int] = {}
+        for b in self.logs[tp]:
+            header = rec.read_header(b)
+            starts.setdefault(header.partition_leader_epoch, header.base_offset)
+        known = [e for e in starts if e <= epoch]
+        if not known:
+            return answer
+        found = max(known)
+        later = [start for e, start in starts.items() if e > found]
+        return {**answer, "leader_epoch": found, "end_offset": min(later) if later else self.leo[tp]}
 
     def produce(self, node: int, tp: TopicPartition, records: bytes) -> dict[str, Any]:
         header = rec.validate_batch(records)
@@ -135,6 +160,7 @@ class FakeConnection:
                       expect_response: bool = True) -> tuple[int, Any]:
         await asyncio.sleep(0)
         self.kafka.requests[api_key] += 1
+        self.kafka.bodies[api_key].append(body)
         if self.node in self.kafka.hang_nodes:
             await asyncio.sleep(3600)
         if api_key == 0 and self.kafka.hang_produce:
@@ -421,6 +447,124 @@ def test_consumer_follows_a_leader_move_and_keeps_its_position():
         assert got == [5, 6, 7]
         await p.close()
         await c.close()
+
+    asyncio.run(main())
+
+
+def batch_of(values: list[bytes], base_offset: int, leader_epoch: int) -> bytes:
+    builder = rec.BatchBuilder()
+    for i, value in enumerate(values):
+        builder.append(1000 + i, None, value)
+    return rec.assign_offsets(builder.build(), base_offset, leader_epoch)
+
+
+async def poll_offsets(c: aio.Consumer, tp: TopicPartition, count: int) -> list[tuple[int, bytes]]:
+    got: list[tuple[int, bytes]] = []
+    for _ in range(100):
+        got += [(r.offset, r.value) for r in (await c.poll(timeout_ms=50)).get(tp, [])]
+        if len(got) >= count:
+            break
+    return got
+
+
+def unclean_leader_change(kafka: FakeKafka, tp: TopicPartition) -> None:
+    """Broker 2 takes over at epoch 1 with only offsets 0-2 of epoch 0: 3 and 4 are gone, and
+    its own records (b3, b4, b5) took their offsets."""
+    kafka.leaders[tp], kafka.epochs[tp] = 2, 1
+    kafka.logs[tp] = [batch_of([b"0", b"1", b"2"], 0, 0), batch_of([b"b3", b"b4", b"b5"], 3, 1)]
+    kafka.leo[tp] = 6
+
+
+def test_after_a_clean_leader_change_the_position_is_checked_with_offsets_for_leader_epoch_and_kept():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    kafka.logs[tp], kafka.leo[tp] = [batch_of([b"%d" % i for i in range(5)], 0, 0)], 5
+
+    async def main() -> None:
+        c = consumer(kafka, auto_offset_reset="earliest", retry_backoff_ms=10)
+        c.assign([tp])
+        assert [o for o, _ in await poll_offsets(c, tp, 5)] == [0, 1, 2, 3, 4]
+        kafka.leaders[tp], kafka.epochs[tp] = 2, 1  # broker 2 has everything, and appends at epoch 1
+        kafka.logs[tp].append(batch_of([b"5"], 5, 1))
+        kafka.leo[tp] = 6
+        assert await poll_offsets(c, tp, 1) == [(5, b"5")]
+        asked = kafka.bodies[23][-1]
+        assert asked["replica_id"] == -1 and asked["topics"] == [{"topic": "t", "partitions": [
+            {"partition": 0, "current_leader_epoch": 1, "leader_epoch": 0}]}]
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_records_consumed_then_truncated_by_an_unclean_election_are_read_again_from_the_divergence():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    kafka.logs[tp], kafka.leo[tp] = [batch_of([b"%d" % i for i in range(5)], 0, 0)], 5
+
+    async def main() -> None:
+        c = consumer(kafka, auto_offset_reset="earliest", retry_backoff_ms=10)
+        c.assign([tp])
+        assert [o for o, _ in await poll_offsets(c, tp, 5)] == [0, 1, 2, 3, 4]
+        unclean_leader_change(kafka, tp)
+        # Kafka's consumer does the same: back to the first offset known to diverge (3).
+        assert await poll_offsets(c, tp, 3) == [(3, b"b3"), (4, b"b4"), (5, b"b5")]
+        assert kafka.requests[23] >= 1
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_with_auto_offset_reset_none_a_truncation_raises_until_a_seek():
+    kafka = FakeKafka({"t": 1})
+    tp = TopicPartition("t", 0)
+    kafka.logs[tp], kafka.leo[tp] = [batch_of([b"%d" % i for i in range(5)], 0, 0)], 5
+
+    async def main() -> None:
+        c = consumer(kafka, auto_offset_reset="none", retry_backoff_ms=10)
+        c.assign([tp])
+        c.seek(tp, 0)
+        assert [o for o, _ in await poll_offsets(c, tp, 5)] == [0, 1, 2, 3, 4]
+        unclean_leader_change(kafka, tp)
+        with pytest.raises(OffsetOutOfRangeError, match="diverges at offset 3"):
+            for _ in range(100):
+                assert not (await c.poll(timeout_ms=50)).get(tp)
+        with pytest.raises(OffsetOutOfRangeError):  # again, until the application seeks
+            await c.poll(timeout_ms=50)
+        c.seek(tp, 3)
+        assert await poll_offsets(c, tp, 3) == [(3, b"b3"), (4, b"b4"), (5, b"b5")]
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_admin_describe_cluster_asks_v2_for_fenced_brokers_and_reads_kafkas_answer():
+    kafka = FakeKafka({"t": 1})
+    answers = [
+        {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1, "cluster_id": "c-7",
+         "controller_id": 2, "brokers": [
+             {"broker_id": 2, "host": "h2", "port": 9093, "rack": None, "is_fenced": False},
+             {"broker_id": 1, "host": "h1", "port": 9092, "rack": "r1", "is_fenced": True}],
+         "cluster_authorized_operations": -2**31},
+        {"throttle_time_ms": 0, "error_code": errors.MISMATCHED_ENDPOINT_TYPE, "error_message": "wrong listener",
+         "endpoint_type": 1, "cluster_id": "", "controller_id": -1, "brokers": [],
+         "cluster_authorized_operations": -2**31}]
+    handle = kafka.handle
+
+    def handle_describe_cluster(node: int, api: int, body: dict[str, Any]) -> tuple[int, Any]:
+        return (0, answers.pop(0)) if api == 60 else handle(node, api, body)
+    kafka.handle = handle_describe_cluster  # type: ignore[method-assign]
+
+    async def main() -> None:
+        admin = aio.AdminClient(bootstrap_servers="fake:1", connection_factory=kafka.connect)
+        described = await admin.describe_cluster()
+        assert kafka.bodies[60][-1] == {"include_cluster_authorized_operations": False, "endpoint_type": 1,
+                                        "include_fenced_brokers": True}
+        assert described == {"cluster_id": "c-7", "controller_id": 2, "brokers": [
+            {"node_id": 1, "host": "h1", "port": 9092, "rack": "r1", "fenced": True},
+            {"node_id": 2, "host": "h2", "port": 9093, "rack": None, "fenced": False}]}
+        with pytest.raises(errors.MismatchedEndpointTypeError, match="wrong listener"):
+            await admin.describe_cluster()
+        await admin.close()
 
     asyncio.run(main())
 

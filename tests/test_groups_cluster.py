@@ -502,3 +502,68 @@ def test_a_listener_may_commit_but_not_poll_or_close(cluster, admin):
         assert problems == ["IllegalStateError", "IllegalStateError"]
     finally:
         consumer.close()
+
+
+def test_a_kafka_framed_held_heartbeat_answers_the_moment_a_rebalance_starts_and_one_without_the_tag_at_once(
+        cluster):
+    """Heartbeat v4 on Kafka's wire, straight to the coordinator: with Raftka's tagged max_wait_ms
+    (10 s) it is held while the group is Stable and answers REBALANCE_IN_PROGRESS as soon as a
+    second member joins; without the tag (what Kafka's clients send) it answers at once."""
+    from raftka.client.aio.protocol import KAFKA_VERSIONS
+    from raftka.common.transport import Connection
+    group, wait_ms = f"hb-{uuid.uuid4().hex[:8]}", 10_000
+
+    def join(member_id: str) -> dict:
+        return {"group_id": group, "session_timeout_ms": 30_000, "rebalance_timeout_ms": 5_000,
+                "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}], "reason": None}
+
+    def heartbeat(generation: int, member_id: str, **tag) -> dict:
+        return {"group_id": group, "generation_id": generation, "member_id": member_id,
+                "group_instance_id": None, **tag}
+
+    async def main() -> None:
+        client = ClientCluster(cluster.bootstrap_servers, request_timeout_ms=10_000)
+        try:  # __consumer_offsets may still be being created when this test runs first
+            _node, host, port = await find_coordinator(client, group, 30_000)
+        finally:
+            await client.close()
+        # One connection per member and one for the held heartbeat: answers come in request order.
+        lanes = [await Connection.open(host, port, kafka_versions=KAFKA_VERSIONS) for _ in range(3)]
+        a, b, held_lane = lanes
+        try:
+            _, first = await a.request(ApiKey.JOIN_GROUP, join(""))
+            assert first["error_code"] == errors.MEMBER_ID_REQUIRED
+            member = first["member_id"]
+            _, joined = await a.request(ApiKey.JOIN_GROUP, join(member))
+            generation = joined["generation_id"]
+            _, synced = await a.request(ApiKey.SYNC_GROUP, {
+                "group_id": group, "generation_id": generation, "member_id": member, "group_instance_id": None,
+                "protocol_type": "consumer", "protocol_name": "range",
+                "assignments": [{"member_id": member, "assignment": b""}]})
+            assert joined["error_code"] == synced["error_code"] == errors.NONE
+
+            started = time.monotonic()
+            _, at_once = await a.request(ApiKey.HEARTBEAT, heartbeat(generation, member))
+            assert at_once["error_code"] == errors.NONE and time.monotonic() - started < 2.0
+
+            held = asyncio.ensure_future(held_lane.request(
+                ApiKey.HEARTBEAT, heartbeat(generation, member, max_wait_ms=wait_ms), timeout_ms=2 * wait_ms))
+            await asyncio.sleep(0.5)
+            assert not held.done()  # Stable: the coordinator holds it
+            _, second = await b.request(ApiKey.JOIN_GROUP, join(""))
+            rebalance_started = time.monotonic()
+            second_join = asyncio.ensure_future(b.request(ApiKey.JOIN_GROUP, join(second["member_id"])))
+            _, answer = await asyncio.wait_for(held, wait_ms / 1000)
+            took = time.monotonic() - rebalance_started
+            assert answer["error_code"] == errors.REBALANCE_IN_PROGRESS
+            assert took < 2.0, f"the held heartbeat answered {took:.2f} s after the rebalance started"
+            await a.request(ApiKey.LEAVE_GROUP, {"group_id": group, "members": [
+                {"member_id": member, "group_instance_id": None, "reason": "test done"}]})
+            _, rejoined = await asyncio.wait_for(second_join, 10)
+            await b.request(ApiKey.LEAVE_GROUP, {"group_id": group, "members": [
+                {"member_id": rejoined["member_id"], "group_instance_id": None, "reason": "test done"}]})
+        finally:
+            for lane in lanes:
+                await lane.close()
+    asyncio.run(main())

@@ -16,6 +16,8 @@ from raftka.broker.group.coordinator import CoordinatorConfig, GroupCoordinator
 from raftka.broker.group.group import Group, GroupState, IllegalGroupTransition
 from raftka.broker.group.records import Loaded, apply_record, java_string_hash, partition_for
 from raftka.common import errors
+from raftka.common.codec import decoder, encoder
+from raftka.common.messages.groups import HEARTBEAT_REQUEST
 
 
 class FakeStore:
@@ -460,4 +462,41 @@ def test_a_group_dropped_while_its_commit_is_written_loses_its_offsets_with_it_a
         fetched = await c.offset_fetch({"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]})
         assert fetched["topics"][0]["partitions"][0]["committed_offset"] == -1
         assert "g" not in (await loaded(coordinator(store))).groups  # the tombstones are in the log
+    run(main())
+
+
+def kafka_heartbeat(version: int, member_id: str, **fields) -> dict:
+    """A Heartbeat body as the broker's Kafka listener hands it over: encoded at ``version`` and
+    decoded against the declaration (the tagged max_wait_ms only when given, as v4)."""
+    body = {"group_id": "g", "generation_id": 1, "member_id": member_id, "group_instance_id": None, **fields}
+    return decoder(HEARTBEAT_REQUEST, version)(encoder(HEARTBEAT_REQUEST, version)(body))
+
+
+def test_a_kafka_heartbeat_with_the_max_wait_ms_tag_is_held_and_answers_as_a_rebalance_starts():
+    async def main():
+        c = await loaded(coordinator())
+        ja = await (await join_new(c))
+        await c.sync_group({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"], "assignments": []})
+        body = kafka_heartbeat(4, ja["member_id"], max_wait_ms=400)
+        assert body["max_wait_ms"] == 400
+        held = asyncio.ensure_future(c.heartbeat(body))
+        await settle()
+        assert not held.done()
+        await join_new(c)
+        await settle()
+        assert held.done() and held.result()["error_code"] == errors.REBALANCE_IN_PROGRESS
+    run(main())
+
+
+@pytest.mark.parametrize("version", [0, 3, 4])
+def test_a_kafka_heartbeat_without_the_tag_answers_at_once(version):
+    async def main():
+        c = await loaded(coordinator())
+        ja = await (await join_new(c))
+        await c.sync_group({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"], "assignments": []})
+        body = kafka_heartbeat(version, ja["member_id"])
+        assert body["max_wait_ms"] == 0  # absent: the declaration's default
+        answer = asyncio.ensure_future(c.heartbeat(body))
+        await settle()  # no rebalance, no clock moving: only an immediate answer is done by now
+        assert answer.done() and answer.result()["error_code"] == errors.NONE
     run(main())

@@ -158,13 +158,13 @@ BODIES: dict[str, list[dict[str, Any]]] = {
         {"throttle_time_ms": 0, "error_code": 47, "producer_id": -1, "producer_epoch": -1},
     ],
     "DescribeClusterRequest": [
-        {"include_cluster_authorized_operations": True, "endpoint_type": 2},
+        {"include_cluster_authorized_operations": True, "endpoint_type": 2, "include_fenced_brokers": True},
     ],
     "DescribeClusterResponse": [
         {"throttle_time_ms": 4, "error_code": 0, "error_message": "all good", "endpoint_type": 2,
          "cluster_id": "c-42", "controller_id": 1, "brokers": [
-             {"broker_id": 1, "host": "b1", "port": 9092, "rack": "r1"},
-             {"broker_id": 2, "host": "b2", "port": 9093, "rack": None}],
+             {"broker_id": 1, "host": "b1", "port": 9092, "rack": "r1", "is_fenced": False},
+             {"broker_id": 2, "host": "b2", "port": 9093, "rack": None, "is_fenced": True}],
          "cluster_authorized_operations": 0b1_0000_0100},
         {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1, "cluster_id": "",
          "controller_id": -1, "brokers": [], "cluster_authorized_operations": -2**31},
@@ -218,7 +218,7 @@ def test_families_are_complete():
     assert [m.name for m in data.REQUESTS] == [m.name.replace("Response", "Request") for m in data.RESPONSES]
     for request, response in zip(data.REQUESTS, data.RESPONSES):
         assert request.api_key == response.api_key and request.valid_versions == response.valid_versions
-    expected = {0: "3-10", 1: "4-12", 2: "1-6", 3: "0-12", 23: "2-4", 18: "0-3", 22: "0-4", 60: "0-1"}
+    expected = {0: "3-10", 1: "4-12", 2: "1-6", 3: "0-12", 23: "2-4", 18: "0-3", 22: "0-4", 60: "0-2"}
     assert {int(m.api_key): m.valid_versions for m in data.REQUESTS} == expected
     for message in MESSAGES:
         for body in BODIES[message.name]:
@@ -345,7 +345,8 @@ def test_fields_a_version_lacks_decode_to_kafkas_defaults():
         BODIES["InitProducerIdRequest"][0]))
     assert (init["producer_id"], init["producer_epoch"]) == (-1, -1)
     cluster = decoder(data.DESCRIBE_CLUSTER_REQUEST, 0)(b"\x01\x00")
-    assert cluster == {"include_cluster_authorized_operations": True, "endpoint_type": 1}
+    assert cluster == {"include_cluster_authorized_operations": True, "endpoint_type": 1,
+                       "include_fenced_brokers": False}
 
 
 @pytest.mark.parametrize("message, version, wire, body", [

@@ -12,6 +12,12 @@ codec both ways at every version: kafka-python's encoding is byte for byte ours,
 kafka-python's bytes, and kafka-python reads ours (its defaults for the fields a version lacks
 included). The last tests break a declaration on purpose (a type, a version boundary, a default)
 and show that the checks above catch each.
+
+One field is not Kafka's: Raftka's documented extension, HeartbeatRequest v4's tagged
+``max_wait_ms`` (common/messages/groups.py). The Kafka comparison leaves out exactly the fields
+listed in ``RAFTKA_EXTENSIONS``, after checking each is tagged in Raftka's tag range and that no
+other field is; the byte comparison shows kafka-python skips the tag, and writes the same bytes
+as ours when the extension is at its default (absent).
 """
 from __future__ import annotations
 
@@ -25,8 +31,8 @@ import pytest
 from raftka.common.api import ApiKey
 from raftka.common.codec import decoder, encoder
 from raftka.common.messages import groups
-from raftka.common.messages.groups import (DESCRIBE_GROUPS_RESPONSE, JOIN_GROUP_REQUEST, OFFSET_FETCH_RESPONSE,
-                                           REQUESTS, RESPONSES)
+from raftka.common.messages.groups import (DESCRIBE_GROUPS_RESPONSE, HEARTBEAT_REQUEST, JOIN_GROUP_REQUEST,
+                                           OFFSET_FETCH_RESPONSE, RAFTKA_TAG_MIN, REQUESTS, RESPONSES)
 from raftka.common.schema import Array, Field, Message, Struct, in_versions, parse_versions
 
 # kafka-python 3.0.12 reads its JSON with importlib.resources' deprecated read_text.
@@ -48,6 +54,10 @@ API_KEYS = {
     "OffsetFetch": ApiKey.OFFSET_FETCH, "DescribeGroups": ApiKey.DESCRIBE_GROUPS, "ListGroups": ApiKey.LIST_GROUPS,
     "DeleteGroups": ApiKey.DELETE_GROUPS, "OffsetDelete": 47,
 }
+
+# Raftka's own fields (top level, tagged from RAFTKA_TAG_MIN on), by message: the only fields Kafka's
+# definitions are allowed to lack.
+RAFTKA_EXTENSIONS = {"HeartbeatRequest": ("max_wait_ms",)}
 
 # -- representative bodies: every field of every version, none at its default -------------------------
 
@@ -77,7 +87,7 @@ BODIES: dict[str, dict[str, Any]] = {
         "members": [{"member_id": "consumer-1-0f3a", "group_instance_id": "pod-7", "metadata": META},
                     {"member_id": "consumer-2-77b1", "group_instance_id": "pod-8", "metadata": b"\xff"}]},
     "HeartbeatRequest": {"group_id": "orders-app", "generation_id": 42, "member_id": "consumer-1-0f3a",
-                         "group_instance_id": "pod-7"},
+                         "group_instance_id": "pod-7", "max_wait_ms": 3000},
     "HeartbeatResponse": {"throttle_time_ms": 9, "error_code": 27},
     "LeaveGroupRequest": {
         "group_id": "orders-app", "member_id": "consumer-1-0f3a",
@@ -246,6 +256,7 @@ def test_a_representative_body_decodes_to_itself_at_every_version(message, versi
                          ids=[i for c, i in zip(CASES, CASE_IDS) if c[0].flexible(c[1])])
 def test_a_flexible_body_skips_a_tagged_field_it_does_not_know(message, version):
     body = bodies(message, version)[0]
+    body.update({f.name: f.default for f in message.fields if f.tag is not None})  # no tag of ours written
     data = encoder(message, version)(body)
     assert data[-1] == 0  # the top-level struct's empty tagged-field section
     tagged = data[:-1] + bytes([1, 99, 3]) + b"new"  # one field: tag 99, 3 bytes
@@ -307,6 +318,27 @@ def check_struct(struct: Struct, specs: list[dict[str, Any]], low: int, high: in
             assert "fields" not in spec and f.type == kind, where
 
 
+def kafka_struct(message: Message) -> Struct:
+    """``message``'s struct without Raftka's extensions, each checked to be one: listed in
+    RAFTKA_EXTENSIONS, top level, tagged in Raftka's range in every version it has, with a default
+    (absent on the wire). Any other field in that tag range is an undocumented extension."""
+    extensions = RAFTKA_EXTENSIONS.get(message.name, ())
+    for f in message.fields:
+        if f.name in extensions:
+            assert f.tag is not None and f.tag >= RAFTKA_TAG_MIN and f.tagged_versions == f.versions, f.name
+            assert f.about.startswith("Raftka:"), f.name
+        else:
+            assert f.tag is None or f.tag < RAFTKA_TAG_MIN, f"{message.name}.{f.name}: undocumented extension"
+    assert set(extensions) <= {f.name for f in message.fields}, message.name
+    return Struct(message.name, tuple(f for f in message.fields if f.name not in extensions))
+
+
+def without_extensions(message: Message, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as Kafka's message has it: Raftka's top-level extensions dropped."""
+    extensions = RAFTKA_EXTENSIONS.get(message.name, ())
+    return {k: v for k, v in body.items() if k not in extensions}
+
+
 def check_against_kafka(message: Message) -> None:
     load_json = pytest.importorskip("kafka.protocol.schemas").load_json
     spec = load_json(message.name)
@@ -314,7 +346,7 @@ def check_against_kafka(message: Message) -> None:
     kafka_low, kafka_high = parse_versions(spec["validVersions"])
     assert kafka_low <= low and high <= kafka_high, message.name
     assert message.api_key == spec["apiKey"] and message.flexible_versions == spec["flexibleVersions"]
-    check_struct(message.struct, spec["fields"], low, high)
+    check_struct(kafka_struct(message), spec["fields"], low, high)
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=[m.name for m in MESSAGES])
@@ -387,13 +419,19 @@ def from_kafka(obj: Any, struct: Struct) -> dict[str, Any]:
 
 
 def cross_check(message: Message, version: int, body: dict[str, Any]) -> None:
-    """kafka-python and our codec write the same bytes for ``body`` and read each other's."""
-    cls = kafka_class(message.name)
-    theirs = bytes(to_kafka(cls, message.struct, body, version).encode(version=version))
+    """kafka-python and our codec write the same bytes for ``body`` and read each other's. Raftka's
+    extensions: kafka-python skips them in our bytes; we read them as their defaults in its bytes,
+    which are ours for the body with the extensions at their defaults."""
+    cls, struct = kafka_class(message.name), kafka_struct(message)
+    kafka_body = without_extensions(message, body)
+    plain = {**body, **{f.name: f.default for f in message.fields if f.name not in kafka_body}}
+    theirs = bytes(to_kafka(cls, struct, kafka_body, version).encode(version=version))
     ours = encoder(message, version)(body)
-    assert typed(decoder(message, version)(theirs)) == typed(body)
-    assert typed(from_kafka(cls.decode(ours, version=version), message.struct)) == typed(body)
-    assert ours == theirs
+    assert typed(decoder(message, version)(theirs)) == typed(plain)
+    assert typed(from_kafka(cls.decode(ours, version=version), struct)) == typed(kafka_body)
+    assert encoder(message, version)(plain) == theirs
+    if plain == body:
+        assert ours == theirs
 
 
 @pytest.mark.parametrize("message, version", CASES, ids=CASE_IDS)
@@ -432,6 +470,29 @@ def test_a_wrong_declaration_fails_both_kafkas_definition_and_kafka_pythons_byte
     # reads the absent field as Kafka's default).
     assert any(fails(cross_check, wrong, version, at_version(wrong.struct, BODIES[wrong.name], version))
                for version in (0, 1))
+
+
+def test_heartbeats_max_wait_ms_is_a_tag_kafka_skips_and_absent_at_its_default():
+    body = BODIES["HeartbeatRequest"]
+    held = encoder(HEARTBEAT_REQUEST, 4)(body)
+    immediate = encoder(HEARTBEAT_REQUEST, 4)({**body, "max_wait_ms": 0})
+    assert immediate[-1] == 0 and len(held) > len(immediate)  # 0: no tag written, Kafka's own bytes
+    cls = kafka_class("HeartbeatRequest")
+    kafka_view = from_kafka(cls.decode(held, version=4), kafka_struct(HEARTBEAT_REQUEST))
+    assert kafka_view == without_extensions(HEARTBEAT_REQUEST, body)
+    assert decoder(HEARTBEAT_REQUEST, 4)(held)["max_wait_ms"] == 3000
+    assert decoder(HEARTBEAT_REQUEST, 3)(encoder(HEARTBEAT_REQUEST, 3)(body))["max_wait_ms"] == 0
+
+
+def test_an_undocumented_extension_fails_the_comparison_with_kafka():
+    # tagged in Raftka's range, not listed
+    wrong = dataclasses.replace(HEARTBEAT_REQUEST, fields=tuple(
+        dataclasses.replace(f, name="hold_ms") if f.name == "max_wait_ms" else f for f in HEARTBEAT_REQUEST.fields))
+    assert fails(check_against_kafka, wrong)
+    wrong = broken(HEARTBEAT_REQUEST, "max_wait_ms", tag=3)  # listed, but in Kafka's tag range
+    assert fails(check_against_kafka, wrong)
+    wrong = broken(HEARTBEAT_REQUEST, "max_wait_ms", tag=None, tagged_versions=None)  # an untagged field
+    assert fails(check_against_kafka, wrong)
 
 
 def test_a_wrong_nullable_version_or_nested_boundary_fails():

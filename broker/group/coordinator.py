@@ -24,6 +24,9 @@ The protocol (Kafka's classic group protocol, docs/consumer-groups.md):
   the moment a rebalance starts, so members learn of it at once rather than at their next
   heartbeat.
 - DescribeGroups, ListGroups, DeleteGroups (only a group without members).
+- OffsetDelete (KIP-496): a group without members may lose any committed offset; a consumer
+  group with members only those of topics none of its members subscribes to (their protocol
+  metadata, Kafka's ConsumerProtocolSubscription, says which); another group with members none.
 
 With the offset manager (offsets.py; its docstring has the whole interface): the coordinator
 answers its ``owner_error`` and ``admit_commit`` (a commit's member and generation), tells it
@@ -43,11 +46,12 @@ from functools import partial
 from typing import Any, Awaitable, Callable
 
 from raftka.broker.group.group import Group, GroupState, Member, group_id_of, optional_str
-from raftka.broker.group.offsets import OffsetManager, RetentionView
+from raftka.broker.group.offsets import PARTITIONS_PER_DELETE_MAX, OffsetManager, RetentionView
 from raftka.broker.group.records import OFFSETS_TOPIC, group_key, group_value, partition_for
 from raftka.broker.group.store import OffsetsStore, store_error
 from raftka.common import errors
 from raftka.common.errors import RaftkaError
+from raftka.common.messages.consumer_protocol import ConsumerProtocolError, decode_subscription
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,7 @@ TICK_MS_MAX = 1000  # the timer loop wakes at least this often
 TICK_MS_MIN = 20  # and at most this often for deadlines (joins and leaves wake it at once)
 LOAD_RETRY_MS = 500
 STATE_BY_NAME = {s.value: s for s in GroupState}
+CONSUMER_PROTOCOL_TYPE = "consumer"  # members' metadata is Kafka's consumer protocol (subscribed topics)
 
 
 def monotonic_ms() -> float:
@@ -317,7 +322,7 @@ class GroupCoordinator:
             group_id = group_id_of(body)
         except RaftkaError as error:
             return _join_error(error.code, error.message)
-        # Types, sizes and counts were checked at the boundary (common/msgpack_bodies.py JOIN_GROUP).
+        # Types, sizes and counts were checked at the boundary against JoinGroup's declaration.
         session_ms = body["session_timeout_ms"]
         rebalance_ms = body.get("rebalance_timeout_ms", -1)
         rebalance_ms = session_ms if rebalance_ms < 0 else rebalance_ms
@@ -632,7 +637,9 @@ class GroupCoordinator:
     # -- Heartbeat, LeaveGroup ------------------------------------------------------------------
 
     async def heartbeat(self, body: dict) -> dict:
-        """Heartbeat; with ``max_wait_ms`` (Raftka extension) held while the group stays Stable."""
+        """Heartbeat; with ``max_wait_ms`` (Raftka's extension: a tagged field of Kafka's v4,
+        common/messages/groups.py) held while the group stays Stable, and answered the moment the
+        group changes. Without it (Kafka's clients, versions 0-3) the answer is immediate."""
         try:
             group_id = group_id_of(body)
         except RaftkaError as e:
@@ -640,9 +647,9 @@ class GroupCoordinator:
         member_id = body.get("member_id") or ""
         generation = body.get("generation_id")
         instance_id = optional_str(body.get("group_instance_id"))
-        wait_ms = body.get("max_wait_ms") or 0  # declared int32 >= 0 (common/msgpack_bodies.py)
+        wait_ms = body.get("max_wait_ms") or 0  # absent before v4 and from Kafka's clients
         code = self._heartbeat_check(group_id, member_id, generation, instance_id, touch=True)
-        if code or wait_ms == 0:
+        if code or wait_ms <= 0:
             return _fail(code)
         group = self.groups[group_id]
         member = group.members[member_id]
@@ -837,6 +844,42 @@ class GroupCoordinator:
             results.append({"group_id": group_id, "error_code": code})
         return {"results": results}
 
+    # -- OffsetDelete ------------------------------------------------------------------------------
+
+    async def offset_delete(self, body: dict) -> dict:
+        """OffsetDelete (Kafka's handleDeleteOffsets, KIP-496): the group-level error
+        (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP for
+        a group with members that is not a consumer group) or one answer per partition:
+        GROUP_SUBSCRIBED_TO_TOPIC for a topic a member subscribes to, else its offset is deleted
+        (tombstones written by the offset manager, answered once replicated). A partition
+        without a committed offset is answered NONE."""
+        try:
+            group_id = group_id_of(body)
+        except RaftkaError as e:
+            return _offset_delete_answer(e.code)
+        wanted = [(t["name"], p["partition_index"]) for t in body["topics"] for p in t["partitions"]]
+        if len(wanted) > PARTITIONS_PER_DELETE_MAX:
+            raise errors.InvalidRequestError(f"{len(wanted)} partitions in one OffsetDelete; at most "
+                                             f"{PARTITIONS_PER_DELETE_MAX}")
+        code = self.owner_error(group_id)
+        if code:
+            return _offset_delete_answer(code)
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return _offset_delete_answer(errors.GROUP_ID_NOT_FOUND)
+        subscribed: set[str] | None = set()
+        if not group.is_(GroupState.EMPTY):
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return _offset_delete_answer(errors.NON_EMPTY_GROUP)
+            subscribed = _subscribed_topics(group)
+        codes = {tp: errors.GROUP_SUBSCRIBED_TO_TOPIC for tp in wanted if subscribed is None or tp[0] in subscribed}
+        eligible = [tp for tp in wanted if tp not in codes]
+        codes.update(await self.offsets.delete_offsets(group_id, group.partition, eligible))
+        by_topic: dict[str, list[dict]] = {}
+        for name, index in wanted:
+            by_topic.setdefault(name, []).append({"partition_index": index, "error_code": codes[(name, index)]})
+        return _offset_delete_answer(errors.NONE, [{"name": n, "partitions": ps} for n, ps in by_topic.items()])
+
     # -- offset retention (the rule and the records are the offset manager's) --------------------
 
     async def maintain(self) -> None:
@@ -871,6 +914,28 @@ class GroupCoordinator:
 def _metadata_record(group: Group, stamp_ms: int) -> tuple[bytes, bytes]:
     """The group's metadata record, ``stamp_ms`` as its state timestamp."""
     return group_key(group.group_id), group_value(group.metadata_value(stamp_ms))
+
+
+def _offset_delete_answer(code: int, topics: list[dict] | None = None) -> dict:
+    return {"error_code": code, "throttle_time_ms": 0, "topics": topics or []}
+
+
+def _subscribed_topics(group: Group) -> set[str] | None:
+    """The topics the members of a consumer group subscribe to, read from their metadata for the
+    chosen protocol (for every protocol they offer before one is chosen); None when one cannot
+    be read: then every topic counts as subscribed, so no offset a member may use is deleted."""
+    topics: set[str] = set()
+    for member in group.members.values():
+        for name, metadata in member.protocols:
+            if group.protocol_name is not None and name != group.protocol_name:
+                continue
+            try:
+                topics.update(decode_subscription(metadata)[1]["topics"])
+            except ConsumerProtocolError as error:
+                log.info("group %s: member %s: %s; every topic counts as subscribed", group.group_id,
+                         member.member_id, error.message)
+                return None
+    return topics
 
 
 def _metadata_or_empty(member: Member, protocol: str) -> bytes:

@@ -16,6 +16,7 @@ import time
 from raftka.client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
 from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, RESOURCE_TOPIC
+from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
 from raftka.client.aio.fetcher import list_offsets
 from raftka.client.aio.subscription_state import EARLIEST, LATEST
 from raftka.client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
@@ -38,6 +39,7 @@ IGNORED = {"api_version"}
 _RETRIABLE_CODES = tuple(code for code, spec in errors.SPECS.items() if spec.retriable)
 _COORDINATOR_RETRY = {errors.NOT_COORDINATOR, errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS}
 OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST}
+ENDPOINT_TYPE_BROKERS = 1  # DescribeCluster: describe the brokers (2, the controllers, is a controller's answer)
 
 
 def _raise_or_collect(results: dict[str, RaftkaError | None], raise_errors: bool) -> dict[str, RaftkaError | None]:
@@ -148,12 +150,20 @@ class AdminClient:
         return out
 
     async def describe_cluster(self) -> dict[str, Any]:
-        """{cluster_id, controller_id, brokers: [{node_id, host, port, rack, fenced}]}."""
-        answer = await self._call(API_DESCRIBE_CLUSTER, {}, None, read_only=True)
-        brokers = [{"node_id": b.get("broker_id", b.get("node_id")), "host": b.get("host"),
-                    "port": b.get("port"), "rack": b.get("rack"), "fenced": bool(b.get("fenced"))}
-                   for b in answer.get("brokers") or []]
-        return {"cluster_id": answer.get("cluster_id"), "controller_id": answer.get("controller_id"),
+        """{cluster_id, controller_id, brokers: [{node_id, host, port, rack, fenced}]}: every
+        registered broker, fenced ones included (DescribeCluster v2). ``controller_id`` means
+        what Kafka's brokers answer: a live broker, the one that takes controller requests (any
+        broker forwards them to the active controller); the active controller itself is the
+        quorum's leader, which DescribeQuorum to a controller names."""
+        answer = await self._call(API_DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
+                                                         "endpoint_type": ENDPOINT_TYPE_BROKERS,
+                                                         "include_fenced_brokers": True}, None, read_only=True)
+        code = answer.get("error_code", 0) or 0
+        if code:
+            raise errors.error_for(code, answer.get("error_message"))
+        brokers = [{"node_id": b["broker_id"], "host": b["host"], "port": b["port"], "rack": b["rack"],
+                    "fenced": b["is_fenced"]} for b in answer["brokers"]]
+        return {"cluster_id": answer["cluster_id"], "controller_id": answer["controller_id"],
                 "brokers": sorted(brokers, key=lambda b: b["node_id"])}
 
     @staticmethod
@@ -336,6 +346,37 @@ class AdminClient:
                                                error_of=lambda a: (a.get("results") or [{}])[0].get("error_code"))
             code = (answer.get("results") or [{}])[0].get("error_code", 0)
             out.append((group_id, errors.error_for(code, f"group {group_id!r}") if code else None))
+        return out
+
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
+                                            ) -> dict[TopicPartition, RaftkaError | None]:
+        """Delete committed offsets of a group (OffsetDelete, Kafka's deleteConsumerGroupOffsets):
+        {TopicPartition: None or the error}, GroupSubscribedToTopicError for a topic a member of
+        the group subscribes to. Raises the group's error: GroupIdNotFoundError, NonEmptyGroupError
+        (a group with members that is not a consumer group)."""
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp[0], []).append({"partition_index": tp[1]})
+        if not by_topic:
+            return {}
+        body = {"group_id": group_id, "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}
+
+        def retry_code(answer: dict[str, Any]) -> int:
+            # Deleting again is harmless: a write the coordinator lost is retried like a moved group.
+            return answer.get("error_code") or next(
+                (p["error_code"] for t in answer.get("topics") or [] for p in t.get("partitions") or []
+                 if p.get("error_code") in _COORDINATOR_RETRY), 0)
+        answer = await self._group_request(group_id, OFFSET_DELETE_API_KEY, body, error_of=retry_code)
+        code = answer.get("error_code", 0)
+        if code:
+            raise errors.error_for(code, f"deleting offsets of group {group_id!r}")
+        out: dict[TopicPartition, RaftkaError | None] = {}
+        for t in answer.get("topics") or []:
+            for p in t.get("partitions") or []:
+                code = p.get("error_code", 0)
+                out[TopicPartition(t["name"], p["partition_index"])] = (
+                    errors.error_for(code, f"group {group_id!r}", topic=t["name"], partition=p["partition_index"])
+                    if code else None)
         return out
 
     async def list_offsets(self, topic_partitions: dict[TopicPartition, Any]) -> dict[TopicPartition, int]:

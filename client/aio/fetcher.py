@@ -15,6 +15,15 @@ applies ``auto_offset_reset`` again; with ``'none'`` the partition fails until a
 Records come only from below the high watermark (the broker sends no more; the fetcher also
 drops anything at or above it) and never before the fetch offset (a batch may start earlier).
 
+After a leader change (a newer leader epoch in the metadata) a partition whose records were
+fetched is checked before it is fetched again, as Kafka's consumer does (KIP-320): an
+OffsetsForLeaderEpoch to the new leader asks where the epoch of the last fetched record ends in
+its log. At or past the fetch position, nothing was lost and fetching goes on. Before it, the
+new leader's log diverges there (an unclean election truncated records): records only prefetched
+are dropped and fetched again from the position; if the application already had records past
+the divergence, the position moves back to it (with ``auto_offset_reset``) or ``poll`` raises
+OffsetOutOfRangeError until a seek (``'none'``).
+
 KAFKA_STORAGE_ERROR is retriable (the broker moves leadership off a failed disk or a corrupt
 replica within seconds), but not forever: a partition answering it for
 ``min(request_timeout_ms, STORAGE_ERROR_RETRY_MS_MAX)`` without a good answer in between fails,
@@ -27,7 +36,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from raftka.client.aio.cluster import API_FETCH, API_LIST_OFFSETS, Cluster
+from raftka.client.aio.cluster import API_FETCH, API_LIST_OFFSETS, API_OFFSET_FOR_LEADER_EPOCH, Cluster
 from raftka.client.aio.group import GroupMember
 from raftka.client.aio.subscription_state import FetchedChunk, PartitionState, SubscriptionState
 from raftka.client.aio.timeouts import wait_for
@@ -46,6 +55,7 @@ _OFFSET_MAX = 1 << 63
 # second or two (one heartbeat and one controller commit); past this, no healthy replica holds
 # the records (e.g. replication factor 1) and retrying longer only hides that.
 STORAGE_ERROR_RETRY_MS_MAX = 10_000
+CONSUMER_REPLICA_ID = -1  # OffsetsForLeaderEpoch v3+: the request comes from a consumer, not a follower
 # The hot loops below build ConsumerRecords positionally and unpack decoded records in one step
 # (named access per field would cost more than the rest of the loop); these fix the orders they rely on.
 assert rec.Record._fields == ("offset", "timestamp", "key", "value", "headers")
@@ -167,6 +177,15 @@ class FetchTarget(NamedTuple):
     fetch_offset: int
 
 
+class ValidationTarget(NamedTuple):
+    """What one OffsetsForLeaderEpoch checked of a partition: its answer counts only if the
+    partition's generation and fetch position still hold."""
+
+    generation: int
+    fetch_offset: int
+    leader_epoch: int  # the leader epoch it was asked under
+
+
 class Fetcher:
     """Fetches for the assigned partitions of ``subscriptions`` and hands the records to
     ``poll`` (module docstring). ``refresh_subscription`` runs at each pass of the background
@@ -184,6 +203,7 @@ class Fetcher:
         self._notify = notify
         self._wakeup = asyncio.Event()
         self._nodes_in_flight: set[int] = set()
+        self._validating: set[TopicPartition] = set()  # partitions with an OffsetsForLeaderEpoch in flight
         self._loop_task: asyncio.Task[None] | None = None
         self._resolver: asyncio.Task[None] | None = None
         self._fetches: set[asyncio.Task[Any]] = set()
@@ -280,18 +300,30 @@ class Fetcher:
         max_bytes = c["max_partition_fetch_bytes"]
         now = time.monotonic()
         by_node: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
+        to_validate: dict[int, list[tuple[TopicPartition, PartitionState, int]]] = {}
+        metadata = self.cluster.metadata
         for tp, state in self.subscriptions.states.items():
-            if state.buffered_bytes >= max_bytes or not state.is_fetchable(now):
+            if state.buffered_bytes >= max_bytes or not state.is_fetchable(now) or tp in self._validating:
                 continue
             state.retry_at = 0.0
-            leader = self.cluster.metadata.leader_for(tp)
+            leader = metadata.leader_for(tp)
             if leader is None:
                 self.cluster.request_update()
                 state.retry_at = now + c["retry_backoff_ms"] / 1000
                 continue
+            leader_epoch = metadata.leader_epoch(tp)
+            if state.needs_validation(leader_epoch):
+                to_validate.setdefault(leader, []).append((tp, state, leader_epoch))
+                continue
             if leader in self._nodes_in_flight:
                 continue
+            state.leader_epoch_seen = max(state.leader_epoch_seen, leader_epoch)
             by_node.setdefault(leader, []).append((tp, state))
+        for node, checks in to_validate.items():
+            self._validating.update(tp for tp, _, _ in checks)
+            task = asyncio.get_running_loop().create_task(self._validate(node, checks))
+            self._fetches.add(task)
+            task.add_done_callback(self._fetches.discard)
         for node, parts in by_node.items():
             self._nodes_in_flight.add(node)
             task = asyncio.get_running_loop().create_task(self._fetch(node, parts))
@@ -371,6 +403,7 @@ class Fetcher:
                 return
             state.fetch_position = next_offset
             if found:
+                state.fetched_epoch = found[-1].leader_epoch
                 nbytes = len(raw)  # counts against max_partition_fetch_bytes until polled
                 state.buffer.append(FetchedChunk(target.generation, found, nbytes))
                 state.buffered_bytes += nbytes
@@ -416,6 +449,76 @@ class Fetcher:
             return
         state.failed = error
         self._notify()
+
+    # -- checking positions after a leader change (module docstring) --
+    async def _validate(self, node: int, checks: list[tuple[TopicPartition, PartitionState, int]]) -> None:
+        asked: dict[TopicPartition, ValidationTarget] = {}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, state, leader_epoch in checks:
+            asked[tp] = ValidationTarget(state.generation, state.fetch_position, leader_epoch)
+            topics.setdefault(tp.topic, []).append({"partition": tp.partition, "current_leader_epoch": leader_epoch,
+                                                    "leader_epoch": state.fetched_epoch})
+        body = {"replica_id": CONSUMER_REPLICA_ID, "topics": [{"topic": t, "partitions": p} for t, p in topics.items()]}
+        try:
+            try:
+                code, answer = await self.cluster.request(node, API_OFFSET_FOR_LEADER_EPOCH, body)
+            except RaftkaError as error:
+                self._backoff(asked, error)
+                return
+            if code != errors.NONE:
+                self._backoff(asked, errors.error_for(code, (answer or {}).get("error_message")))
+                return
+            for t in answer.get("topics") or []:
+                for p in t.get("partitions") or []:
+                    tp = TopicPartition(t["topic"], p["partition"])
+                    target = asked.get(tp)
+                    if target is not None:
+                        self._validated(tp, p, target)
+        finally:
+            self._validating.difference_update(asked)
+            self._wakeup.set()
+
+    def _validated(self, tp: TopicPartition, p: dict[str, Any], target: ValidationTarget) -> None:
+        """Act on one partition's OffsetsForLeaderEpoch answer (module docstring)."""
+        state = self.subscriptions.states.get(tp)
+        if state is None or state.generation != target.generation or state.fetch_position != target.fetch_offset:
+            return  # sought, reassigned or reset meanwhile: the position it checked is gone
+        code = p.get("error_code", 0) or 0
+        if code != errors.NONE:
+            error = errors.error_for(code, None, topic=tp.topic, partition=tp.partition)
+            if error.retriable:  # FENCED / UNKNOWN_LEADER_EPOCH, NOT_LEADER: new metadata, then again
+                self._backoff([tp], error)
+            else:
+                state.failed = error
+                self._notify()
+            return
+        end_epoch, end_offset = p.get("leader_epoch", -1), p.get("end_offset", -1)
+        known = end_epoch >= 0 and end_offset >= 0
+        if known and end_offset >= target.fetch_offset:
+            state.leader_epoch_seen = target.leader_epoch  # the new leader has everything fetched
+            return
+        position = state.position
+        name = f"{tp.topic}-{tp.partition}"
+        if known and position is not None and end_offset >= position:
+            log.info("%s: the leader's log diverges at offset %d, past the position %d: dropping prefetched "
+                     "records and fetching again from the position", name, end_offset, position)
+            state.reset_to(position, None)
+        elif self.subscriptions.default_reset is None:
+            where = f"at offset {end_offset}" if known else "before any offset the new leader knows"
+            state.failed = OffsetOutOfRangeError(
+                f"log truncated after a leader change: the leader's log diverges {where}, and records up to "
+                f"position {position} were consumed; auto_offset_reset='none', so seek first",
+                topic=tp.topic, partition=tp.partition)
+            self._notify()
+        elif known:
+            log.warning("%s: log truncated after a leader change; records from offset %d that were consumed "
+                        "are gone: resuming at the divergence %d", name, end_offset, end_offset)
+            state.reset_to(end_offset, None)
+        else:
+            log.warning("%s: the new leader knows no epoch of the fetched records; resetting (%s)", name,
+                        self.config["auto_offset_reset"])
+            state.reset_to(None, self.subscriptions.default_reset)
+        self._wakeup.set()
 
     # -- handing records to poll --
     def _deserialize(self, tp: TopicPartition, records: list[ConsumerRecord]

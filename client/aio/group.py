@@ -6,7 +6,8 @@ Life of a member (the consumer drives it from ``poll``; a background task heartb
 1. **Find the coordinator** (FindCoordinator on any broker). Three connections go to it, so a
    held request never delays another: one for JoinGroup/SyncGroup (held until the rebalance
    gets there), one for Heartbeat (held up to ``heartbeat_interval_ms`` with the ``max_wait_ms``
-   extension, answered at once when a rebalance starts), one for commits and offset fetches.
+   extension, a tagged field of Heartbeat v4 that a Kafka coordinator skips; answered at once
+   when a rebalance starts), one for commits and offset fetches.
 2. **Join** (in ``poll``). With the eager protocol (range, roundrobin, sticky) the member first
    commits (``enable_auto_commit``) and revokes everything it owns
    (``on_partitions_revoked``); with the cooperative protocol (cooperative-sticky, the default)
@@ -526,12 +527,13 @@ class GroupMember:
     # -- heartbeats (a background task) -----------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        """Heartbeats, each held by the coordinator up to the interval (``max_wait_ms``) and
-        answered at once when the group changes. After a held answer (or an early NONE, which
-        means the group moved on, e.g. to Stable) the next goes out at once, so a rebalance is
-        heard of the moment it starts; after REBALANCE_IN_PROGRESS the next waits out the interval
-        or a new generation. A coordinator that answers NONE early again and again (it does not
-        hold) gets one heartbeat per interval."""
+        """Heartbeats, each held by a Raftka coordinator up to the interval (``max_wait_ms``, a
+        tagged field of Heartbeat v4) and answered at once when the group changes. After a held
+        answer (or an early NONE, which means the group moved on, e.g. to Stable) the next goes
+        out at once, so a rebalance is heard of the moment it starts; after REBALANCE_IN_PROGRESS
+        the next waits out the interval or a new generation. A coordinator that answers NONE early
+        again and again (it does not hold: Kafka's, which skips the tag) gets one heartbeat per
+        interval."""
         interval = self.config["heartbeat_interval_ms"] / 1000
         backoff = self.config["retry_backoff_ms"] / 1000
         early_nones = 0

@@ -1,39 +1,45 @@
 """The version of each API this client speaks in Kafka's wire protocol.
 
-Every API listed goes out in Kafka's encoding at that version (common/transport.py encodes it from
-the declarations in common/messages/); the client builds its bodies in that version's shape. An
-API not listed yet still goes as a msgpack frame: #kafka-protocol moves them one at a time, and a
-Raftka broker tells the two apart frame by frame.
+Every API the client sends is listed: it goes out in Kafka's encoding at that version
+(common/transport.py encodes it from the declarations in common/messages/), and the client builds
+its bodies in that version's shape. Nothing the client sends is a msgpack frame any more
+(#kafka-protocol); tests/test_client_protocol_versions.py holds every api key the client uses to
+this table.
 
 Versions are the newest the Raftka broker serves whose shape this client builds; a Kafka broker
-serves them too (all are within Kafka 4's ranges).
+serves them too (all are within Kafka 4's ranges). One Raftka extension rides along: Heartbeat v4's
+tagged ``max_wait_ms`` (common/messages/groups.py), which a Kafka coordinator skips.
 """
 from __future__ import annotations
 
 from typing import Final
 
 from raftka.common.api import ApiKey
+from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
 
 KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.PRODUCE: 10,  # v10: a NOT_LEADER answer names the new leader (KIP-951)
     ApiKey.FETCH: 12,  # sessionless (session_id 0); v13+ name topics by id
     ApiKey.LIST_OFFSETS: 6,
     ApiKey.METADATA: 12,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,  # a consumer's position check after a leader change (replica_id -1)
+    ApiKey.DESCRIBE_CLUSTER: 2,  # v2: fenced brokers too, with is_fenced (KIP-1073)
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
     ApiKey.INIT_PRODUCER_ID: 4,
-    # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them); Heartbeat stays
-    # a msgpack frame for now: the client's Heartbeat is held by the coordinator up to the
-    # interval (Raftka's max_wait_ms), which Kafka's Heartbeat has no field for.
+    # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them). Heartbeat v4 is
+    # flexible, so it carries the tagged max_wait_ms the coordinator holds the answer for.
     ApiKey.FIND_COORDINATOR: 3,
     ApiKey.JOIN_GROUP: 9,
     ApiKey.SYNC_GROUP: 5,
+    ApiKey.HEARTBEAT: 4,
     ApiKey.LEAVE_GROUP: 5,
     ApiKey.OFFSET_COMMIT: 8,
     ApiKey.OFFSET_FETCH: 7,
     ApiKey.DESCRIBE_GROUPS: 5,
     ApiKey.LIST_GROUPS: 4,
     ApiKey.DELETE_GROUPS: 2,
+    OFFSET_DELETE_API_KEY: 0,  # Kafka's only version
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
 }

@@ -67,6 +67,13 @@ class PartitionState:
     failed: BaseException | None = None  # raised by poll until the application seeks
     storage_error_since: float = 0.0  # KAFKA_STORAGE_ERROR answered since (time.monotonic()); 0: not now
     awaiting_committed: bool = False  # group mode: the position comes from the committed offset
+    # The leader epoch of the last record fetched (the fetch position's epoch), and the partition's
+    # leader epoch the fetch position was last fetched from or checked under (-1: none yet). A
+    # newer leader epoch in the metadata means the fetch position is checked against the new
+    # leader's log (OffsetsForLeaderEpoch) before the next fetch: an unclean election may have
+    # truncated records this consumer already has.
+    fetched_epoch: int = -1
+    leader_epoch_seen: int = -1
     buffer: deque[FetchedChunk] = field(default_factory=deque)  # fetched, not yet polled
     buffered_bytes: int = 0
 
@@ -75,6 +82,11 @@ class PartitionState:
         return (not self.paused and self.fetch_position is not None and self.failed is None
                 and self.retry_at <= now)
 
+    def needs_validation(self, leader_epoch: int) -> bool:
+        """Must the fetch position be checked with the leader of ``leader_epoch`` first (the
+        leader changed since records were fetched)?"""
+        return self.fetched_epoch >= 0 and 0 <= self.leader_epoch_seen < leader_epoch
+
     def reset_to(self, offset: int | None, reset: int | None) -> None:
         """A seek (``offset``) or a pending reset (``reset``): start over from there."""
         self.generation += 1
@@ -82,6 +94,7 @@ class PartitionState:
         self.buffer.clear()
         self.buffered_bytes = 0
         self.position = self.fetch_position = offset
+        self.fetched_epoch = self.leader_epoch_seen = -1  # a new position: nothing fetched to check
         self.reset = reset
         self.failed = None
         self.retry_at = 0.0

@@ -16,7 +16,7 @@ Where each range stops, and why:
 - OffsetForLeaderEpoch 2-4: Kafka 4's whole range.
 - ApiVersions 0-3: 4 only changes what a broker may put in SupportedFeatures' min_version.
 - InitProducerId 0-4: 5 and later assume the new transaction protocol (KIP-890) and 2PC (KIP-939).
-- DescribeCluster 0-1: 2 adds listing fenced brokers (KIP-1073), not taken on here.
+- DescribeCluster 0-2: Kafka 4's whole range; 2 lists fenced brokers too when asked (KIP-1073).
 
 Defaults are Kafka's (a field without one: its type's zero), so a field absent in a version
 decodes to what Kafka would hand its handler. A tagged struct's default is the struct of its
@@ -337,12 +337,13 @@ INIT_PRODUCER_ID_RESPONSE: Final = Message(ApiKey.INIT_PRODUCER_ID, "InitProduce
 
 # -- DescribeCluster (60) ---------------------------------------------------------------------------
 
-DESCRIBE_CLUSTER_REQUEST: Final = Message(ApiKey.DESCRIBE_CLUSTER, "DescribeClusterRequest", "0-1", (
+DESCRIBE_CLUSTER_REQUEST: Final = Message(ApiKey.DESCRIBE_CLUSTER, "DescribeClusterRequest", "0-2", (
     _f("include_cluster_authorized_operations", "bool"),
     _f("endpoint_type", "int8", "1+", 1, about="1 brokers, 2 controllers"),
+    _f("include_fenced_brokers", "bool", "2+", about="list fenced brokers too (with is_fenced)"),
 ), flexible_versions="0+")
 
-DESCRIBE_CLUSTER_RESPONSE: Final = Message(ApiKey.DESCRIBE_CLUSTER, "DescribeClusterResponse", "0-1", (
+DESCRIBE_CLUSTER_RESPONSE: Final = Message(ApiKey.DESCRIBE_CLUSTER, "DescribeClusterResponse", "0-2", (
     _f("throttle_time_ms", "int32"),
     _f("error_code", "int16"),
     _f("error_message", "string", default=None, nullable_versions="0+"),
@@ -354,6 +355,7 @@ DESCRIBE_CLUSTER_RESPONSE: Final = Message(ApiKey.DESCRIBE_CLUSTER, "DescribeClu
         _f("host", "string"),
         _f("port", "int32"),
         _f("rack", "string", default=None, nullable_versions="0+"),
+        _f("is_fenced", "bool", "2+"),
     )))),
     _f("cluster_authorized_operations", "int32", default=_NO_OPERATIONS),
 ), flexible_versions="0+")

@@ -16,8 +16,15 @@ Where each range stops, and why:
 - DescribeGroups 0-5: v6 only adds a per-group error message and GROUP_ID_NOT_FOUND (KIP-1043).
 - ListGroups 0-4: v5 adds group types (KIP-848).
 
-Fields that exist only in versions past these ranges are left out. None of these messages has
-tagged fields. Defaults are Kafka's (the type's zero where Kafka names none).
+Fields that exist only in versions past these ranges are left out. Defaults are Kafka's (the type's
+zero where Kafka names none). Kafka declares no tagged field in these messages; Raftka adds one,
+a documented extension in a tag number Kafka does not use (``RAFTKA_TAG_MIN`` and up):
+
+- HeartbeatRequest v4 ``max_wait_ms`` (tag 10000): how long the coordinator may hold the answer
+  while the group stays Stable. It answers at once when a rebalance starts, so a member holding a
+  heartbeat learns of it then, not a heartbeat interval later. A Kafka coordinator skips the tag,
+  as it skips every tag it does not know, and answers at once; a client that never sends it (every
+  third-party one) gets Kafka's immediate answer from Raftka too.
 """
 from __future__ import annotations
 
@@ -36,13 +43,18 @@ _ZERO: Final[dict[str, Any]] = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "
 _UNSET: Final = object()
 
 
+# Tag numbers from here on are Raftka's own extensions (module docstring). Kafka numbers its tags
+# from 0 in each struct and has used a handful; a Kafka peer skips a tag it does not know.
+RAFTKA_TAG_MIN: Final = 10_000
+
+
 def _f(name: str, type_: Any, versions: str = "0+", default: Any = _UNSET, *, nullable_versions: str | None = None,
-       max_length: int | None = None, about: str = "") -> Field:
+       max_length: int | None = None, about: str = "", **options: Any) -> Field:
     """A field whose default is Kafka's: ``default`` when given, else the type's zero ([] for arrays)."""
     if default is _UNSET:
         default = [] if isinstance(type_, Array) else _ZERO[type_]
     return Field(name, type_, versions, default=default, max_length=max_length, about=about,
-                 nullable_versions=nullable_versions)
+                 nullable_versions=nullable_versions, **options)
 
 
 def _throttle(versions: str) -> Field:
@@ -123,6 +135,9 @@ HEARTBEAT_REQUEST: Final = Message(ApiKey.HEARTBEAT, "HeartbeatRequest", "0-4", 
     _f("generation_id", "int32", about="the generation the member is in"),
     _f("member_id", "string", about="the member's id"),
     _group_instance_id("3+"),
+    # Raftka's extension (module docstring): 0, Kafka's behaviour, answers at once.
+    _f("max_wait_ms", "int32", "4+", 0, tag=RAFTKA_TAG_MIN, tagged_versions="4+",
+       about="Raftka: hold the answer up to this long while the group stays Stable (<= 0: at once)"),
 ), flexible_versions="4+")
 
 HEARTBEAT_RESPONSE: Final = Message(ApiKey.HEARTBEAT, "HeartbeatResponse", "0-4", (

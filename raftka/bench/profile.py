@@ -154,6 +154,8 @@ async def raw_load(address: str, topic: str, seconds: float, window: int = 8, re
     import asyncio
     from raftka.common import errors
     from raftka.common.records import BatchBuilder
+    from raftka.client.aio.protocol import KAFKA_VERSIONS
+    from raftka.common.api import ApiKey
     from raftka.common.transport import Connection
     from raftka.bench.client import payload
     builder = BatchBuilder(batch_size=1 << 22)
@@ -161,10 +163,12 @@ async def raw_load(address: str, topic: str, seconds: float, window: int = 8, re
     for _ in range(records_per_batch):
         builder.append(int(time.time() * 1000), None, value)
     batch = builder.build()
-    body = {"acks": -1, "timeout_ms": 10_000, "topic_data": [{"name": topic, "partition_data": [
-        {"index": 0, "records": batch}]}]}
+    # Kafka's Produce, at the version Raftka's own producer sends.
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 10_000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
     host, _, port = address.rpartition(":")
-    conn = await Connection.open(host, int(port), max_in_flight_requests=window)
+    conn = await Connection.open(host, int(port), max_in_flight_requests=window,
+                                 kafka_versions={ApiKey.PRODUCE: KAFKA_VERSIONS[ApiKey.PRODUCE]})
     sent = 0
     failed = 0
     deadline = time.perf_counter() + seconds
@@ -172,7 +176,7 @@ async def raw_load(address: str, topic: str, seconds: float, window: int = 8, re
     async def worker() -> None:
         nonlocal sent, failed
         while time.perf_counter() < deadline:
-            code, answer = await conn.request(0, body)
+            code, answer = await conn.request(ApiKey.PRODUCE, body)
             ok = code == errors.NONE and answer["responses"][0]["partition_responses"][0]["error_code"] == 0
             sent += ok
             failed += not ok
