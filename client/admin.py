@@ -12,8 +12,8 @@ from raftka.client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetA
 
 class AdminClient:
     """Create, delete, list and describe topics, describe the cluster, describe and alter topic
-    configs, list and describe consumer groups, their offsets and lag. Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``,
-    ``retry_backoff_ms``."""
+    configs, list and describe consumer groups, their offsets and lag, delete groups and offsets.
+    Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``, ``retry_backoff_ms``."""
 
     def __init__(self, **configs: Any) -> None:
         self._io = LoopThread("raftka-admin-io")
@@ -80,6 +80,12 @@ class AdminClient:
                                ) -> list[tuple[str, RaftkaError | None]]:
         """Delete groups without members, with their offsets: [(group_id, None or error)]."""
         return self._io.run(self._aio.delete_consumer_groups(list(group_ids)))
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
+                                      ) -> dict[TopicPartition, RaftkaError | None]:
+        """Delete a group's committed offsets: {TopicPartition: None or error
+        (GroupSubscribedToTopicError)}; raises GroupIdNotFoundError, NonEmptyGroupError."""
+        return self._io.run(self._aio.delete_consumer_group_offsets(group_id, list(partitions)))
 
     def list_offsets(self, topic_partitions: dict[TopicPartition, Any]) -> dict[TopicPartition, int]:
         """{tp: "latest" | "earliest" | timestamp} -> {tp: offset}."""

@@ -921,14 +921,13 @@ def _offset_delete_answer(code: int, topics: list[dict] | None = None) -> dict:
 
 
 def _subscribed_topics(group: Group) -> set[str] | None:
-    """The topics the members of a consumer group subscribe to, read from their metadata for the
-    chosen protocol (for every protocol they offer before one is chosen); None when one cannot
-    be read: then every topic counts as subscribed, so no offset a member may use is deleted."""
+    """The topics the members of a consumer group subscribe to, read from the metadata of every
+    protocol (assignor) they offer, so a member that joined since the last choice counts too; None
+    when one cannot be read: then every topic counts as subscribed, so no offset a member may use
+    is deleted."""
     topics: set[str] = set()
     for member in group.members.values():
-        for name, metadata in member.protocols:
-            if group.protocol_name is not None and name != group.protocol_name:
-                continue
+        for _name, metadata in member.protocols:
             try:
                 topics.update(decode_subscription(metadata)[1]["topics"])
             except ConsumerProtocolError as error:

@@ -14,6 +14,10 @@ It owns a group's committed offsets and every ``__consumer_offsets`` record abou
   metadata record the coordinator builds) are written again, in one batch, before the topic's
   time retention could delete their segment (the log is never compacted).
 - DeleteGroups' records (``delete_group``): tombstones of the offsets and the metadata.
+- OffsetDelete's records (``delete_offsets``): tombstones of some offsets, written with acks=all
+  like commits; the coordinator decides which the group may lose. A tombstone outranks a commit
+  written before it that is still waiting for the ISR, so that commit does not come back in memory
+  once the log says it is gone.
 
 The interface with the coordinator is explicit and small. The manager asks it (``Membership``)
 whether this broker serves a group and whether a commit's member and generation may commit; the
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Protocol
 
 from raftka.broker.group.group import group_id_of, optional_str
-from raftka.broker.group.records import CommittedOffset, offset_key, offset_value, tombstones
+from raftka.broker.group.records import BATCH_BYTES_MAX, CommittedOffset, offset_key, offset_value, tombstones
 from raftka.broker.group.store import OffsetsStore, store_error
 from raftka.common import errors
 from raftka.common.errors import RaftkaError
@@ -36,6 +40,11 @@ from raftka.common.errors import RaftkaError
 log = logging.getLogger(__name__)
 
 PARTITIONS_PER_COMMIT_MAX = 10_000
+PARTITIONS_PER_DELETE_MAX = 10_000  # partitions named in one OffsetDelete
+# A tombstone's bytes besides its key (record length, attributes, deltas, lengths: varints), and
+# a batch's header and margin: how many tombstones one coordinator write takes (build_batch).
+TOMBSTONE_OVERHEAD_BYTES = 32
+BATCH_HEADER_BYTES = 128
 
 TopicPartition = tuple[str, int]
 
@@ -89,6 +98,9 @@ class OffsetManager:
         # (created while the group exists, removed by group_dead), so "is it still this dict?"
         # after a write tells whether the group was dropped or reloaded meanwhile.
         self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        # group id -> {partition: log offset of the tombstone OffsetDelete wrote}, for as long as
+        # the group lives here: a commit written before it must not be applied after it.
+        self._deleted: dict[str, dict[TopicPartition, int]] = {}
 
     # -- what the coordinator and /metrics read -------------------------------------------------
 
@@ -105,10 +117,12 @@ class OffsetManager:
     def restore(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
         """A group loaded from its partition's log, with the offsets the replay found."""
         self._offsets[group_id] = dict(offsets)
+        self._deleted.pop(group_id, None)
 
     def group_dead(self, group_id: str) -> None:
         """The group is gone from this broker (deleted, expired, or its partition unloaded)."""
         self._offsets.pop(group_id, None)
+        self._deleted.pop(group_id, None)
 
     # -- OffsetCommit, OffsetFetch ---------------------------------------------------------------
 
@@ -176,9 +190,13 @@ class OffsetManager:
                 return answer()
             if self._offsets.get(group_id) is held:  # not dropped or reloaded while writing
                 written = self.wall()
+                deleted = self._deleted.get(group_id) or {}
                 for i, (tp, committed) in enumerate(values):
                     stored = held.get(tp)
-                    if stored is None or stored.log_offset < base + i:  # commits may finish out of order
+                    # Writes may finish out of order: the record later in the log wins.
+                    newest = stored.log_offset if stored is not None else deleted.get(tp, -1)
+                    if newest < base + i:
+                        deleted.pop(tp, None)
                         held[tp] = CommittedOffset(committed.offset, committed.leader_epoch, committed.metadata,
                                                    committed.commit_timestamp, base + i, written)
                 self.commits += 1
@@ -216,6 +234,38 @@ class OffsetManager:
         error. The coordinator drops the group after (and tells ``group_dead``)."""
         await self._append(partition, tombstones(group_id, self.committed(group_id)))
 
+    async def delete_offsets(self, group_id: str, partition: int,
+                             wanted: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """OffsetDelete's writes: a tombstone for each of ``wanted`` the group holds an offset for,
+        with acks=all (in as few batches as fit, one after the other); {partition: error code}
+        for each of ``wanted``. One without an offset needs no record (NONE). After a failed
+        write, that batch's partitions and the rest get the store's error, earlier ones stay
+        deleted. The coordinator has decided which offsets the group may lose."""
+        held = self._offsets.setdefault(group_id, {})  # the group exists (the coordinator checked)
+        codes = {tp: errors.NONE for tp in wanted}
+        doomed = [tp for tp in codes if tp in held]
+        done = 0
+        for batch in _tombstone_batches(group_id, doomed):
+            try:
+                base = await self._append(partition, [(key, None) for _, key in batch])
+            except RaftkaError as error:
+                code = store_error(error)
+                for tp in doomed[done:]:
+                    codes[tp] = code
+                log.info("group %s: deleting offsets failed: %s", group_id, error)
+                break
+            done += len(batch)
+            if self._offsets.get(group_id) is held:  # not dropped or reloaded while writing
+                deleted = self._deleted.setdefault(group_id, {})
+                for i, (tp, _) in enumerate(batch):
+                    stored = held.get(tp)
+                    if stored is None or stored.log_offset < base + i:  # else a later commit won
+                        held.pop(tp, None)
+                        deleted[tp] = max(deleted.get(tp, -1), base + i)
+        if done:
+            log.info("group %s: deleted the committed offsets of %d partition(s)", group_id, done)
+        return codes
+
     async def retain(self, group: RetentionView, wall: int) -> Retained:
         """Offset retention for one group (Kafka's offset expiry), at ``wall`` (the pass's wall
         clock, read once for all groups): a group Empty for longer than the retention since it
@@ -252,3 +302,19 @@ class OffsetManager:
 
     async def _append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> int:
         return await self.store.append(partition, entries, self.commit_timeout_ms)
+
+
+def _tombstone_batches(group_id: str, partitions: list[TopicPartition]) -> list[list[tuple[TopicPartition, bytes]]]:
+    """The offset tombstones of ``partitions`` (with their keys), cut into groups that each fit
+    one coordinator write (BATCH_BYTES_MAX)."""
+    batches: list[list[tuple[TopicPartition, bytes]]] = []
+    size = BATCH_BYTES_MAX  # full: the first tombstone opens a batch
+    for tp in partitions:
+        key = offset_key(group_id, *tp)
+        record_bytes = len(key) + TOMBSTONE_OVERHEAD_BYTES
+        if size + record_bytes > BATCH_BYTES_MAX - BATCH_HEADER_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append((tp, key))
+        size += record_bytes
+    return batches

@@ -5,21 +5,25 @@
     raftka groups reset-offsets --group G --topic T[:P,P...] | --all-topics
                                 --to-earliest | --to-latest | --to-offset N  [--execute]
     raftka groups delete --group G
+    raftka groups delete-offsets --group G --topic T[:P,P...]
 
 ``describe`` prints one row per partition: committed offset, log end offset (the high
 watermark), lag, and the member that owns it. ``reset-offsets`` prints the plan and changes
 nothing unless ``--execute``; it works only on a group without members (stop its consumers
-first), as Kafka's tool.
+first), as Kafka's tool. ``delete-offsets`` deletes committed offsets (Kafka's
+``--delete-offsets``); a group with members keeps those of the topics it subscribes to.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
+
+from raftka.cli.commands._common import CommandError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("groups", help="list, describe, reset and delete consumer groups")
+    parser = subparsers.add_parser("groups", help="list, describe, reset and delete consumer groups and offsets")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     sub = parser.add_subparsers(dest="groups_command", metavar="ACTION")
 
@@ -61,6 +65,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common(delete)
     delete.add_argument("--group", required=True, action="append")
     delete.set_defaults(func=run_delete)
+
+    delete_offsets = sub.add_parser("delete-offsets", help="delete committed offsets of a group (not of topics "
+                                    "its members subscribe to)")
+    common(delete_offsets)
+    delete_offsets.add_argument("--group", required=True)
+    delete_offsets.add_argument("--topic", required=True, action="append", metavar="TOPIC[:P,P...]",
+                                help="a topic (all its partitions, or the listed ones); repeatable")
+    delete_offsets.set_defaults(func=run_delete_offsets)
 
 
 def _admin(args: argparse.Namespace) -> Any:
@@ -128,37 +140,49 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_reset(args: argparse.Namespace) -> int:
+def _named_partitions(admin: Any, specs: Iterable[str], committed: Iterable[Any] = ()) -> list[Any]:
+    """The partitions ``--topic TOPIC[:P,P...]`` names: the listed ones, or all of the topic's.
+    A topic that no longer exists has the partitions in ``committed`` (a group's offsets).
+    CommandError for a bad list or a partition that is neither in the topic nor committed."""
     from raftka.client import TopicPartition
+    tps: list[Any] = []
+    for spec in specs:
+        name, _, parts = spec.partition(":")
+        described = admin.describe_topics([name])[0]
+        known = [p["partition"] for p in described["partitions"]] if not described["error_code"] else []
+        known = known or sorted(tp.partition for tp in committed if tp.topic == name)
+        if not known:
+            raise CommandError(f"topic '{name}' does not exist")
+        if parts:
+            try:
+                wanted = [int(p) for p in parts.split(",") if p.strip()]
+            except ValueError:
+                raise CommandError(f"bad partition list in {spec!r} (want TOPIC:0,1,2)") from None
+            missing = sorted(set(wanted) - set(known))
+            if missing:
+                raise CommandError(f"topic '{name}' has no partition(s) {missing}")
+        else:
+            wanted = known
+        tps += [TopicPartition(name, p) for p in wanted]
+    return tps
+
+
+def run_reset(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         info = admin.describe_consumer_groups([args.group])[0]
         if info.state not in ("Empty", "Dead"):
             return _fail(f"assignments can only be reset if the group '{args.group}' is inactive, but the current "
                          f"state is {info.state} ({len(info.members)} member(s)); stop its consumers first")
         committed = admin.list_consumer_group_offsets(args.group)
-        tps: list[Any] = []
         if args.all_topics:
             tps = sorted(committed)
             if not tps:
                 return _fail(f"group '{args.group}' has no committed offsets; name the topics with --topic")
         else:
-            for spec in args.topic:
-                name, _, parts = spec.partition(":")
-                described = admin.describe_topics([name])[0]
-                if described["error_code"] or not described["partitions"]:
-                    return _fail(f"topic '{name}' does not exist")
-                known = [p["partition"] for p in described["partitions"]]
-                if parts:
-                    try:
-                        wanted = [int(p) for p in parts.split(",") if p.strip()]
-                    except ValueError:
-                        return _fail(f"bad partition list in {spec!r} (want TOPIC:0,1,2)")
-                    missing = sorted(set(wanted) - set(known))
-                    if missing:
-                        return _fail(f"topic '{name}' has no partition(s) {missing}")
-                else:
-                    wanted = known
-                tps += [TopicPartition(name, p) for p in wanted]
+            try:
+                tps = _named_partitions(admin, args.topic)
+            except CommandError as error:
+                return _fail(str(error))
         earliest = admin.list_offsets({tp: "earliest" for tp in tps})
         latest = admin.list_offsets({tp: "latest" for tp in tps})
         plan = {}
@@ -190,3 +214,18 @@ def run_delete(args: argparse.Namespace) -> int:
             failed += 1
             print(f"error: group '{group_id}': {error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def run_delete_offsets(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        committed = admin.list_consumer_group_offsets(args.group)
+        try:
+            tps = _named_partitions(admin, args.topic, committed)
+        except CommandError as error:
+            return _fail(str(error))
+        results = admin.delete_consumer_group_offsets(args.group, tps)
+    rows: list[Sequence[Any]] = [("TOPIC", "PARTITION", "STATUS")]
+    rows += [(tp.topic, tp.partition, "Successful" if error is None else f"Error: {error}")
+             for tp, error in sorted(results.items())]
+    _table(rows)
+    return 1 if any(error is not None for error in results.values()) else 0
