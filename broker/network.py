@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any, Final
+from typing import Any, Final, Mapping
 
 from raftka.common.errors import NetworkExceptionError, RequestTimedOutError
 from raftka.common.server import Request, Response, Server
@@ -39,8 +39,10 @@ class PeerConnection:
                  connect_timeout_ms: int = 5000,
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, kafka_versions: Mapping[int, int] | None = None) -> None:
         self.address = address
+        # api key -> the Kafka version it is sent at (transport.Connection); other APIs go as msgpack
+        self.kafka_versions = dict(kafka_versions or {})
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_ms = connect_timeout_ms
@@ -91,7 +93,7 @@ class PeerConnection:
             return await Connection.open(host, int(port), client_id=self.client_id,
                                          connect_timeout_ms=max(1, min(self.connect_timeout_ms, timeout_ms)),
                                          max_frame_bytes=self.max_frame_bytes,
-                                         request_timeout_ms=timeout_ms)
+                                         request_timeout_ms=timeout_ms, kafka_versions=self.kafka_versions)
         except (NetworkExceptionError, RequestTimedOutError):
             self._note_failure()
             raise

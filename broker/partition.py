@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from raftka.common import errors
-from raftka.common.errors import FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError
+from raftka.common.errors import (FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError,
+                                  OffsetOutOfRangeError)
 from raftka.broker.metadata import PartitionInfo
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class FollowerProgress:
     last_caught_up_ms: float = 0.0
     last_fetch_leader_leo: int = -1
     last_fetch_ms: float = 0.0
+    log_start_offset: int = -1  # as its last fetch said; -1: not known
 
 
 def now_ms() -> float:
@@ -402,12 +404,17 @@ class Partition:
             return -1, self.log.log_start_offset
         return found_epoch, end_offset
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now: float | None = None) -> None:
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now: float | None = None,
+                              log_start_offset: int = -1) -> None:
         """A follower fetched from ``fetch_offset``: its log end offset. Kafka's rule for "caught
-        up": it asked for our log end, or for at least what our log end was at its last fetch."""
+        up": it asked for our log end, or for at least what our log end was at its last fetch.
+        ``log_start_offset``: the follower's, which DeleteRecords waits on (low_watermark)."""
         progress = self.followers.get(replica_id)
         if progress is None or not self.is_leader:
             return
+        if log_start_offset > progress.log_start_offset:
+            progress.log_start_offset = log_start_offset
+            self._notify()  # a DeleteRecords may be waiting for it
         now = self.clock() if now is None else now
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
@@ -423,6 +430,47 @@ class Partition:
         # Fetch lists every partition it follows from us, most of them unchanged.
         if moved:
             self._maybe_advance_hw()
+
+    # -- DeleteRecords --------------------------------------------------------------------------
+
+    def low_watermark(self) -> int:
+        """The least log start offset of this leader and its ISR followers (Kafka's low
+        watermark): what DeleteRecords answers, once every in-sync copy has deleted too."""
+        starts = [self.log.log_start_offset]
+        for replica in self.isr:
+            if replica != self.broker_id:
+                progress = self.followers.get(replica)
+                starts.append(progress.log_start_offset if progress is not None else -1)
+        return min(starts)
+
+    def delete_records(self, offset: int) -> int:
+        """Leader: delete the records before ``offset`` (-1: the high watermark); returns the
+        offset the log now starts at. OffsetOutOfRangeError past the high watermark."""
+        self.check_leader()
+        target = self.log.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise OffsetOutOfRangeError(f"{self.name}: cannot delete records before offset {offset}",
+                                        topic=self.topic, partition=self.index)
+        start = self.log.delete_records_before(target)
+        self._wake_fetches(hw=False)  # followers hear the new log start at once and follow
+        return start
+
+    async def wait_for_low_watermark(self, offset: int, deadline: float) -> int:
+        """DeleteRecords' wait: NONE once every in-sync copy starts at ``offset`` or later,
+        NOT_LEADER_OR_FOLLOWER when the lead moves, REQUEST_TIMED_OUT at ``deadline``
+        (time.monotonic())."""
+        epoch = self.leader_epoch
+        while self.low_watermark() < offset:
+            if not self.is_leader or self.leader_epoch != epoch:
+                return errors.NOT_LEADER_OR_FOLLOWER
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return errors.REQUEST_TIMED_OUT
+            try:
+                await asyncio.wait_for(self.changed().wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        return errors.NONE if self.is_leader and self.leader_epoch == epoch else errors.NOT_LEADER_OR_FOLLOWER
 
     def isr_proposal(self, lag_time_max_ms: int, now: float | None = None) -> tuple[int, ...] | None:
         """The ISR this leader should ask for, or None: drop followers not caught up within

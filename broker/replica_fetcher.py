@@ -1,21 +1,26 @@
 """Followers pull from leaders: one fetcher task per leader broker, for every partition this
 broker follows there (Kafka's ReplicaFetcherThread, on asyncio).
 
-Each round sends one Fetch with ``replica_id`` = this broker's id and, per partition, its log end
-offset as ``fetch_offset``, the leader epoch it believes in (``current_leader_epoch``) and the
-epoch of its last batch (``last_fetched_epoch``). The leader answers records from there, or a
-``diverging_epoch`` when our history left its own: then we truncate to where they agree
-(``min(leader's end offset of that epoch, ours)``) and fetch again: truncation by leader epoch,
-never by high watermark alone. After an append the follower's HW = min(leader's HW, its log end).
+Each round sends one Fetch, in Kafka's wire protocol at v12 (``KAFKA_VERSIONS``), as a Kafka
+broker's follower does: ``replica_id`` = this broker's id, no fetch session (``session_id`` 0,
+``session_epoch`` -1: every round names every partition), topics by name, and per partition its
+log end offset as ``fetch_offset``, the leader epoch it believes in (``current_leader_epoch``)
+and the epoch of its last batch (``last_fetched_epoch``). The leader answers records from there
+(whole batches, as bytes: never decoded or re-encoded on the way), or a ``diverging_epoch`` when
+our history left its own: then we truncate to where they agree (``min(leader's end offset of that
+epoch, ours)``) and fetch again: truncation by leader epoch, never by high watermark alone. After
+an append the follower's HW = min(leader's HW, its log end).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from raftka.common import errors
+from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
+from raftka.broker.kafka_wire import FINAL_EPOCH
 from raftka.broker.network import PeerConnection
 from raftka.broker.partition import Partition, ReplicaState
 
@@ -24,7 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-API_FETCH = 1
+# What a follower sends in Kafka's wire protocol, at which version. Fetch v12: the first with
+# last_fetched_epoch and diverging_epoch (truncation without OffsetsForLeaderEpoch), the last
+# that names topics (v13+ name them by topic id).
+KAFKA_VERSIONS: Final[dict[int, int]] = {ApiKey.FETCH: 12}
+# Kafka's answer leaves diverging_epoch out when there is none: it decodes as this default.
+NO_DIVERGING_EPOCH: Final = {"epoch": -1, "end_offset": -1}
 REQUEST_TIMEOUT_MARGIN_MS = 5000
 
 
@@ -75,7 +85,8 @@ class ReplicaFetcher:
             if self._connection is not None:
                 await self._connection.close()
             self._connection = PeerConnection(address, client_id=f"broker-{self.manager.broker_id}-fetcher",
-                                              max_frame_bytes=self.manager.config["socket.request.max.bytes"])
+                                              max_frame_bytes=self.manager.config["socket.request.max.bytes"],
+                                              kafka_versions=KAFKA_VERSIONS)
             self._address = address
         return self._connection
 
@@ -120,14 +131,15 @@ class ReplicaFetcher:
         wait_ms = config["replica.fetch.wait.max.ms"]
         body = {"replica_id": self.manager.broker_id, "max_wait_ms": wait_ms,
                 "min_bytes": config["replica.fetch.min.bytes"], "max_bytes": config["replica.fetch.response.max.bytes"],
-                "isolation_level": 0,
+                "isolation_level": 0, "session_id": 0, "session_epoch": FINAL_EPOCH,
                 "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()]}
-        code, out = await connection.request(API_FETCH, body, timeout_ms=wait_ms + REQUEST_TIMEOUT_MARGIN_MS)
+        _, out = await connection.request(ApiKey.FETCH, body, timeout_ms=wait_ms + REQUEST_TIMEOUT_MARGIN_MS)
+        code = out["error_code"]  # Kafka's answers carry a whole-request error in the body
         if code != errors.NONE:
-            raise errors.error_for(code, (out or {}).get("error_message"))
+            raise errors.error_for(code, f"Fetch from leader {self.leader_id}: {errors.name_of(code)}")
         ok = False
-        for topic in out.get("responses", []):
-            for answer in topic.get("partitions", []):
+        for topic in out["responses"]:
+            for answer in topic["partitions"]:
                 tp = (topic["topic"], answer["partition_index"])
                 if tp in sent and self._take(tp, sent[tp], answer):
                     ok = True
@@ -149,33 +161,55 @@ class ReplicaFetcher:
 
 
 def fetch_request_for(partition: Partition, partition_max_bytes: int) -> dict:
-    """A follower's Fetch entry for one partition: from its log end offset, with the leader
-    epoch it believes in and the epoch of its last batch."""
+    """A follower's Fetch entry for one partition (Kafka's FetchPartition): from its log end
+    offset, with the leader epoch it believes in and the epoch of its last batch."""
     return {"partition": partition.index, "current_leader_epoch": partition.leader_epoch,
             "fetch_offset": partition.log.log_end_offset,
             "last_fetched_epoch": partition.log.leader_epoch_cache.latest_epoch,
             "log_start_offset": partition.log.log_start_offset, "partition_max_bytes": partition_max_bytes}
 
 
-def apply_fetch_answer(partition: Partition, answer: dict, leader_id: int) -> tuple[bool, bool]:
-    """Take one partition's Fetch answer from the leader: truncate on a diverging epoch, else
-    append the records and move the HW. Returns (answer usable, truncated)."""
-    code = answer.get("error_code", errors.NONE)
-    if code != errors.NONE:
-        log.debug("%s: fetch from leader %d: %s %s", partition.name, leader_id, errors.name_of(code),
-                  answer.get("error_message"))
-        return False, False  # fenced / unknown epoch / not leader: wait for metadata, back off
+def diverging_epoch_of(answer: dict) -> dict | None:
+    """The answer's ``diverging_epoch`` {epoch, end_offset}, or None when it has none (Kafka's
+    default, or None from a leader's ``read_partition`` not yet encoded). An epoch of -1 with an
+    end offset is one: the leader has no epoch as old as ours and keeps nothing past that offset."""
     diverging = answer.get("diverging_epoch")
-    if diverging:
+    if diverging is None or diverging == NO_DIVERGING_EPOCH:
+        return None
+    return diverging
+
+
+def apply_fetch_answer(partition: Partition, answer: dict, leader_id: int) -> tuple[bool, bool]:
+    """Take one partition's Fetch answer from the leader (Kafka's PartitionData): truncate on a
+    diverging epoch, else append the records and move the HW. Returns (answer usable, truncated)."""
+    code = answer["error_code"]
+    if code == errors.OFFSET_OUT_OF_RANGE and answer["log_start_offset"] > partition.log.log_end_offset:
+        # Everything we would fetch next is gone from the leader (retention or DeleteRecords
+        # while we were away): start over at its log start, as Kafka's follower does.
+        leader_start = answer["log_start_offset"]
+        log.warning("%s: offset %d is below leader %d's log start %d: starting the log over there",
+                    partition.name, partition.log.log_end_offset, leader_id, leader_start)
+        partition.log.truncate_fully_and_start_at(leader_start)
+        return True, True
+    if code != errors.NONE:
+        # Fenced / unknown epoch / not leader (or not a replica there): wait for metadata, back off.
+        log.debug("%s: fetch from leader %d: %s", partition.name, leader_id, errors.name_of(code))
+        return False, False
+    diverging = diverging_epoch_of(answer)
+    if diverging is not None:
         return True, truncate_to_diverging(partition, diverging, leader_id)
-    records = answer.get("records") or b""
+    records = answer["records"]  # null from a leader with nothing to send
     if records:
         partition.log.append_as_follower(records)
-    hw = min(int(answer.get("high_watermark", 0)), partition.log.log_end_offset)
+    hw = min(answer["high_watermark"], partition.log.log_end_offset)
     if hw > partition.log.high_watermark:
         partition.log.update_high_watermark(hw)
     if records or hw:
         partition._notify()
+    # DeleteRecords (or retention) moved the leader's log start: follow it, up to our HW.
+    start = min(answer["log_start_offset"], partition.log.high_watermark)
+    if start > partition.log.log_start_offset:
+        partition.log.delete_records_before(start)
     return True, False
 
 

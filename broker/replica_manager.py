@@ -36,8 +36,11 @@ from raftka.broker.partition import Partition, ReplicaState, now_ms
 from raftka.broker.replica_fetcher import ReplicaFetcher
 from raftka.common import errors
 from raftka.common.errors import NotLeaderOrFollowerError, RaftkaError, UnknownTopicOrPartitionError
+from raftka.common.ratelog import RateLimitedLog
 
 log = logging.getLogger(__name__)
+# A follower Fetch this broker refuses (not a replica): one line per broker and partition a minute.
+refused_fetch_log = RateLimitedLog(log)
 
 TP = tuple[str, int]
 FETCH_WAIT_MS_MAX = 30_000
@@ -384,16 +387,22 @@ class ReplicaManager:
             fetch_offset = request.get("fetch_offset", 0)
             log_ = partition.log
             out["log_start_offset"] = log_.log_start_offset
+            if replica_id >= 0 and replica_id not in partition.replicas:
+                # Before anything else: a stranger gets no records and no diverging epoch either.
+                # Kafka's Fetch answer has no error message: the leader says it, once a minute.
+                message = (f"broker {replica_id} is not a replica of {partition.name} (replicas "
+                           f"{list(partition.replicas)}): its fetch answered NOT_LEADER_OR_FOLLOWER")
+                refused_fetch_log.warning(f"not-a-replica-{replica_id}-{partition.name}", "%s", message)
+                raise NotLeaderOrFollowerError(message, topic=topic, partition=index)
             diverging = partition.diverging_epoch(request.get("last_fetched_epoch", -1), fetch_offset)
             if diverging is not None:
                 out.update(diverging_epoch=diverging, high_watermark=log_.high_watermark,
                            last_stable_offset=log_.high_watermark)
                 return out
             if replica_id >= 0:
-                if replica_id not in partition.replicas:
-                    raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.name}")
                 if first_pass:
-                    partition.record_follower_fetch(replica_id, fetch_offset)
+                    partition.record_follower_fetch(replica_id, fetch_offset,
+                                                    log_start_offset=request.get("log_start_offset", -1))
                 max_offset = None
             else:
                 max_offset = log_.high_watermark
@@ -420,8 +429,9 @@ class ReplicaManager:
 
     async def fetch(self, body: dict) -> dict:
         """A Fetch answer; waits up to max_wait_ms for min_bytes (long poll)."""
-        # The body was checked against its declaration at the boundary (common/msgpack_bodies.py):
-        # the values are integers of the declared types; their ranges are clamped here.
+        # The body was checked against its declaration at the boundary (Kafka's FetchRequest, as
+        # followers and clients send it, or common/msgpack_bodies.py): the values are integers of
+        # the declared types; their ranges are clamped here.
         replica_id = body.get("replica_id", -1)
         max_wait_ms = min(max(body.get("max_wait_ms", 0), 0), FETCH_WAIT_MS_MAX)
         min_bytes = max(body.get("min_bytes", 1), 0)

@@ -91,6 +91,12 @@ class AdminClient:
         """{tp: "latest" | "earliest" | timestamp} -> {tp: offset}."""
         return self._io.run(self._aio.list_offsets(topic_partitions))
 
+    def delete_records(self, records_to_delete: dict[TopicPartition, int], timeout_ms: int | None = None
+                       ) -> dict[TopicPartition, dict[str, int]]:
+        """Delete the records before each offset (-1: the high watermark): {tp: {"low_watermark",
+        ...}} once every in-sync replica has; raises the first partition's typed error."""
+        return self._io.run(self._aio.delete_records(records_to_delete, timeout_ms))
+
     def describe_consumer_group_lag(self, group_id: str) -> list[dict[str, Any]]:
         """Per partition: committed offset, log end offset (high watermark), lag, owner."""
         return self._io.run(self._aio.describe_consumer_group_lag(group_id))

@@ -3,7 +3,8 @@ Fetch, the follower's fetch-answer and truncation logic) for one partition on th
 model of the active controller (fencing, elections from the ISR, AlterPartition with epoch
 checks), and a seeded scheduler with an in-memory network that delays, drops and cuts messages.
 Faults: crashes that lose unflushed data (then restart), a broker isolated from everyone (a
-zombie leader), cut links between brokers.
+zombie leader), cut links between brokers. A follower's Fetch and the leader's answer go through
+Kafka's encoding (Fetch v12, the leader's answer shim) as on a real connection.
 
 After every step it checks: at most one leader per leader epoch; a leader's high watermark
 never goes back; records below any replica's high watermark never change (committed data is
@@ -22,12 +23,16 @@ from typing import Any
 
 import pytest
 
+from raftka.broker.kafka_wire import ANSWER_SHIMS
 from raftka.broker.metadata import BrokerInfo, MetadataView, PartitionInfo, TopicInfo
 from raftka.broker.partition import Partition, ReplicaState
-from raftka.broker.replica_fetcher import apply_fetch_answer, fetch_request_for
+from raftka.broker.replica_fetcher import KAFKA_VERSIONS, apply_fetch_answer, diverging_epoch_of, fetch_request_for
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
+from raftka.common.api import ApiKey
+from raftka.common.codec import decoder, encoder
 from raftka.common.errors import OffsetOutOfRangeError, RaftkaError
+from raftka.common.messages import BROKER_API
 from raftka.common.records import BatchBuilder, assign_offsets, iter_batches, iter_records, validate_batches
 
 TOPIC = "sim"
@@ -43,6 +48,10 @@ FETCH_IDLE_MS = 20.0
 FETCH_TIMEOUT_MS = 150.0
 PRODUCE_EVERY_MS = 7.0
 PRODUCE_TIMEOUT_MS = 1000.0
+FETCH_VERSION = KAFKA_VERSIONS[ApiKey.FETCH]
+FETCH_REQUEST, FETCH_RESPONSE = BROKER_API[ApiKey.FETCH]
+ENCODE_REQUEST, DECODE_REQUEST = encoder(FETCH_REQUEST, FETCH_VERSION), decoder(FETCH_REQUEST, FETCH_VERSION)
+ENCODE_ANSWER, DECODE_ANSWER = encoder(FETCH_RESPONSE, FETCH_VERSION), decoder(FETCH_RESPONSE, FETCH_VERSION)
 CONFIG = {"min.insync.replicas": MIN_ISR, "replica.lag.time.max.ms": LAG_TIME_MAX_MS, "fetch.max.bytes": 1 << 20,
           "replica.fetch.max.bytes": 4096}
 
@@ -378,8 +387,14 @@ class Simulation:
         broker = self.brokers[leader]
         if not broker.alive:
             return
-        answer = broker.manager.read_partition(follower, request, TOPIC, True, 1 << 20)
-        self.send(leader, follower, "fetch_answer", follower, incarnation, seq, leader, epoch, answer)
+        # As on the wire: the follower's entry in Kafka's Fetch v12, the answer in Kafka's encoding.
+        body = DECODE_REQUEST(ENCODE_REQUEST({"replica_id": follower, "max_wait_ms": 0, "min_bytes": 1,
+                                              "topics": [{"topic": TOPIC, "partitions": [request]}]}))
+        answer = broker.manager.read_partition(follower, body["topics"][0]["partitions"][0], TOPIC, True, 1 << 20)
+        out = {"responses": [{"topic": TOPIC, "partitions": [answer]}]}
+        out = DECODE_ANSWER(ENCODE_ANSWER(ANSWER_SHIMS[ApiKey.FETCH](FETCH_VERSION, body, out)))
+        self.send(leader, follower, "fetch_answer", follower, incarnation, seq, leader, epoch,
+                  out["responses"][0]["partitions"][0])
 
     def on_fetch_answer(self, b: int, incarnation: int, seq: int, leader: int, epoch: int, answer: dict) -> None:
         broker = self.current(b, incarnation)
@@ -391,7 +406,7 @@ class Simulation:
         if p is not None and p.state is ReplicaState.FOLLOWER and p.leader_epoch == epoch and p.leader_id == leader:
             before = p.log.log_end_offset
             apply_fetch_answer(p, answer, leader)
-            got = p.log.log_end_offset != before or bool(answer.get("diverging_epoch"))
+            got = p.log.log_end_offset != before or diverging_epoch_of(answer) is not None
         self.at(0.1 if got else FETCH_IDLE_MS, "fetch_tick", b, incarnation)
 
     def on_fetch_timeout(self, b: int, incarnation: int, seq: int) -> None:

@@ -15,7 +15,7 @@ import time
 
 from raftka.client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
-from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, RESOURCE_TOPIC
+from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, DELETE_RECORDS_KEY, RESOURCE_TOPIC
 from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
 from raftka.client.aio.fetcher import list_offsets
 from raftka.client.aio.subscription_state import EARLIEST, LATEST
@@ -392,6 +392,54 @@ class AdminClient:
         found = await list_offsets(self.cluster, query, self.config["request_timeout_ms"],
                                    self.config["retry_backoff_ms"])
         return {tp: offset for tp, (offset, _ts) in found.items()}
+
+    async def delete_records(self, records_to_delete: dict[TopicPartition, int], timeout_ms: int | None = None
+                             ) -> dict[TopicPartition, dict[str, int]]:
+        """DeleteRecords (kafka-python's shape): {tp: offset} -> {tp: {"partition_index",
+        "low_watermark", "error_code"}} once every in-sync replica has deleted the records before
+        ``offset`` (-1: the high watermark). Each partition goes to its leader; a moved leader is
+        followed until ``timeout_ms``. Raises the first partition's typed error."""
+        timeout_ms = self.config["request_timeout_ms"] if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        left = {TopicPartition(*tp): offset for tp, offset in records_to_delete.items()}
+        for topic in {tp.topic for tp in left}:
+            await self.cluster.partitions_for(topic, timeout_ms)
+        done: dict[TopicPartition, dict[str, int]] = {}
+        while left:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                raise KafkaTimeoutError(f"DeleteRecords not answered within {timeout_ms} ms for "
+                                        f"{', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(left))}")
+            by_leader: dict[int, dict[str, list[dict[str, int]]]] = {}
+            for tp, offset in left.items():
+                leader = self.cluster.metadata.leader_for(tp)
+                if leader is not None:
+                    by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "offset": offset})
+            answers = await asyncio.gather(*(
+                self.cluster.request(node, DELETE_RECORDS_KEY, {
+                    "timeout_ms": left_ms, "topics": [{"name": t, "partitions": p} for t, p in topics.items()]},
+                    timeout_ms=left_ms) for node, topics in by_leader.items()), return_exceptions=True)
+            for answer in answers:
+                if isinstance(answer, RaftkaError) and answer.retriable:
+                    continue  # its partitions stay in ``left``
+                if isinstance(answer, BaseException):
+                    raise answer
+                for topic in answer[1].get("topics") or []:
+                    for part in topic["partitions"]:
+                        tp = TopicPartition(topic["name"], part["partition_index"])
+                        code = part["error_code"]
+                        if code in (errors.NOT_LEADER_OR_FOLLOWER, errors.LEADER_NOT_AVAILABLE):
+                            continue
+                        if code != errors.NONE:
+                            raise errors.error_for(code, f"deleting records of {tp.topic}-{tp.partition}",
+                                                   topic=tp.topic, partition=tp.partition)
+                        done[tp] = part
+                        left.pop(tp, None)
+            if left:
+                self.cluster.request_update()
+                await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+        return done
 
     async def describe_consumer_group_lag(self, group_id: str) -> list[dict[str, Any]]:
         """Per partition the group owns or committed: {topic, partition, committed_offset (-1:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 from raftka.common.api import ApiKey
+from raftka.common.messages.admin import DELETE_RECORDS_KEY
 from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
 
 KAFKA_VERSIONS: Final[dict[int, int]] = {
@@ -26,6 +27,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_CLUSTER: 2,  # v2: fenced brokers too, with is_fenced (KIP-1073)
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
+    DELETE_RECORDS_KEY: 2,
     ApiKey.INIT_PRODUCER_ID: 4,
     # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them). Heartbeat v4 is
     # flexible, so it carries the tagged max_wait_ms the coordinator holds the answer for.
