@@ -6,13 +6,14 @@ decoder fills with their defaults and the encoder leaves out. What remains is he
 function per API and direction, keyed by api key:
 
 - ``REQUEST_SHIMS``: version semantics of a request (Metadata v0's empty topic list means every
-  topic) and the few places where a handler still takes the older msgpack body's shape (a
-  topic's configs as a map), until the msgpack frames retire.
+  topic; DeleteTopics before v6 names its topics where v6, which the broker forwards to the
+  controller, does not).
 - ``HANDLER_WRAPPERS``: later versions that batch what a handler answers one at a time
   (FindCoordinator v4's keys, OffsetFetch v8's groups), and what is answered without the handler
   (an incremental Fetch: Raftka declines fetch sessions).
 - ``ANSWER_SHIMS``: what Kafka's answer needs and the handler's does not say (a topic id for a
-  topic that does not exist is Kafka's zero uuid; ``is_internal``).
+  topic that does not exist is Kafka's zero uuid; ``is_internal``; a live broker as the
+  ``controller_id`` of Metadata and DescribeCluster, as a KRaft broker answers).
 
 A request shim takes ``(version, body)``, an answer shim ``(version, request body, answer)``;
 both return the new body, may raise a RaftkaError for what Raftka does not serve (answered as
@@ -24,11 +25,10 @@ from typing import Any, Awaitable, Callable, Final
 
 from raftka.common import errors
 from raftka.common.api import ApiKey
-from raftka.common.errors import InvalidRequestError
-from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC, RESOURCE_TOPIC
 from raftka.common.schema import ZERO_UUID
 
 INTERNAL_TOPIC_PREFIX: Final = "__"  # __consumer_offsets (Kafka marks it is_internal)
+ENDPOINT_TYPE_BROKERS: Final = 1  # DescribeCluster's endpoint type of a broker (2: controllers)
 
 # Fetch sessions (KIP-227).
 FINAL_EPOCH: Final = -1  # a full fetch that wants no session (or closes the one it names)
@@ -60,96 +60,37 @@ def _metadata_answer(version: int, request: dict, body: dict) -> dict:
     return body
 
 
-def _config_map(entries: list[dict]) -> dict[str, str | None]:
-    """Kafka's [{name, value}] as the controller's {name: value} (last one wins, as Kafka's map)."""
-    return {entry["name"]: entry["value"] for entry in entries}
+def _describe_cluster_request(version: int, body: dict) -> dict:
+    # A broker describes brokers; the controllers (endpoint type 2) are described by a controller.
+    if body["endpoint_type"] != ENDPOINT_TYPE_BROKERS:
+        raise errors.MismatchedEndpointTypeError(
+            f"endpoint type {body['endpoint_type']} asked of a broker: it describes brokers "
+            f"({ENDPOINT_TYPE_BROKERS}); ask a controller for the controllers")
+    return body
 
 
-def _create_topics_request(version: int, body: dict) -> dict:
-    for topic in body["topics"]:
-        if topic["assignments"]:
-            raise InvalidRequestError(f"topic {topic['name']!r}: replica assignments are not supported; "
-                                      "give num_partitions and replication_factor")
-    return {"topics": [{"name": t["name"], "num_partitions": t["num_partitions"],
-                        "replication_factor": t["replication_factor"], "configs": _config_map(t["configs"])}
-                       for t in body["topics"]],
-            "timeout_ms": body["timeout_ms"], "validate_only": body["validate_only"]}
-
-
-def _create_topics_answer(version: int, request: dict, body: dict) -> dict:
-    for topic in body["topics"]:
-        if topic.get("topic_id") is None:
-            topic["topic_id"] = ZERO_UUID
+def _describe_cluster_answer(version: int, request: dict, body: dict) -> dict:
+    # Kafka lists the unfenced brokers, and the fenced ones too (with is_fenced) when v2+ asks.
+    brokers = []
+    for broker in body["brokers"]:
+        broker["is_fenced"] = broker.pop("fenced")
+        if request["include_fenced_brokers"] or not broker["is_fenced"]:
+            brokers.append(broker)
+    body["brokers"] = brokers
+    # controller_id as in Metadata: a live broker, where a client sends what "the controller" does.
+    live = [b["broker_id"] for b in brokers if not b["is_fenced"]]
+    body["controller_id"] = min(live) if live else -1
+    body["endpoint_type"] = ENDPOINT_TYPE_BROKERS
     return body
 
 
 def _delete_topics_request(version: int, body: dict) -> dict:
+    """v1-5 name topics in ``topic_names``, v6 in ``topics`` (by name or id): the controller is
+    asked at v6 (broker/controller_channel.py), so older names move there."""
     if version >= 6:
-        nameless = [t["topic_id"] for t in body["topics"] if t["name"] is None]
-        if nameless:
-            raise InvalidRequestError(f"topics named by id only ({nameless[0]}) are not supported; name them")
-        names = [t["name"] for t in body["topics"]]
-    else:
-        names = body["topic_names"]
-    return {"topic_names": names, "timeout_ms": body["timeout_ms"]}
-
-
-def _resources_request(version: int, body: dict) -> dict:
-    """DescribeConfigs / AlterConfigs: topics are the only resources Raftka configures through them."""
-    for resource in body["resources"]:
-        if resource["resource_type"] != RESOURCE_TOPIC:
-            raise InvalidRequestError(f"resource type {resource['resource_type']} of {resource['resource_name']!r}: "
-                                      f"only topics ({RESOURCE_TOPIC}) can be described or altered")
-    out = dict(body)
-    out["resources"] = [
-        {**r, "resource_type": "topic", **({"configs": _config_map(r["configs"])} if "configs" in r else {})}
-        for r in body["resources"]]
-    return out
-
-
-def _config_text(value: Any) -> str | None:
-    """A config value as Kafka writes it: a string ("true", "604800000", "a,b")."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(_config_text(v) or "" for v in value)
-    return str(value)
-
-
-# Kafka's ConfigEntry.ConfigType numbers, by the value's Python type (DescribeConfigs v3+).
-_CONFIG_TYPES: Final = ((bool, 1), (int, 5), (float, 6), (str, 2), (list, 7), (tuple, 7))
-
-
-def _config_type(value: Any) -> int:
-    for kind, number in _CONFIG_TYPES:
-        if isinstance(value, kind):
-            return number
-    return 0  # unknown (a null value)
-
-
-def _describe_configs_answer(version: int, request: dict, body: dict) -> dict:
-    wanted = {r["resource_name"]: r.get("configuration_keys") for r in request["resources"]}
-    for result in body["results"]:
-        result["resource_type"] = RESOURCE_TOPIC
-        keys = wanted.get(result["resource_name"])
-        configs = result.get("configs") or []
-        if keys is not None:
-            configs = [c for c in configs if c["name"] in keys]
-        for config in configs:
-            config["config_source"] = CONFIG_SOURCE_DEFAULT if config.pop("is_default", False) \
-                else CONFIG_SOURCE_TOPIC
-            config["config_type"] = _config_type(config["value"])
-            config["value"] = _config_text(config["value"])
-        result["configs"] = configs
-    return body
-
-
-def _alter_configs_answer(version: int, request: dict, body: dict) -> dict:
-    for result in body["responses"]:
-        result["resource_type"] = RESOURCE_TOPIC
-    return body
+        return body
+    return {"topics": [{"name": name, "topic_id": ZERO_UUID} for name in body["topic_names"]],
+            "timeout_ms": body["timeout_ms"]}
 
 
 def _fetch_answer(version: int, request: dict, body: dict) -> dict:
@@ -236,22 +177,18 @@ HANDLER_WRAPPERS: Final[dict[int, Callable[[Handler, int, dict], Awaitable[Any]]
 
 
 REQUEST_SHIMS: Final[dict[int, Shim]] = {
+    ApiKey.DESCRIBE_CLUSTER: _describe_cluster_request,
     ApiKey.OFFSET_COMMIT: _offset_commit_request,
     ApiKey.METADATA: _metadata_request,
-    ApiKey.CREATE_TOPICS: _create_topics_request,
     ApiKey.DELETE_TOPICS: _delete_topics_request,
-    ApiKey.DESCRIBE_CONFIGS: _resources_request,
-    ApiKey.ALTER_CONFIGS: _resources_request,
 }
 
 ANSWER_SHIMS: Final[dict[int, AnswerShim]] = {
     ApiKey.PRODUCE: _produce_answer,
     ApiKey.FETCH: _fetch_answer,
     ApiKey.METADATA: _metadata_answer,
-    ApiKey.CREATE_TOPICS: _create_topics_answer,
+    ApiKey.DESCRIBE_CLUSTER: _describe_cluster_answer,
     ApiKey.JOIN_GROUP: _join_group_answer,
-    ApiKey.DESCRIBE_CONFIGS: _describe_configs_answer,
-    ApiKey.ALTER_CONFIGS: _alter_configs_answer,
 }
 
 __all__ = ["ANSWER_SHIMS", "HANDLER_WRAPPERS", "REQUEST_SHIMS"]

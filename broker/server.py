@@ -39,6 +39,7 @@ from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
 from raftka.common.errors import ConfigError, InvalidRequestError, RaftkaError
 from raftka.common.messages import BROKER_API
+from raftka.common.messages.admin import DELETE_RECORDS_KEY
 from raftka.common.msgpack_bodies import BROKER_REQUESTS
 from raftka.common.ratelog import RateLimitedLog
 from raftka.common.server_config import ServerConfig
@@ -82,8 +83,10 @@ def read_cluster_id(log_dirs: list[str] | str, node_id: int) -> str:
                           + ", ".join(f"{d} -> {c}" for d, c in found.items()))
     return next(iter(found.values()), CLUSTER_ID)
 REGISTER_TIMEOUT_MS = 60_000
+SECURITY_PROTOCOL_PLAINTEXT = 0  # Kafka's SecurityProtocol id of the one listener a broker registers
 ACKS_VALUES = (-1, 0, 1)
 PRODUCE_TIMEOUT_MS_MAX = 300_000
+DELETE_RECORDS_TIMEOUT_MS_MAX = 300_000  # a DeleteRecords answer waits for the ISR at most this long
 
 
 class BrokerServer:
@@ -133,6 +136,7 @@ class BrokerServer:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            DELETE_RECORDS_KEY: self.delete_records,
             **{key: self._forwarder(key) for key in FORWARDED},
         }
         # Consumer groups (broker/group/): FindCoordinator, JoinGroup, ..., OffsetCommit/Fetch.
@@ -170,12 +174,14 @@ class BrokerServer:
         await asyncio.wait_for(self._caught_up_event.wait(), timeout_s)
 
     async def register(self) -> None:
-        """BrokerRegistration with a new incarnation id, retried until accepted."""
-        endpoint = "%s:%d" % self.config.advertised_plaintext
-        if self.server is not None and self.config.advertised_plaintext[1] == 0:
-            endpoint = f"{self.config.advertised_plaintext[0]}:{self.server.port}"
-        body = {"broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
-                "listeners": {"PLAINTEXT": endpoint}, "rack": self.config["broker.rack"]}
+        """BrokerRegistration (Kafka's) with a new incarnation id, retried until accepted."""
+        host, port = self.config.advertised_plaintext
+        if self.server is not None and port == 0:
+            port = self.server.port
+        body = {"broker_id": self.broker_id, "cluster_id": self.cluster_id, "incarnation_id": self.incarnation_id,
+                "listeners": [{"name": "PLAINTEXT", "host": host, "port": port,
+                               "security_protocol": SECURITY_PROTOCOL_PLAINTEXT}],
+                "rack": self.config["broker.rack"]}
         deadline = time.monotonic() + REGISTER_TIMEOUT_MS / 1000
         while True:  # SIGTERM interrupts (serve_broker races start() with the stop event)
             try:
@@ -193,7 +199,7 @@ class BrokerServer:
             # up to broker.session.timeout.ms); anything else not retriable is a real refusal.
             transient = code == errors.DUPLICATE_BROKER_REGISTRATION or errors.for_code(code).retriable
             if not transient and time.monotonic() > deadline:
-                raise errors.error_for(code, f"registration failed: {(out or {}).get('error_message')}")
+                raise errors.error_for(code, f"registration of broker {self.broker_id} refused: {errors.name_of(code)}")
             log.info("registration refused (%s); retrying", errors.name_of(code))
             await asyncio.sleep(0.5)
 
@@ -255,7 +261,7 @@ class BrokerServer:
             await self.register()
             return {}
         if code != errors.NONE:
-            raise errors.error_for(code, (out or {}).get("error_message"))
+            raise errors.error_for(code, f"heartbeat of broker {self.broker_id} refused: {errors.name_of(code)}")
         self.last_heartbeat_ok_sent = sent
         self._heartbeat_ok_connection = self.controllers.connected_since()
         return out
@@ -397,6 +403,9 @@ class BrokerServer:
                              "topics": topics}
 
     async def describe_cluster(self, body: dict) -> tuple[int, dict]:
+        """Every registered broker with ``fenced``, and the active controller. A Kafka request's
+        answer keeps Kafka's meaning (broker/kafka_wire.py): fenced brokers only when v2 asks
+        (``is_fenced``), and a live broker as ``controller_id``, as in Metadata."""
         view = self.replicas.view
         brokers = []
         for broker in sorted(view.brokers.values(), key=lambda b: b.broker_id):
@@ -465,6 +474,34 @@ class BrokerServer:
         return errors.NONE, {"responses": [{"name": n, "partition_responses": a} for n, a in results],
                              "throttle_time_ms": 0}
 
+    # -- DeleteRecords ------------------------------------------------------------------------------
+
+    async def delete_records(self, body: dict) -> tuple[int, dict]:
+        """DeleteRecords: each partition's leader moves its log start to the offset (-1: the high
+        watermark), then the answer waits (up to ``timeout_ms``) until every in-sync copy has
+        followed, and carries the low watermark (Kafka's DelayedDeleteRecords)."""
+        deadline = time.monotonic() + min(max(body.get("timeout_ms", 0), 0), DELETE_RECORDS_TIMEOUT_MS_MAX) / 1000
+        topics: list[dict] = []
+        waits: list[tuple[dict, Partition, int]] = []
+        for topic in body.get("topics", ()):
+            name = topic["name"]
+            answers = []
+            for part in topic["partitions"]:
+                answer = {"partition_index": part["partition_index"], "low_watermark": -1, "error_code": errors.NONE}
+                try:
+                    partition = self.replicas.leader_partition(name, part["partition_index"])
+                    start = partition.delete_records(part["offset"])
+                    waits.append((answer, partition, start))
+                except RaftkaError as error:
+                    answer["error_code"] = error.code
+                answers.append(answer)
+            topics.append({"name": name, "partitions": answers})
+        for answer, partition, start in waits:
+            code = await partition.wait_for_low_watermark(start, deadline)
+            answer["error_code"] = code
+            answer["low_watermark"] = partition.low_watermark() if code == errors.NONE else -1
+        return errors.NONE, {"throttle_time_ms": 0, "topics": topics}
+
     # -- Fetch, ListOffsets, OffsetsForLeaderEpoch --------------------------------------------------
 
     async def fetch(self, body: dict) -> tuple[int, dict]:
@@ -508,7 +545,7 @@ class BrokerServer:
                                                            {"broker_id": self.broker_id,
                                                             "broker_epoch": self.broker_epoch})
                 if code != errors.NONE:
-                    return code, out
+                    return code, {"error_message": f"AllocateProducerIds refused: {errors.name_of(code)}"}
                 start = out["producer_id_start"]
                 self._producer_ids = [start, start + out["producer_id_len"]]
             producer_id = self._producer_ids[0]
@@ -518,14 +555,27 @@ class BrokerServer:
     # -- AlterPartition (called by the replica manager) -----------------------------------------------
 
     async def _alter_partition(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
-        body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "topic": partition.topic,
-                "partition": partition.index, "leader_epoch": partition.leader_epoch,
-                "partition_epoch": partition.partition_epoch, "new_isr": list(new_isr)}
+        """AlterPartition v3: the topic by id, each ISR member with the broker epoch our metadata
+        knows (the controller refuses a member that registered again since: INELIGIBLE_REPLICA)."""
+        topic_id = self.replicas.topic_ids.get((partition.topic, partition.index))
+        if topic_id is None:
+            raise errors.for_code(errors.UNKNOWN_TOPIC_ID)(f"{partition.name}: no topic id in our metadata")
+        brokers = self.replicas.view.brokers
+        members = [{"broker_id": b, "broker_epoch": brokers[b].broker_epoch if b in brokers else -1} for b in new_isr]
+        body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "topics": [{
+            "topic_id": topic_id, "partitions": [{
+                "partition_index": partition.index, "leader_epoch": partition.leader_epoch,
+                "new_isr_with_epochs": members, "partition_epoch": partition.partition_epoch}]}]}
         log.info("%s: asking the controller for ISR %s (from %s)", partition.name, list(new_isr), list(partition.isr))
         code, out = await self.controllers.request(ApiKey.ALTER_PARTITION, body)
+        if code == errors.NONE:
+            answer = out["topics"][0]["partitions"][0] if out.get("topics") and out["topics"][0]["partitions"] else None
+            code = errors.UNKNOWN_SERVER_ERROR if answer is None else answer["error_code"]
         if code != errors.NONE:
-            raise errors.error_for(code, (out or {}).get("error_message"))
-        partition.take_alter_result(out)  # committed: the metadata log brings the same state
+            raise errors.error_for(code, f"{partition.name}: AlterPartition refused: {errors.name_of(code)}")
+        # Committed: the metadata log brings the same state.
+        partition.take_alter_result({"leader": answer["leader_id"], "leader_epoch": answer["leader_epoch"],
+                                     "isr": answer["isr"], "partition_epoch": answer["partition_epoch"]})
 
 
 def _payload_bytes(topic_data: list) -> int:

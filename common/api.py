@@ -36,9 +36,11 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
+    FETCH_SNAPSHOT = 59
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
     ALLOCATE_PRODUCER_IDS = 67
 
 
@@ -67,9 +69,11 @@ API_NAMES: Final[dict[int, str]] = {
     ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.DESCRIBE_QUORUM: "DescribeQuorum",
     ApiKey.ALTER_PARTITION: "AlterPartition",
+    ApiKey.FETCH_SNAPSHOT: "FetchSnapshot",
     ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
     ApiKey.BROKER_REGISTRATION: "BrokerRegistration",
     ApiKey.BROKER_HEARTBEAT: "BrokerHeartbeat",
+    ApiKey.UNREGISTER_BROKER: "UnregisterBroker",
     ApiKey.ALLOCATE_PRODUCER_IDS: "AllocateProducerIds",
 }
 
@@ -80,13 +84,13 @@ SUPPORTED_API_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {int(key): (0, 0)
 CONTROLLER_API_KEYS: Final[frozenset[int]] = frozenset({
     ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS,
     ApiKey.DELETE_TOPICS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
-    ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION, ApiKey.BROKER_REGISTRATION,
-    ApiKey.BROKER_HEARTBEAT, ApiKey.ALLOCATE_PRODUCER_IDS,
+    ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION, ApiKey.FETCH_SNAPSHOT, ApiKey.BROKER_REGISTRATION,
+    ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER, ApiKey.ALLOCATE_PRODUCER_IDS,
 })
 BROKER_API_KEYS: Final[frozenset[int]] = frozenset(
     int(key) for key in ApiKey
-    if key not in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION, ApiKey.BROKER_REGISTRATION,
-                   ApiKey.BROKER_HEARTBEAT, ApiKey.ALLOCATE_PRODUCER_IDS))
+    if key not in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION, ApiKey.FETCH_SNAPSHOT, ApiKey.BROKER_REGISTRATION,
+                   ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER, ApiKey.ALLOCATE_PRODUCER_IDS))
 
 
 def api_name(api_key: int) -> str:

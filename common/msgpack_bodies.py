@@ -3,9 +3,11 @@ definitions (common/schema.py explains the types, defaults and limits; docs/prot
 
 Only the fields Raftka serves and reads are declared; names are Kafka's in snake_case, and Kafka's
 type names are used where Kafka has the field. Where Raftka's body differs from Kafka's today
-(``configs`` and ``listeners`` are maps, DescribeConfigs' ``resource_type`` may be the name
-``"topic"``, a controller's Fetch follows the metadata log), the declaration says so: those are
-what #kafka-protocol changes. Every API is at version 0 (``valid_versions="0"``); fields are
+(``configs`` is a map, DescribeConfigs' ``resource_type`` may be the name ``"topic"``, a
+controller's Fetch follows the metadata log), the declaration says so: those are what
+#kafka-protocol changes. The broker-controller APIs (BrokerRegistration, BrokerHeartbeat,
+AlterPartition, AllocateProducerIds, DescribeQuorum) travel in Kafka's protocol only
+(common/messages/controller.py). Every API is at version 0 (``valid_versions="0"``); fields are
 ``"0+"`` so later versions only add fields.
 
 Defaults are those the handlers used before the boundary check existed, so a valid request means
@@ -21,7 +23,7 @@ from __future__ import annotations
 from typing import Final
 
 from raftka.common.api import ApiKey
-from raftka.common.schema import ABSENT, REQUIRED, Array, Field, Map, Message, Registry, Struct
+from raftka.common.schema import ABSENT, REQUIRED, Array, Field, Message, Registry, Struct
 
 # Raftka's limits, each with its reason.
 TOPICS_MAX: Final = 100_000  # topics named in one request (a cluster holds far fewer)
@@ -30,8 +32,6 @@ GROUPS_MAX: Final = 10_000  # group ids in one DescribeGroups / DeleteGroups
 MEMBERS_MAX: Final = 100_000  # assignments in one SyncGroup (one per member)
 LEAVING_MEMBERS_MAX: Final = 1_000  # members in one LeaveGroup
 PROTOCOLS_MAX: Final = 100  # assignors one member offers in a JoinGroup
-REPLICAS_MAX: Final = 1_000  # broker ids in one ISR
-CONFIGS_MAX: Final = 1_000  # config entries in one resource (a topic has a few dozen keys)
 STATES_MAX: Final = 16  # ListGroups states (there are 5)
 # Bytes a group member may put in its subscription or assignment (the coordinator stores them in
 # one __consumer_offsets record, itself bounded by the frame).
@@ -225,107 +225,13 @@ OFFSET_FOR_LEADER_EPOCH = _v0(
 
 DESCRIBE_CLUSTER = _v0(ApiKey.DESCRIBE_CLUSTER, "DescribeClusterRequest")
 
-# -- controller APIs (a broker forwards the first four) --------------------------------------------
-
-CREATE_TOPICS = _v0(
-    ApiKey.CREATE_TOPICS, "CreateTopicsRequest",
-    _req("topics", Array(Struct("CreatableTopic", (
-        _req("name", "string"),
-        _f("num_partitions", "int32", nullable=True, about="-1 or null: num.partitions"),
-        _f("replication_factor", "int16", nullable=True, about="-1 or null: default.replication.factor"),
-        _f("configs", Map("string", max_count=CONFIGS_MAX, nullable_values=True), nullable=True,
-           about="Raftka: a map; Kafka: [] {name, value}"),
-    )), max_count=TOPICS_MAX)),
-    _f("timeout_ms", "int32"),
-    _f("validate_only", "bool"),
-)
-
-DELETE_TOPICS = _v0(
-    ApiKey.DELETE_TOPICS, "DeleteTopicsRequest",
-    _req("topic_names", Array("string", max_count=TOPICS_MAX)),
-    _f("timeout_ms", "int32"),
-)
-
-# resource_type: Kafka's int8 (2: topic); Raftka's clients send the name "topic" today.
-_RESOURCE_TYPE = _f("resource_type", ("int8", "string"), about="only topics exist")
-
-DESCRIBE_CONFIGS = _v0(
-    ApiKey.DESCRIBE_CONFIGS, "DescribeConfigsRequest",
-    _req("resources", Array(Struct("DescribeConfigsResource", (
-        _RESOURCE_TYPE,
-        _req("resource_name", "string"),
-        _f("configuration_keys", Array("string", max_count=CONFIGS_MAX), nullable=True),
-    )), max_count=TOPICS_MAX)),
-)
-
-ALTER_CONFIGS = _v0(
-    ApiKey.ALTER_CONFIGS, "AlterConfigsRequest",
-    _req("resources", Array(Struct("AlterConfigsResource", (
-        _RESOURCE_TYPE,
-        _req("resource_name", "string"),
-        _f("configs", Map("string", max_count=CONFIGS_MAX, nullable_values=True), nullable=True,
-           about="null value: delete the override"),
-    )), max_count=TOPICS_MAX)),
-    _f("validate_only", "bool"),
-)
-
-DESCRIBE_QUORUM = _v0(ApiKey.DESCRIBE_QUORUM, "DescribeQuorumRequest")
-
-ALTER_PARTITION = _v0(
-    ApiKey.ALTER_PARTITION, "AlterPartitionRequest",
-    _req("broker_id", "int32"),
-    _f("broker_epoch", "int64"),
-    _req("topic", "string"),
-    _req("partition", "int32"),
-    _f("leader_epoch", "int32"),
-    _f("partition_epoch", "int32"),
-    _req("new_isr", Array("int32", max_count=REPLICAS_MAX)),
-)
-
-BROKER_REGISTRATION = _v0(
-    ApiKey.BROKER_REGISTRATION, "BrokerRegistrationRequest",
-    _req("broker_id", "int32", min=0),
-    _req("incarnation_id", "string"),
-    _req("listeners", Map("string", max_count=16), about='Raftka: {name: "host:port"}'),
-    _f("rack", "string", nullable=True),
-)
-
-BROKER_HEARTBEAT = _v0(
-    ApiKey.BROKER_HEARTBEAT, "BrokerHeartbeatRequest",
-    _req("broker_id", "int32"),
-    _req("broker_epoch", "int64"),
-    _f("current_metadata_offset", "int64", -1),
-    _f("want_fence", "bool"),
-    _f("want_shut_down", "bool"),
-)
-
-ALLOCATE_PRODUCER_IDS = _v0(
-    ApiKey.ALLOCATE_PRODUCER_IDS, "AllocateProducerIdsRequest",
-    _req("broker_id", "int32"),
-    _f("broker_epoch", "int64"),
-)
-
-# A controller's Fetch follows the committed metadata log (docs/controller.md): Raftka's own body.
-METADATA_FETCH = _v0(
-    ApiKey.FETCH, "FetchRequest",
-    _f("topic", "string", about='absent: "__cluster_metadata", the only one served'),
-    _req("fetch_offset", "int64", min=0),
-    _f("max_records", "int32", min=1, about="absent: metadata.fetch.max.records"),
-    _f("max_wait_ms", "int32", 0),
-    _f("replica_id", "int32", nullable=True, about="the fetching broker, listed as an observer"),
-    about="Raftka: committed metadata records after fetch_offset",
-)
-
-_FORWARDED = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, ALTER_CONFIGS)
-
 BROKER_REQUESTS: Final = Registry({m.api_key: m for m in (
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP,
     HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, API_VERSIONS,
-    INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CLUSTER, *_FORWARDED)})
+    INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CLUSTER)})
 
 CONTROLLER_REQUESTS: Final = Registry({m.api_key: m for m in (
-    METADATA_FETCH, METADATA, API_VERSIONS, INIT_PRODUCER_ID, DESCRIBE_QUORUM, ALTER_PARTITION,
-    BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS, *_FORWARDED)})
+    METADATA, API_VERSIONS, INIT_PRODUCER_ID)})
 
 
 # -- responses of a broker's client APIs --------------------------------------------------------

@@ -3,6 +3,7 @@ client APIs, replication to followers, and bad input answered with typed errors 
 keeps serving everyone else. Failover and ISR tests are in test_broker_failover.py."""
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
@@ -16,12 +17,12 @@ import pytest
 
 from raftka.common import errors
 from raftka.common.records import CRC_OFFSET, RECORDS_OFFSET, BatchBuilder, iter_records
-from raftka.common.transport import call_sync, decode_payload, encode_frame
+from raftka.common.transport import Connection, call_sync, decode_payload, encode_frame
 from raftka.cluster import Cluster, wait_until
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 18, 19, 20, 22
-OFFSETS_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 23, 32, 60
+OFFSETS_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_CLUSTER = 23, 32, 33, 60
 
 FAST = {  # every process: quick fencing and ISR changes so fault tests stay short
     "broker.session.timeout.ms": 2000,
@@ -48,12 +49,25 @@ def request(address: str, api_key: int, body: dict, timeout_s: float = 10.0) -> 
     return call_sync(address, api_key, body, timeout_ms=int(timeout_s * 1000))
 
 
+def kafka_request(address: str, api_key: int, version: int, body: dict, timeout_s: float = 10.0) -> dict:
+    """One request in Kafka's protocol at ``version``; the answer's body."""
+    async def one() -> dict:
+        host, _, port = address.rpartition(":")
+        connection = await Connection.open(host, int(port), client_id="test", kafka_versions={api_key: version})
+        try:
+            return (await connection.request(api_key, body, timeout_ms=int(timeout_s * 1000)))[1]
+        finally:
+            await connection.close()
+    return asyncio.run(one())
+
+
 def create_topic(cluster: Cluster, name: str, partitions: int = 1, rf: int = 3, configs: dict | None = None) -> dict:
     """Create through a broker (forwarded), then wait until every broker's metadata has a leader."""
     address = cluster.broker_address(cluster.broker_ids[0])
-    code, out = request(address, CREATE_TOPICS, {"topics": [{"name": name, "num_partitions": partitions,
-                                                              "replication_factor": rf, "configs": configs or {}}]})
-    assert code == errors.NONE and out["topics"][0]["error_code"] == errors.NONE, out
+    out = kafka_request(address, CREATE_TOPICS, 7, {"topics": [{
+        "name": name, "num_partitions": partitions, "replication_factor": rf,
+        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}]})
+    assert out["topics"][0]["error_code"] == errors.NONE, out
     return wait_for_partition(cluster, name, 0, lambda p: p["leader_id"] >= 0)
 
 
@@ -209,19 +223,53 @@ def test_metadata_lists_unfenced_brokers_and_the_partition_leader(cluster):
     assert {PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH} <= {k["api_key"] for k in versions["api_keys"]}
 
 
+def test_a_forwarded_create_topics_answers_each_client_version_in_its_own_shape(cluster):
+    """A broker re-encodes the client's CreateTopics at v7 for the controller and the answer back
+    at the client's version: v2 gets name, error code and message only; v7 the topic id, partition
+    count, replication factor and configs too. A v2 request's missing fields (validate_only is
+    v1+, so present; v2 has no per-topic ids) carry Kafka's defaults to the controller."""
+    address = cluster.broker_address(cluster.broker_ids[1])
+    old = kafka_request(address, CREATE_TOPICS, 2, {"topics": [{
+        "name": "v2-topic", "num_partitions": 2, "replication_factor": 1,
+        "configs": [{"name": "retention.ms", "value": "120000"}]}], "timeout_ms": 5000})
+    entry = old["topics"][0]
+    assert (entry["name"], entry["error_code"], entry["error_message"]) == ("v2-topic", errors.NONE, None)
+    # v2's answer has no id, counts or configs: they decode to Kafka's defaults, as not sent
+    assert (entry["topic_id"], entry["num_partitions"], entry["configs"]) == ("0" * 32, -1, [])
+    new = kafka_request(address, CREATE_TOPICS, 7, {"topics": [{
+        "name": "v7-topic", "num_partitions": 3, "replication_factor": 2,
+        "configs": [{"name": "retention.ms", "value": "120000"}]}]})
+    topic = new["topics"][0]
+    assert topic["error_code"] == errors.NONE and topic["topic_id"] != "0" * 32
+    assert (topic["num_partitions"], topic["replication_factor"]) == (3, 2)
+    retention = next(c for c in topic["configs"] if c["name"] == "retention.ms")
+    assert retention["value"] == "120000" and retention["config_source"] == 1  # the topic's override
+    for name, partitions in (("v2-topic", 2), ("v7-topic", 3)):
+        wait_for_partition(cluster, name, partitions - 1, lambda p: p["leader_id"] >= 0)
+    again = kafka_request(address, CREATE_TOPICS, 2, {"topics": [{"name": "v7-topic", "num_partitions": 1,
+                                                                  "replication_factor": 1}]})
+    assert again["topics"][0]["error_code"] == errors.TOPIC_ALREADY_EXISTS and "v7-topic" in \
+        again["topics"][0]["error_message"]
+    # DeleteTopics v6 names a topic by id alone; the controller finds it.
+    out = kafka_request(address, DELETE_TOPICS, 6, {"topics": [{"name": None, "topic_id": topic["topic_id"]}],
+                                                    "timeout_ms": 5000})
+    assert out["responses"][0]["name"] == "v7-topic" and out["responses"][0]["error_code"] == errors.NONE
+
+
 def test_admin_requests_to_a_broker_are_forwarded_to_the_active_controller(cluster):
     address = cluster.broker_address(cluster.broker_ids[2])
     create_topic(cluster, "admin", configs={"retention.ms": "60000"})
-    code, out = request(address, DESCRIBE_CONFIGS, {"resources": [{"resource_type": "topic", "resource_name": "admin"}]})
+    out = kafka_request(address, DESCRIBE_CONFIGS, 4, {"resources": [{"resource_type": 2, "resource_name": "admin",
+                                                                      "configuration_keys": None}]})
     configs = {c["name"]: c["value"] for c in out["results"][0]["configs"]}
-    assert code == errors.NONE and int(configs["retention.ms"]) == 60000
-    code, out = request(address, CREATE_TOPICS, {"topics": [{"name": "admin", "num_partitions": 1,
-                                                             "replication_factor": 3}]})
+    assert out["results"][0]["error_code"] == errors.NONE and configs["retention.ms"] == "60000"
+    out = kafka_request(address, CREATE_TOPICS, 7, {"topics": [{"name": "admin", "num_partitions": 1,
+                                                                "replication_factor": 3}]})
     assert out["topics"][0]["error_code"] == errors.TOPIC_ALREADY_EXISTS
     _, leader = leader_address(cluster, "admin")
     assert produce(leader, "admin", batch([b"old"]))["base_offset"] == 0
-    code, out = request(address, DELETE_TOPICS, {"topic_names": ["admin"]})
-    assert out["responses"][0]["error_code"] == errors.NONE
+    out = kafka_request(address, DELETE_TOPICS, 1, {"topic_names": ["admin"], "timeout_ms": 5000})
+    assert out["responses"][0]["name"] == "admin" and out["responses"][0]["error_code"] == errors.NONE
     wait_until(lambda: partition_metadata(address, "admin") is None, 10, what="admin deleted")
     # A new topic of the same name starts empty on every replica (the old logs were deleted).
     create_topic(cluster, "admin")
@@ -445,9 +493,10 @@ def test_altered_topic_configs_reach_the_partition_logs(cluster):
     _, address = leader_address(cluster, "altered")
     big = batch([b"y" * 5000])
     assert produce(address, "altered", big)["error_code"] == errors.MESSAGE_TOO_LARGE
-    code, out = request(address, 33, {"resources": [{"resource_type": "topic", "resource_name": "altered",
-                                                     "configs": {"max.message.bytes": "100000"}}]})
-    assert code == errors.NONE and out["responses"][0]["error_code"] == errors.NONE, out
+    out = kafka_request(address, ALTER_CONFIGS, 0, {"resources": [{
+        "resource_type": 2, "resource_name": "altered",
+        "configs": [{"name": "max.message.bytes", "value": "100000"}]}]})
+    assert out["responses"][0]["error_code"] == errors.NONE, out
     assert wait_until(lambda: produce(address, "altered", big)["error_code"] == errors.NONE, 10,
                       what="the larger batch accepted")
 

@@ -7,11 +7,15 @@ right away, so the tests can look at every committed entry and make commits race
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
 from raftka.common import errors
 from raftka.common.api import ApiKey
+from raftka.broker.controller_channel import KAFKA_VERSIONS
+from raftka.common.codec import CodecError, decoder, encoder
+from raftka.common.messages import KAFKA_API
 from raftka.common.msgpack_bodies import CONTROLLER_REQUESTS
 from raftka.raft_meta.controller import quorum_controller
 from raftka.common.server_config import server_config
@@ -62,21 +66,42 @@ def controller():
 API_OF = {"broker_registration": ApiKey.BROKER_REGISTRATION, "broker_heartbeat": ApiKey.BROKER_HEARTBEAT,
           "create_topics": ApiKey.CREATE_TOPICS, "alter_configs": ApiKey.ALTER_CONFIGS,
           "describe_configs": ApiKey.DESCRIBE_CONFIGS, "alter_partition": ApiKey.ALTER_PARTITION,
-          "delete_topics": ApiKey.DELETE_TOPICS, "metadata": ApiKey.METADATA}
+          "delete_topics": ApiKey.DELETE_TOPICS, "metadata": ApiKey.METADATA,
+          "unregister_broker": ApiKey.UNREGISTER_BROKER}
+
+
+# Handlers that take Kafka's shapes (the others still take the msgpack bodies' shapes).
+KAFKA_SHAPED = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
+                ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
+                ApiKey.UNREGISTER_BROKER}
 
 
 async def ok(handler, body):
-    body = CONTROLLER_REQUESTS.check(API_OF[handler.__name__], 0, body)
-    code, out = await handler(0, body)
+    api_key = API_OF[handler.__name__]
+    version = 0
+    if api_key in KAFKA_SHAPED:  # as the listener hands it over: decoded at the version a broker sends
+        request = KAFKA_API[api_key][0]
+        version = KAFKA_VERSIONS.get(api_key, max(request.versions()))
+        try:
+            body = decoder(request, version)(encoder(request, version)(body))
+        except CodecError as error:
+            raise errors.InvalidRequestError(error.message) from None
+    else:
+        body = CONTROLLER_REQUESTS.check(api_key, 0, body)
+    code, out = await handler(version if api_key in KAFKA_SHAPED else 0, body)
     assert code == errors.NONE, (errors.name_of(code), out)
     return out
+
+
+def registration(broker_id, incarnation=None):
+    return {"broker_id": broker_id, "incarnation_id": incarnation or uuid.uuid4().hex,
+            "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9000 + broker_id}]}
 
 
 async def three_brokers_and_a_topic(qc, partitions=6):
     epochs = {}
     for b in (1, 2, 3):
-        out = await ok(qc.broker_registration, {"broker_id": b, "incarnation_id": f"i{b}",
-                                                "listeners": {"PLAINTEXT": f"127.0.0.1:{9000 + b}"}})
+        out = await ok(qc.broker_registration, registration(b))
         epochs[b] = out["broker_epoch"]
         out = await ok(qc.broker_heartbeat, {"broker_id": b, "broker_epoch": epochs[b],
                                              "current_metadata_offset": 1 << 40})
@@ -159,20 +184,34 @@ def test_metadata_and_describe_configs_answer_in_the_documented_shapes():
         assert out["metadata_offset"] == raft.state.offset
         with pytest.raises(errors.InvalidRequestError):  # the listener's check refuses it
             await ok(qc.metadata, {"topics": [["not", "a", "name"]]})
-        out = await ok(qc.alter_configs, {"resources": [{"resource_type": "topic", "resource_name": "t",
-                                                         "configs": {"retention.ms": "2000"}}]})
+        out = await ok(qc.alter_configs, {"resources": [{"resource_type": 2, "resource_name": "t",
+                                                         "configs": [{"name": "retention.ms", "value": "2000"}]}]})
         assert out["responses"][0]["error_code"] == errors.NONE
-        out = await ok(qc.describe_configs, {"resources": [{"resource_type": "topic", "resource_name": "t"}]})
+        out = await ok(qc.describe_configs, {"resources": [{"resource_type": 2, "resource_name": "t",
+                                                            "configuration_keys": None}]})
         configs = {c["name"]: c for c in out["results"][0]["configs"]}
-        assert configs["retention.ms"]["value"] == 2000 and not configs["retention.ms"]["is_default"]
-        assert configs["segment.bytes"]["is_default"]
+        # Kafka's shape: values as strings, the source (1 a topic override, 5 the default), the type
+        assert configs["retention.ms"]["value"] == "2000" and configs["retention.ms"]["config_source"] == 1
+        assert configs["retention.ms"]["config_type"] == 5 and configs["segment.bytes"]["config_source"] == 5
+        answer = KAFKA_API[ApiKey.DESCRIBE_CONFIGS][1]
+        for version in answer.versions():  # what the broker relays encodes at every client version
+            assert decoder(answer, version)(encoder(answer, version)(out))["results"][0]["resource_name"] == "t"
+        out = await ok(qc.describe_configs, {"resources": [{"resource_type": 2, "resource_name": "t",
+                                                            "configuration_keys": ["retention.ms"]},
+                                                           {"resource_type": 4, "resource_name": "1"}]})
+        assert [c["name"] for c in out["results"][0]["configs"]] == ["retention.ms"]
+        assert out["results"][1]["error_code"] == errors.INVALID_REQUEST
     asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("body", [
-    {"broker_id": -1, "incarnation_id": "x", "listeners": {}},
-    {"broker_id": 1, "incarnation_id": "x", "listeners": {"PLAINTEXT": 9092}},
-    {"broker_id": 1, "incarnation_id": "x", "listeners": {}, "rack": 7},
+    {**registration(1), "broker_id": -1},
+    {**registration(1), "incarnation_id": "x"},  # not a uuid: the codec refuses it
+    {**registration(1), "incarnation_id": "0" * 32},  # Kafka's "no id"
+    {**registration(1), "listeners": []},
+    {**registration(1), "listeners": registration(1)["listeners"] * 2},  # one name twice
+    {**registration(1), "listeners": [{"name": "PLAINTEXT", "host": "", "port": 9092}]},
+    {**registration(1), "rack": 7},
 ])
 def test_a_bad_registration_is_refused_before_anything_is_committed(body):
     async def scenario():
@@ -181,3 +220,23 @@ def test_a_bad_registration_is_refused_before_anything_is_committed(body):
             await ok(qc.broker_registration, body)
         assert raft.entries == []
     asyncio.run(scenario())
+
+
+def test_topic_configs_go_out_as_kafkas_strings_with_their_source_and_type():
+    """The controller keeps typed config values; Kafka's DescribeConfigs and CreateTopics answers
+    carry strings ("true", "a,b", "604800000"), where each value came from (1 a topic override,
+    5 the default) and its type, and they encode at every DescribeConfigs version a client uses."""
+    configs = {c["name"]: c for c in quorum_controller._topic_configs(
+        {"retention.ms": 604_800_000, "cleanup.policy": ["delete"], "unclean.leader.election.enable": True})}
+    assert configs["retention.ms"]["value"] == "604800000" and configs["retention.ms"]["config_source"] == 1
+    assert configs["cleanup.policy"]["value"] == "delete" and configs["cleanup.policy"]["config_type"] == 7
+    unclean = configs["unclean.leader.election.enable"]
+    assert unclean["value"] == "true" and unclean["config_type"] == 1
+    assert configs["segment.bytes"]["config_source"] == 5 and configs["segment.bytes"]["value"] == "1073741824"
+    assert quorum_controller._config_text(("a", "b")) == "a,b" and quorum_controller._config_text(None) is None
+    answer = KAFKA_API[ApiKey.DESCRIBE_CONFIGS][1]
+    body = {"results": [{"resource_type": 2, "resource_name": "t", "error_code": 0, "error_message": None,
+                         "configs": list(configs.values())}]}
+    for version in answer.versions():
+        decoded = decoder(answer, version)(encoder(answer, version)(body))
+        assert {c["name"]: c["value"] for c in decoded["results"][0]["configs"]}["retention.ms"] == "604800000"

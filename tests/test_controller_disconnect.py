@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 
 from raftka.common import errors
 from raftka.common.transport import Connection
 from raftka.cluster import wait_until
-from tests.test_controller_metadata import FakeBrokers, metadata, ok, wait_unfenced
+from raftka.cluster.controller_client import KAFKA_VERSIONS
+from tests.test_controller_metadata import FakeBrokers, metadata, ok, registration, wait_unfenced
 
 SESSION_MS = 30_000  # only the disconnect path can fence within these tests' waits
 GRACE_MS = 500
@@ -23,8 +23,7 @@ CONFIGS = {"broker.session.timeout.ms": SESSION_MS, "broker.heartbeat.interval.m
 
 
 def register(cluster, broker_id):
-    out = ok(cluster, 62, {"broker_id": broker_id, "incarnation_id": uuid.uuid4().hex,
-                           "listeners": {"PLAINTEXT": f"127.0.0.1:{19000 + broker_id}"}, "rack": None})
+    out = ok(cluster, 62, registration(broker_id))
     return out["broker_epoch"]
 
 
@@ -35,7 +34,7 @@ def heartbeat_body(broker_id, epoch):
 async def _beat(address, body, count):
     """``count`` heartbeats on one new connection; returns it still open."""
     host, port = address
-    connection = await Connection.open(host, port, client_id="broker-test")
+    connection = await Connection.open(host, port, client_id="broker-test", kafka_versions=KAFKA_VERSIONS)
     for _ in range(count):
         code, out = await connection.request(63, body, timeout_ms=10_000)
         assert code == errors.NONE, out

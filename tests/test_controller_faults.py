@@ -9,26 +9,27 @@ Reproduce a failure with RAFTKA_SEED=<seed printed on failure>.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import threading
 import time
+import uuid
 
 import pytest
 
 from raftka.common import errors
 from raftka.raft_meta.metadata.loader import MetadataLoader
-from raftka.common.transport import call_sync
 from raftka.raft_meta.metadata.state import ControllerStateMachine
 from raftka.cluster import wait_until
 from raftka.cluster.controller_client import controller_request
+from raftka.raft_meta.metadata.fetcher import fetch_entries
 
 
 def committed_log(cluster, node_id):
-    code, body = call_sync("%s:%d" % cluster.controller_address(node_id), 1, {"fetch_offset": 0, "max_records": 5000})
-    assert code == errors.NONE, body
-    assert body["snapshot"] is None
-    return body["records"]
+    partition, entries = asyncio.run(fetch_entries("%s:%d" % cluster.controller_address(node_id)))
+    assert partition["snapshot_id"]["end_offset"] < 0  # the whole log is still in the window
+    return entries
 
 
 @pytest.mark.slow
@@ -40,7 +41,8 @@ def test_acknowledged_topic_creations_survive_kills_and_pauses(cluster_factory):
     try:
         cluster.wait_for_leader(timeout_s=30)
         code, out = controller_request(cluster.bootstrap_controllers, 62, {
-            "broker_id": 1, "incarnation_id": "x", "listeners": {"PLAINTEXT": "127.0.0.1:1"}}, timeout_s=20)
+            "broker_id": 1, "incarnation_id": uuid.uuid4().hex,
+            "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1}]}, timeout_s=20)
         assert code == errors.NONE, out
         epoch = out["broker_epoch"]
         wait_until(lambda: controller_request(cluster.bootstrap_controllers, 63, {

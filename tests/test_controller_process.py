@@ -5,10 +5,12 @@ Every test starts `python -m raftka server --config ...` processes through raftk
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -34,26 +36,38 @@ def test_a_non_active_controller_answers_not_controller_with_the_active_ones_end
     host, port = controller_cluster.controller_address(leader)
     from raftka.common.transport import call_sync
 
-    def answer():
-        code, body = call_sync("%s:%d" % controller_cluster.controller_address(follower), 19, {"topics": []})
+    def answer():  # Metadata (3) still goes as msgpack, whose NOT_CONTROLLER names the endpoint
+        code, body = call_sync("%s:%d" % controller_cluster.controller_address(follower), 3, {})
         return (code, body) if body.get("controller_endpoint") else None
     code, body = wait_until(answer, 15, what="NOT_CONTROLLER with an endpoint")
     assert code == errors.NOT_CONTROLLER
     assert body["controller_id"] == leader and body["controller_endpoint"] == f"{host}:{port}"
+    # A Kafka CreateTopics to it: Kafka's answer carries the error in each topic's entry.
+    from raftka.common.transport import Connection
+
+    async def create() -> dict:
+        connection = await Connection.open(*controller_cluster.controller_address(follower),
+                                           kafka_versions={19: 7})
+        try:
+            return (await connection.request(19, {"topics": [{"name": "t"}]}, timeout_ms=5000))[1]
+        finally:
+            await connection.close()
+    topic = asyncio.run(create())["topics"][0]
+    assert topic["name"] == "t" and topic["error_code"] == errors.NOT_CONTROLLER
 
 
 def test_kill_9_of_the_active_controller_elects_another_that_commits(controller_cluster):
     old = controller_cluster.wait_for_leader(timeout_s=30)
-    before = controller_cluster.describe_quorum(old)["commit_index"]
+    before = controller_cluster.describe_quorum(old)["high_watermark"]
     controller_cluster.kill(old)
     survivors = [n for n in controller_cluster.nodes if n != old]
     new = controller_cluster.wait_for_leader(timeout_s=30, among=survivors)
     assert new != old
     # The restarted controller re-announces its endpoint: a committed record through the new leader.
     controller_cluster.restart(old)
-    wait_until(lambda: controller_cluster.describe_quorum(new)["commit_index"] > before, 20,
+    wait_until(lambda: controller_cluster.describe_quorum(new)["high_watermark"] > before, 20,
                what="a record committed by the new leader")
-    status = wait_until(lambda: (s := controller_cluster.describe_quorum(new))["term"] > 1 and s, 10,
+    status = wait_until(lambda: (s := controller_cluster.describe_quorum(new))["leader_epoch"] > 1 and s, 10,
                         what="a later term")
     assert status["leader_id"] == new
 
@@ -70,7 +84,8 @@ def test_quorum_status_cli_prints_leader_term_and_each_voters_lag(controller_clu
     assert status["leader_id"] == leader and status["active"]  # the tool asked the active controller
     assert len(status["voters"]) == 3 and all(v["lag"] is not None for v in status["voters"])
     assert all(isinstance(v["log_end_offset"], int) for v in status["voters"])
-    assert status["term"] >= 1 and status["commit_index"] > 0 and status["high_watermark"] == status["commit_index"]
+    assert status["leader_epoch"] >= 1 and status["high_watermark"] > 0
+    assert max(v["log_end_offset"] for v in status["voters"]) >= status["high_watermark"]
     text = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address),
                           capture_output=True, text=True, env=project_env(), timeout=60)
     assert text.returncode == 0, text.stderr
@@ -92,7 +107,7 @@ def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster)
         assert huge.recv(1024) == b""
         huge.close()
         from raftka.common.transport import encode_frame, decode_payload
-        good.sendall(encode_frame([55, 0, 7, "test", {}]))
+        good.sendall(encode_frame([18, 0, 7, "test", {}]))  # ApiVersions
         good.settimeout(10)
         data = b""
         while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
@@ -100,7 +115,8 @@ def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster)
             assert chunk, "the good connection was closed too"
             data += chunk
         correlation_id, code, body = decode_payload(data[4:], 3, 1 << 20)
-        assert (correlation_id, code, body["leader_id"]) == (7, 0, leader)
+        assert (correlation_id, code) == (7, 0)
+        assert 55 in {entry["api_key"] for entry in body["api_keys"]}
     finally:
         bad.close()
         good.close()
@@ -157,24 +173,24 @@ def test_a_bad_server_config_value_names_the_key(tmp_path, key, value, needle):
 
 def test_any_controller_serves_committed_metadata_records_by_fetch_with_long_poll(controller_cluster):
     leader = controller_cluster.wait_for_leader(timeout_s=30)
-    from raftka.common.transport import call_sync
+    from raftka.raft_meta.metadata.fetcher import fetch_entries
     for node_id in controller_cluster.nodes:
         address = "%s:%d" % controller_cluster.controller_address(node_id)
 
         def three_announcements():
-            code, body = call_sync(address, 1, {"fetch_offset": 0, "max_records": 100})
-            assert code == errors.NONE, body
-            kinds = [record[:1] for _, record in body["records"]]
-            return body if kinds.count(b"C") >= 3 else None
-        body = wait_until(three_announcements, 20, what=f"controller {node_id} serves the announcements")
-        offsets = [o for o, _ in body["records"]]
-        assert offsets == sorted(offsets) and body["high_watermark"] >= offsets[-1]
+            partition, entries = asyncio.run(fetch_entries(address))
+            kinds = [entry[:1] for _, entry in entries]
+            return (partition, entries) if kinds.count(b"C") >= 3 else None
+        partition, entries = wait_until(three_announcements, 20,
+                                        what=f"controller {node_id} serves the announcements")
+        offsets = [o for o, _ in entries]
+        assert offsets == sorted(offsets) and partition["high_watermark"] > offsets[-1]
         # Nothing new: a long poll waits about max_wait_ms and returns no records.
         started = time.monotonic()
-        code, empty = call_sync(address, 1, {"fetch_offset": body["high_watermark"], "max_wait_ms": 300})
-        assert code == errors.NONE and empty["records"] == [] and time.monotonic() - started >= 0.25
-    code, body = call_sync("%s:%d" % controller_cluster.controller_address(leader), 1, {"fetch_offset": -1})
-    assert code == errors.INVALID_REQUEST and "fetch_offset" in body["error_message"]
+        _, empty = asyncio.run(fetch_entries(address, partition["high_watermark"], max_wait_ms=300))
+        assert empty == [] and time.monotonic() - started >= 0.25
+    with pytest.raises(errors.OffsetOutOfRangeError):  # a negative fetch_offset
+        asyncio.run(fetch_entries("%s:%d" % controller_cluster.controller_address(leader), -1))
 
 
 def test_a_paused_active_controller_is_replaced_and_steps_down_when_resumed(controller_cluster):
@@ -212,14 +228,23 @@ def test_perf_metadata_command_runs_end_to_end_on_a_small_load(tmp_path):
 def test_quorum_status_lists_metadata_fetchers_as_observers_with_their_lag(controller_cluster):
     leader = controller_cluster.wait_for_leader(timeout_s=30)
     address = "%s:%d" % controller_cluster.controller_address(leader)
-    from raftka.common.transport import call_sync
-    code, body = call_sync(address, 1, {"fetch_offset": 0, "replica_id": 101})
-    assert code == errors.NONE
+    from raftka.common.transport import Connection
+    from raftka.raft_meta.metadata.fetcher import KAFKA_VERSIONS, fetch_request
+
+    async def fetch_as_broker_101() -> dict:
+        connection = await Connection.open(*controller_cluster.controller_address(leader),
+                                           kafka_versions=KAFKA_VERSIONS)
+        try:
+            return (await connection.request(1, fetch_request(0, replica_id=101), timeout_ms=5000))[1]
+        finally:
+            await connection.close()
+    assert asyncio.run(fetch_as_broker_101())["responses"][0]["partitions"][0]["error_code"] == errors.NONE
     run = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address, "--json"),
                          capture_output=True, text=True, env=project_env(), timeout=60)
     status = json.loads(run.stdout)
     observer = next(o for o in status["observers"] if o.get("replica_id") == 101)
-    assert observer["log_end_offset"] == 0 and observer["lag"] == status["metadata_offset"] > 0
+    assert observer["log_end_offset"] == 0 and observer["lag"] == status["high_watermark"] > 0
+    assert observer["last_fetch_timestamp"] > 0
 
 
 def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory):
@@ -239,8 +264,9 @@ def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory)
     assert 'raftka_controller_brokers{node="1",state="fenced"} 0' in text  # no broker registered yet
     assert 'raftka_controller_term{node="1"}' in text and 'raftka_controller_commit_index{node="1"}' in text
     from raftka.cluster.controller_client import controller_request
-    code, _ = controller_request(cluster.bootstrap_controllers, 62, {"broker_id": 7, "incarnation_id": "x",
-                                                                     "listeners": {"PLAINTEXT": "127.0.0.1:9"}})
+    code, _ = controller_request(cluster.bootstrap_controllers, 62, {
+        "broker_id": 7, "incarnation_id": uuid.uuid4().hex,
+        "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9}]})
     assert code == errors.NONE  # a newly registered broker starts fenced
     text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
     assert 'raftka_controller_brokers{node="1",state="fenced"} 1' in text

@@ -1,8 +1,7 @@
 """The metadata-log envelope (raft_meta/metadata/state.py): apply, snapshot, fetch windows."""
 from __future__ import annotations
 
-import msgpack
-
+from raftka.raft_meta.metadata import record_schemas
 from raftka.raft_meta.metadata.state import ControllerStateMachine, controller_record, metadata_record
 
 
@@ -15,10 +14,10 @@ class Recorder:
         return len(self.seen)
 
     def snapshot(self) -> bytes:
-        return msgpack.packb(self.seen)
+        return b"|".join(self.seen)
 
     def restore(self, snapshot: bytes) -> None:
-        self.seen = list(msgpack.unpackb(snapshot))
+        self.seen = snapshot.split(b"|") if snapshot else []
 
 
 def test_records_are_routed_by_kind_and_unknown_kinds_are_skipped_not_raised():
@@ -58,20 +57,32 @@ def test_snapshot_and_restore_round_trip_controllers_and_metadata():
     assert copy.controllers == machine.controllers and copy.metadata.seen == [b"x"] and copy.offset == 3
 
 
+def test_a_controller_record_is_one_framed_controller_endpoint_record_byte_for_byte():
+    # b"C", frame version 1, api key 10000 (uvarint 0x90 0x4e), version 0, node_id int32 2,
+    # host compact string "h" (length + 1), port uint16 9401, no tagged fields.
+    assert controller_record(2, "h", 9401) == (b"C" + b"\x01" + b"\x90\x4e" + b"\x00" + b"\x00\x00\x00\x02"
+                                               + b"\x02h" + b"\x24\xb9" + b"\x00")
+
+
 def test_a_snapshot_that_does_not_decode_is_refused_and_changes_nothing():
     from raftka.raft_meta.metadata.loader import MetadataLoader
     from raftka.raft_meta.metadata.records import RegisterBrokerRecord, encode_entry
     machine = ControllerStateMachine(MetadataLoader())
-    machine.apply(metadata_record(encode_entry([RegisterBrokerRecord(1, "i", {}, None)])), 2)
+    machine.apply(metadata_record(encode_entry([RegisterBrokerRecord(1, "1" * 32, {}, None)])), 2)
+    machine.apply(controller_record(1, "h", 1), 3)
     image = machine.metadata.image
     good = machine.snapshot()
-    bad_metadata = msgpack.unpackb(good, raw=False, strict_map_key=False)
-    bad_metadata["metadata"] = b"\xc1"
-    for junk in (b"", b"\xc1", msgpack.packb({"v": 99}), msgpack.packb([1]), msgpack.packb(bad_metadata)):
+    bad_metadata = record_schemas.encode_frame(record_schemas.CONTROLLER_SNAPSHOT.api_key,
+                                               {"offset": 9, "controllers": [], "metadata": b"\xc1"})
+    endpoint = controller_record(1, "h", 1)[1:]  # a frame, but not a snapshot's
+    for junk in (b"", b"\xc1", good[:-1], good + b"\x00", b"\x02" + good[1:], endpoint, bad_metadata):
         try:
             machine.restore(junk)
-        except ValueError:
-            pass
+        except ValueError as error:
+            assert "controller snapshot" in str(error) or "metadata snapshot" in str(error), error
         else:
             raise AssertionError(f"{junk!r} was accepted as a snapshot")
-        assert machine.metadata.image is image and machine.offset == 2
+        assert machine.metadata.image is image and machine.offset == 3 and machine.controllers == {1: ("h", 1)}
+    copy = ControllerStateMachine(MetadataLoader())
+    copy.restore(good)
+    assert copy.metadata.image == image and copy.controllers == {1: ("h", 1)} and copy.offset == 3

@@ -23,7 +23,7 @@ def test_a_controller_answers_kafkas_api_versions_with_the_apis_it_serves(contro
     code, body = asyncio.run(_api_versions(*controller_cluster.controller_address(node)))
     assert code == 0 and body["error_code"] == 0
     served = {entry["api_key"] for entry in body["api_keys"]}
-    assert {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
+    assert {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION, ApiKey.UNREGISTER_BROKER,
             ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.DESCRIBE_QUORUM} <= served <= set(CONTROLLER_ONLY_KEYS) | {
         ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.FETCH, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
         ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, 59}  # 59: FetchSnapshot

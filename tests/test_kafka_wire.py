@@ -3,10 +3,11 @@ what tests/test_compat_clients.py found with real clients, pinned at every versi
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
-from raftka.broker.kafka_wire import ANSWER_SHIMS, HANDLER_WRAPPERS
+from raftka.broker.kafka_wire import ANSWER_SHIMS, HANDLER_WRAPPERS, REQUEST_SHIMS
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.codec import decoder, encoder
@@ -105,20 +106,47 @@ def test_a_bad_request_header_closes_the_connection_with_a_reason(payload, says)
         _server()._decode_kafka(payload)
 
 
-@pytest.mark.parametrize("version", BROKER_API[ApiKey.DESCRIBE_CONFIGS][1].versions())
-def test_describe_configs_values_go_out_as_kafkas_strings_with_their_source(version):
-    # The controller keeps typed values; Kafka's answer carries strings ("true", "a,b", "604800000").
-    request = {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": ["retention.ms",
-                                                                                              "cleanup.policy"]}]}
-    answer = {"results": [{"resource_name": "t", "error_code": 0, "error_message": None, "configs": [
-        {"name": "retention.ms", "value": 604800000, "is_default": True},
-        {"name": "cleanup.policy", "value": ["delete", "compact"], "is_default": False},
-        {"name": "preallocate", "value": False, "is_default": True}]}]}
-    response = BROKER_API[ApiKey.DESCRIBE_CONFIGS][1]
-    shimmed = ANSWER_SHIMS[ApiKey.DESCRIBE_CONFIGS](version, request, answer)
-    decoded = decoder(response, version)(encoder(response, version)(shimmed))
-    configs = {c["name"]: c for c in decoded["results"][0]["configs"]}
-    assert set(configs) == {"retention.ms", "cleanup.policy"}  # the keys asked for only
-    assert configs["retention.ms"]["value"] == "604800000" and configs["cleanup.policy"]["value"] == "delete,compact"
-    assert configs["retention.ms"]["config_source"] == 5 and configs["cleanup.policy"]["config_source"] == 1
-    assert decoded["results"][0]["resource_type"] == 2
+@pytest.mark.parametrize("version", BROKER_API[ApiKey.DELETE_TOPICS][0].versions())
+def test_delete_topics_of_every_version_reach_the_controller_in_v6s_shape(version):
+    # The broker forwards DeleteTopics at v6 (broker/controller_channel.py), where topics are named
+    # in ``topics``: v1-5's ``topic_names`` would be lost re-encoded at v6 without the shim.
+    request = BROKER_API[ApiKey.DELETE_TOPICS][0]
+    sent = {"topic_names": ["a", "b"], "timeout_ms": 5000,
+            "topics": [{"name": "a", "topic_id": "0" * 32}, {"name": "b", "topic_id": "0" * 32}]}
+    decoded = decoder(request, version)(encoder(request, version)(sent))
+    shimmed = REQUEST_SHIMS[ApiKey.DELETE_TOPICS](version, decoded)
+    forwarded = decoder(request, 6)(encoder(request, 6)(shimmed))
+    assert [t["name"] for t in forwarded["topics"]] == ["a", "b"] and forwarded["timeout_ms"] == 5000
+
+
+# The broker's DescribeCluster handler lists every registered broker with ``fenced`` and names the
+# active controller (which may be a controller-only node no client can reach).
+DESCRIBED = {"cluster_id": "c-1", "controller_id": 3001, "brokers": [
+    {"broker_id": 1, "host": "h1", "port": 9092, "rack": None, "fenced": True},
+    {"broker_id": 2, "host": "h2", "port": 9093, "rack": "r2", "fenced": False},
+    {"broker_id": 3, "host": "h3", "port": 9094, "rack": None, "fenced": False}]}
+CLUSTER_REQUEST, CLUSTER_RESPONSE = BROKER_API[ApiKey.DESCRIBE_CLUSTER]
+
+
+@pytest.mark.parametrize("version", CLUSTER_RESPONSE.versions())
+@pytest.mark.parametrize("include_fenced", [False, True])
+def test_describe_cluster_lists_unfenced_brokers_unless_v2_asks_and_names_a_live_broker_controller(
+        version, include_fenced):
+    request = decoder(CLUSTER_REQUEST, version)(encoder(CLUSTER_REQUEST, version)(
+        {"include_cluster_authorized_operations": False, "endpoint_type": 1,
+         "include_fenced_brokers": include_fenced}))
+    body = REQUEST_SHIMS[ApiKey.DESCRIBE_CLUSTER](version, request)
+    shimmed = ANSWER_SHIMS[ApiKey.DESCRIBE_CLUSTER](version, body, copy.deepcopy(DESCRIBED))
+    decoded = decoder(CLUSTER_RESPONSE, version)(encoder(CLUSTER_RESPONSE, version)(shimmed))
+    listed = [b["broker_id"] for b in decoded["brokers"]]
+    assert listed == ([1, 2, 3] if include_fenced and version >= 2 else [2, 3])
+    if version >= 2:
+        assert [b["is_fenced"] for b in decoded["brokers"]] == [b == 1 for b in listed]
+    assert decoded["controller_id"] == 2  # Metadata's rule: the lowest live broker, never controller 3001
+    assert decoded["endpoint_type"] == 1  # v0 lacks the field: it decodes as Kafka's default, 1
+
+
+def test_describe_cluster_asked_for_controllers_answers_mismatched_endpoint_type():
+    request = {"include_cluster_authorized_operations": False, "endpoint_type": 2, "include_fenced_brokers": False}
+    with pytest.raises(errors.MismatchedEndpointTypeError, match="endpoint type 2"):
+        REQUEST_SHIMS[ApiKey.DESCRIBE_CLUSTER](1, request)

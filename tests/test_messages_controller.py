@@ -152,6 +152,45 @@ QUORUM_RESPONSE = [
     ("nodes[].listeners[].port", "uint16", "2+", 0),
 ]
 
+_SP = "topics[].partitions"
+FETCH_SNAPSHOT_REQUEST = [
+    ("cluster_id", "string", "0+", None, {"nullable": "0+", "tag": (0, "0+")}),
+    ("replica_id", "int32", "0+", -1),
+    ("max_bytes", "int32", "0+", 0x7FFFFFFF),
+    ("topics", "[]TopicSnapshot", "0+", []),
+    ("topics[].name", "string", "0+", ""),
+    (_SP, "[]PartitionSnapshot", "0+", []),
+    (f"{_SP}[].partition", "int32", "0+", 0),
+    (f"{_SP}[].current_leader_epoch", "int32", "0+", 0),
+    (f"{_SP}[].snapshot_id", "SnapshotId", "0+", {"end_offset": 0, "epoch": 0}),
+    (f"{_SP}[].snapshot_id.end_offset", "int64", "0+", 0),
+    (f"{_SP}[].snapshot_id.epoch", "int32", "0+", 0),
+    (f"{_SP}[].position", "int64", "0+", 0),
+    (f"{_SP}[].replica_directory_id", "uuid", "1+", Z, {"tag": (0, "1+")}),
+]
+FETCH_SNAPSHOT_RESPONSE = [
+    ("throttle_time_ms", "int32", "0+", 0),
+    ("error_code", "int16", "0+", 0),
+    ("topics", "[]TopicSnapshot", "0+", []),
+    ("topics[].name", "string", "0+", ""),
+    (_SP, "[]PartitionSnapshot", "0+", []),
+    (f"{_SP}[].index", "int32", "0+", 0),
+    (f"{_SP}[].error_code", "int16", "0+", 0),
+    (f"{_SP}[].snapshot_id", "SnapshotId", "0+", {"end_offset": 0, "epoch": 0}),
+    (f"{_SP}[].snapshot_id.end_offset", "int64", "0+", 0),
+    (f"{_SP}[].snapshot_id.epoch", "int32", "0+", 0),
+    (f"{_SP}[].current_leader", "LeaderIdAndEpoch", "0+", {"leader_id": 0, "leader_epoch": 0}, {"tag": (0, "0+")}),
+    (f"{_SP}[].current_leader.leader_id", "int32", "0+", 0),
+    (f"{_SP}[].current_leader.leader_epoch", "int32", "0+", 0),
+    (f"{_SP}[].size", "int64", "0+", 0),
+    (f"{_SP}[].position", "int64", "0+", 0),
+    (f"{_SP}[].unaligned_records", "records", "0+", b""),
+    ("node_endpoints", "[]NodeEndpoint", "1+", [], {"tag": (0, "1+")}),
+    ("node_endpoints[].node_id", "int32", "1+", 0),
+    ("node_endpoints[].host", "string", "1+", ""),
+    ("node_endpoints[].port", "uint16", "1+", 0),
+]
+
 # message -> (api key, valid versions, fields); every one is flexible in all versions ("0+").
 SPECS: dict[str, tuple[Message, int, str, list[tuple]]] = {
     "BrokerRegistrationRequest": (c.BROKER_REGISTRATION_REQUEST, 62, "0-4", REGISTRATION_REQUEST),
@@ -166,6 +205,8 @@ SPECS: dict[str, tuple[Message, int, str, list[tuple]]] = {
     "AllocateProducerIdsResponse": (c.ALLOCATE_PRODUCER_IDS_RESPONSE, 67, "0", ALLOCATE_RESPONSE),
     "DescribeQuorumRequest": (c.DESCRIBE_QUORUM_REQUEST, 55, "0-2", QUORUM_REQUEST),
     "DescribeQuorumResponse": (c.DESCRIBE_QUORUM_RESPONSE, 55, "0-2", QUORUM_RESPONSE),
+    "FetchSnapshotRequest": (c.FETCH_SNAPSHOT_REQUEST, 59, "0-1", FETCH_SNAPSHOT_REQUEST),
+    "FetchSnapshotResponse": (c.FETCH_SNAPSHOT_RESPONSE, 59, "0-1", FETCH_SNAPSHOT_RESPONSE),
 }
 ALL = c.REQUESTS + c.RESPONSES
 
@@ -189,7 +230,12 @@ def tree(rows: list[tuple], prefix: str = "") -> dict[str, tuple]:
         path, type_, versions, default = row[:4]
         if path.startswith(prefix) and "." not in path[len(prefix):]:
             name = path[len(prefix):]
-            out[name] = (type_, versions, default, tree(rows, f"{path}[].") if type_[2:3].isupper() else None)
+            if type_[2:3].isupper():  # an array of structs
+                out[name] = (type_, versions, default, tree(rows, f"{path}[]."))
+            elif type_[:1].isupper():  # a struct: its fields under "path."
+                out[name] = (type_, versions, default, ("struct", tree(rows, f"{path}.")))
+            else:
+                out[name] = (type_, versions, default, None)
     return out
 
 
@@ -203,7 +249,9 @@ def project(spec: dict[str, tuple], body: dict, version: int, *, defaults: bool 
                 out[name] = copy.deepcopy(default)
             continue
         value = body.get(name, copy.deepcopy(default))
-        if children is not None and value is not None:
+        if isinstance(children, tuple) and value is not None:
+            value = project(children[1], value, version, defaults=defaults)
+        elif children is not None and value is not None:
             value = [project(children, item, version, defaults=defaults) for item in value]
         out[name] = value
     return out
@@ -227,9 +275,13 @@ def declared_rows(struct_: Struct, prefix: str = "") -> list[tuple]:
             extra["tag"] = (f.tag, f.tagged_versions)
         of = f.type.of if isinstance(f.type, Array) else None
         kind = (f"[]{of.name}" if isinstance(of, Struct) else f"[]{of}") if of is not None else f.type
+        if isinstance(f.type, Struct):
+            kind = f.type.name
         rows.append((prefix + f.name, kind, f.versions, f.default, extra))
         if isinstance(of, Struct):
             rows.extend(declared_rows(of, f"{prefix}{f.name}[]."))
+        if isinstance(f.type, Struct):
+            rows.extend(declared_rows(f.type, f"{prefix}{f.name}."))
     return rows
 
 
@@ -321,12 +373,23 @@ FULL: dict[str, dict] = {
         "nodes": [{"node_id": 1, "listeners": [{"name": "CONTROLLER", "host": "c1.example", "port": 9093},
                                                {"name": "CONTROLLER_SSL", "host": "c1.example", "port": 9094}]},
                   {"node_id": 2, "listeners": []}]},
+    "FetchSnapshotRequest": {"cluster_id": "MkU3OEVBNTcwNTJENDM2Qk", "replica_id": 4, "max_bytes": 1 << 20, "topics": [
+        {"name": "__cluster_metadata", "partitions": [
+            {"partition": 0, "current_leader_epoch": 7, "snapshot_id": {"end_offset": 2**33, "epoch": 7},
+             "position": 2**20, "replica_directory_id": U1}]}]},
+    "FetchSnapshotResponse": {"throttle_time_ms": 0, "error_code": 0, "topics": [
+        {"name": "__cluster_metadata", "partitions": [
+            {"index": 0, "error_code": 98, "snapshot_id": {"end_offset": 100, "epoch": 3},
+             "current_leader": {"leader_id": 2, "leader_epoch": 3}, "size": 5000, "position": 4096,
+             "unaligned_records": b"\x00\x01snapshot bytes"}]}],
+        "node_endpoints": [{"node_id": 2, "host": "c2.example", "port": 9093}]},
 }
 # The same bodies with every nullable field null.
 NULLS: dict[str, dict] = {
     "BrokerRegistrationRequest": {**FULL["BrokerRegistrationRequest"], "rack": None},
     "UnregisterBrokerResponse": {**FULL["UnregisterBrokerResponse"], "error_message": None},
     "DescribeQuorumResponse": {**FULL["DescribeQuorumResponse"], "error_message": None},
+    "FetchSnapshotRequest": {**FULL["FetchSnapshotRequest"], "cluster_id": None},
 }
 CASES = [(m, v, "full") for m in ALL for v in m.versions()] + \
         [(m, v, "nulls") for m in ALL if m.name in NULLS for v in m.versions()]
@@ -487,3 +550,29 @@ def test_kafka_python_reads_ours_and_we_read_theirs(message):
             their_wire = to_kafka_python(theirs, in_version, version).encode(version=version)
             assert their_wire == ours
             assert decoder(message, version)(their_wire) == expected(message.name, body, version)
+
+
+def test_fetch_snapshot_bytes_by_hand():
+    """FetchSnapshot v0/v1, every field in Kafka's order: a tagged section after each struct,
+    the request's cluster_id (tag 0) and v1's replica_directory_id (tag 0 of the partition), the
+    answer's current_leader (tag 0 of the partition) and v1's node_endpoints (tag 0, top level)."""
+    snapshot_id = ints("qi", 100, 3) + T
+    request = {"replica_id": 4, "max_bytes": 4096, "topics": [{"name": "m", "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "snapshot_id": {"end_offset": 100, "epoch": 3},
+         "position": 10, "replica_directory_id": U1}]}]}
+    part = ints("ii", 0, -1) + snapshot_id + ints("q", 10)
+    head = ints("ii", 4, 4096) + ca(1) + cs("m") + ca(1)
+    assert encoder(c.FETCH_SNAPSHOT_REQUEST, 0)(request) == head + part + T + T + T
+    assert encoder(c.FETCH_SNAPSHOT_REQUEST, 1)(request) == \
+        head + part + b"\x01\x00\x10" + bytes.fromhex(U1) + T + T
+    response = {"throttle_time_ms": 0, "error_code": 0, "topics": [{"name": "m", "partitions": [
+        {"index": 0, "error_code": 0, "snapshot_id": {"end_offset": 100, "epoch": 3},
+         "current_leader": {"leader_id": 2, "leader_epoch": 3}, "size": 5, "position": 2,
+         "unaligned_records": b"abc"}]}], "node_endpoints": [{"node_id": 2, "host": "h", "port": 9093}]}
+    answer_part = ints("ih", 0, 0) + snapshot_id + ints("qq", 5, 2) + bytes([4]) + b"abc"
+    leader = b"\x01\x00\x09" + ints("ii", 2, 3) + T
+    answer_head = ints("ih", 0, 0) + ca(1) + cs("m") + ca(1)
+    assert encoder(c.FETCH_SNAPSHOT_RESPONSE, 0)(response) == answer_head + answer_part + leader + T + T
+    endpoints = ca(1) + ints("i", 2) + cs("h") + ints("H", 9093) + T
+    assert encoder(c.FETCH_SNAPSHOT_RESPONSE, 1)(response) == \
+        answer_head + answer_part + leader + T + b"\x01\x00" + bytes([len(endpoints)]) + endpoints

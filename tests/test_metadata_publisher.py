@@ -15,7 +15,7 @@ TOPICS = 200
 
 def test_updates_applied_on_another_thread_reach_the_loop_as_chained_deltas():
     state = ControllerStateMachine(MetadataLoader())
-    state.apply(metadata_record(encode_entry([RegisterBrokerRecord(1, "i", {"PLAINTEXT": "h:1"}, None)])), 1)
+    state.apply(metadata_record(encode_entry([RegisterBrokerRecord(1, "1" * 32, {"PLAINTEXT": "h:1"}, None)])), 1)
     calls = []
 
     async def scenario():
@@ -30,9 +30,9 @@ def test_updates_applied_on_another_thread_reach_the_loop_as_chained_deltas():
         def tick_thread():  # stands in for pysyncobj's tick thread
             offset = 2
             for i in range(TOPICS):
-                state.apply(metadata_record(encode_entry([TopicRecord(f"t{i}", f"id{i}", ((1,),), {})])), offset)
+                state.apply(metadata_record(encode_entry([TopicRecord(f"t{i}", f"{i:032x}", ((1,),), {})])), offset)
                 offset += 1
-            state.apply(metadata_record(encode_entry([PartitionChangeRecord("t0", "id0", 0, 0, -1, None)])), offset)
+            state.apply(metadata_record(encode_entry([PartitionChangeRecord("t0", f"{0:032x}", 0, 0, -1, None)])), offset)
         thread = threading.Thread(target=tick_thread)
         thread.start()
         await asyncio.to_thread(thread.join, 10)

@@ -11,7 +11,8 @@ image really evolves), some with guessed values that are refused, some multi-rec
 - an entry committed twice in a row (a retried command) changes nothing the second time;
 - after every entry the image is well formed (leader in the ISR or -1, ISR within replicas,
   epochs never go back);
-- apply never raises, whatever the bytes.
+- apply never raises, whatever the bytes (random bytes, entries with bytes flipped or cut,
+  well-encoded records whose values make no sense).
 
 Failing seeds are printed; reproduce with the seed as the parameter.
 """
@@ -20,16 +21,16 @@ from __future__ import annotations
 import dataclasses
 import random
 
-import msgpack
 import pytest
 
 from raftka.common import errors
 from raftka.raft_meta.metadata.delta import MetadataDelta
 from raftka.raft_meta.metadata.image import MetadataImage, image_from_bytes
 from raftka.raft_meta.metadata.loader import MetadataLoader
+from raftka.raft_meta.metadata.record_schemas import encode_frame, encode_sequence
 from raftka.raft_meta.metadata.records import (
     ConfigRecord, FenceBrokerRecord, PartitionChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, encode_entry,
+    MetadataRecordError, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, encode_entry,
 )
 
 BROKERS = [1, 2, 3, 4]
@@ -45,7 +46,7 @@ def _random_record(rng: random.Random, image: MetadataImage, register: bool = Tr
     epoch = rng.randint(0, 50) if guess or reg is None else reg.broker_epoch
     names = sorted(image.topics)
     if kind == "register":
-        return RegisterBrokerRecord(broker, f"inc{rng.randint(1, 3)}", {"PLAINTEXT": f"h:{broker}"},
+        return RegisterBrokerRecord(broker, f"{rng.randint(1, 3):032x}", {"PLAINTEXT": f"h:{broker}"},
                                     rng.choice([None, "a", "b"]))
     if kind == "fence":
         return FenceBrokerRecord(broker, epoch)
@@ -54,12 +55,12 @@ def _random_record(rng: random.Random, image: MetadataImage, register: bool = Tr
     if kind == "topic":
         name = f"t{rng.randint(1, 6)}"
         rf = rng.randint(1, 3)
-        return TopicRecord(name, f"{rng.getrandbits(64):016x}",  # new ids, as uuid4 gives
+        return TopicRecord(name, f"{rng.getrandbits(128):032x}",  # new ids, as uuid4 gives
                            tuple(tuple(rng.sample(BROKERS, rf)) for _ in range(rng.randint(1, 3))),
                            {"retention.ms": rng.choice([1000, 2000])} if rng.random() < 0.3 else {})
     if kind == "remove" and len(names) > 2:  # keep some topics around
         name = rng.choice(names)
-        topic_id = image.topics[name].topic_id if not guess else f"{rng.getrandbits(64):016x}"
+        topic_id = image.topics[name].topic_id if not guess else f"{rng.getrandbits(128):032x}"
         return RemoveTopicRecord(name, topic_id)
     if kind == "change" and names:
         topic = image.topics[rng.choice(names)]
@@ -78,6 +79,34 @@ def _random_record(rng: random.Random, image: MetadataImage, register: bool = Tr
     return ProducerIdsRecord(1, -1, image.next_producer_id if not guess else rng.randint(0, 9), rng.randint(1, 5))
 
 
+def _entry(api_key: int, body: dict) -> bytes:
+    """An entry of one record with this body, well encoded whatever its values mean."""
+    return encode_sequence([encode_frame(api_key, body)])
+
+
+ZERO_ID = "0" * 32
+# Entries that do not decode, or decode into records no image accepts.
+JUNK = [
+    b"", b"\xc1", b"\x00", b"\x01", b"\x01\x05\x01\x07\x00\x00\x00\x00\x01",  # empty, cut short
+    encode_sequence([b"\x02\x07\x00" + bytes(13)]),  # frame version 2
+    encode_sequence([b"\x01\x07\x01" + bytes(13)]),  # FenceBrokerRecord version 1
+    encode_sequence([b"\x01\x63\x00" + bytes(13)]),  # api key 99
+    encode_sequence([b"\x01\x07\x00" + bytes(14)]),  # a byte after the body
+    encode_entry([FenceBrokerRecord(1, 1)]) + b"\x00",  # a byte after the last record
+    _entry(3, {"topic_id": ZERO_ID, "replicas": [1], "isr": [1]}),  # a snapshot's PartitionRecord
+    _entry(2, {"name": "z", "topic_id": ZERO_ID}),  # a TopicRecord without partitions
+    _entry(2, {"name": "z", "topic_id": "1" * 32, "partitions": [{"replicas": []}]}),
+    _entry(2, {"name": "z", "topic_id": "1" * 32, "partitions": [{"replicas": [1, 1]}]}),
+    _entry(2, {"name": "", "topic_id": "1" * 32, "partitions": [{"replicas": [1]}]}),
+    _entry(4, {"resource_type": 8, "resource_name": "", "configs": []}),
+    _entry(4, {"resource_type": 2, "resource_name": "t1",
+               "configs": [{"name": "retention.ms", "value": "ten", "value_type": 5}]}),
+    _entry(5, {"topic_id": ZERO_ID, "topic_name": "t1"}),  # no expected partition epoch
+    _entry(15, {"broker_id": 1, "broker_epoch": 1, "next_producer_id": -5, "first_producer_id": 0}),
+    _entry(0, {"broker_id": -3, "incarnation_id": ZERO_ID, "broker_epoch": -1, "end_points": [], "rack": None}),
+]
+
+
 def entries(seed: int, count: int = 300, retried: bool = False) -> list[bytes]:
     """A seeded sequence of metadata-log entries (payloads after the envelope's b"M"), made to
     fit a replay from offset 2 (``retried``: each entry applied twice, offsets 2, 3; 4, 5; ...)."""
@@ -87,9 +116,7 @@ def entries(seed: int, count: int = 300, retried: bool = False) -> list[bytes]:
     for i in range(count):
         roll = rng.random()
         if roll < 0.05:
-            payload = rng.choice([b"", b"\xc1", rng.randbytes(rng.randint(1, 40)), msgpack.packb({"type": "x"}),
-                                  msgpack.packb([{"type": "nope"}]), msgpack.packb([{"type": "topic"}]),
-                                  msgpack.packb([{"type": "fence_broker", "broker_id": "1", "broker_epoch": 1}])])
+            payload = rng.choice(JUNK + [rng.randbytes(rng.randint(1, 40))])
         elif roll < 0.15 and shadow.image.brokers:
             # A fence with the leader moves it causes, as the controller commits it.
             from raftka.raft_meta.controller import elections
@@ -191,46 +218,51 @@ def test_apply_never_raises_on_garbage_and_garbage_changes_nothing(seed):
     rng = random.Random(seed)
     loader = replay(entries(seed, 60))
     image = loader.image
-    junk = [b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb([]), msgpack.packb({"type": "topic"}),
-            msgpack.packb([{"type": "nope"}]), msgpack.packb([None]),
-            msgpack.packb([{"type": "topic", "name": "z", "topic_id": "q", "partitions": [[]], "configs": {}}]),
-            msgpack.packb([{"type": "topic", "name": "z", "topic_id": "q", "partitions": [[1, 1]], "configs": {}}]),
-            msgpack.packb([{"type": "topic", "name": "z", "topic_id": "q", "partitions": "x", "configs": {}}]),
-            msgpack.packb([{"type": "config", "resource_type": "galaxy", "resource_name": "", "configs": {}}]),
-            msgpack.packb([{"type": "producer_ids", "broker_id": 1, "broker_epoch": 1, "first_id": 0, "size": -5}]),
-            msgpack.packb([{"type": "register_broker", "broker_id": -3, "incarnation_id": "x",
-                            "endpoints": {}, "rack": None}])]
-    for offset, payload in enumerate(junk, start=10_000):
+    for offset, payload in enumerate(JUNK, start=10_000):
         result = loader.apply(payload, offset)
         assert isinstance(result, dict) and isinstance(result["error"], int) and result["message"], payload
     assert without_offset(loader.image) == without_offset(image)
-    # Random bytes and records with random field values: an error result or, when the fields
-    # happen to make sense, a success; never an exception, never a malformed image.
-    for offset in range(20_000, 20_400):
-        if rng.random() < 0.5:
+    # Random bytes, real entries with a byte changed or cut short, and records with random
+    # field values: an error result or, when the bytes happen to make sense, a success; never an
+    # exception, never a malformed image.
+    real = entries(seed + 1, 40)
+    values = [None, -2, -1, 0, 1, 2**31, "x", "1" * 32, (1,), (1, 2), (), {"a": 1}, {"PLAINTEXT": "h:1"}, 2**62]
+    for offset in range(20_000, 20_600):
+        roll = rng.random()
+        if roll < 0.3:
             payload = rng.randbytes(rng.randint(0, 64))
+        elif roll < 0.6:
+            payload = bytearray(rng.choice(real))
+            if rng.random() < 0.5:
+                payload[rng.randrange(len(payload))] = rng.randrange(256)
+            else:
+                del payload[rng.randrange(len(payload)):]
+            payload = bytes(payload)
         else:
-            fields = {k: rng.choice([None, -1, 0, 1, "x", [1, "a"], [1, 2], {"a": [1]}, 2**62, 1.5, b"\x00"])
-                      for k in ("broker_id", "broker_epoch", "incarnation_id", "endpoints", "rack", "name",
-                                "topic_id", "partitions", "configs", "topic", "partition", "expected_partition_epoch",
-                                "leader", "isr", "resource_type", "resource_name", "first_id", "size")}
-            fields["type"] = rng.choice(["register_broker", "fence_broker", "unfence_broker", "topic", "remove_topic",
-                                         "partition_change", "config", "producer_ids"])
-            payload = msgpack.packb([fields])
+            cls = rng.choice([RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord, TopicRecord,
+                              RemoveTopicRecord, PartitionChangeRecord, ConfigRecord, ProducerIdsRecord])
+            record = cls(*(rng.choice(values) for _ in dataclasses.fields(cls)))
+            try:
+                payload = encode_entry([record])
+            except MetadataRecordError as error:  # values the declarations cannot carry
+                assert error.code == errors.INVALID_REQUEST and error.message
+                continue
         before = loader.image
         result = loader.apply(payload, offset)
         assert isinstance(result, list) or (isinstance(result["error"], int) and result["message"]), payload
         check_well_formed(before, loader.image)
 
 
-def test_unknown_record_types_are_refused_with_a_message_naming_the_type():
-    result = MetadataLoader().apply(msgpack.packb([{"type": "acl"}]), 5)
-    assert result["error"] == errors.INVALID_REQUEST and "'acl'" in result["message"]
+def test_unknown_record_types_are_refused_with_a_message_naming_the_api_key():
+    result = MetadataLoader().apply(encode_sequence([b"\x01\x63\x00\x00"]), 5)
+    assert result["error"] == errors.INVALID_REQUEST and "api key 99" in result["message"]
+    result = MetadataLoader().apply(_entry(3, {"topic_id": ZERO_ID, "replicas": [1], "isr": [1]}), 6)
+    assert "PartitionRecord is not a metadata-log record" in result["message"]
 
 
 def test_an_entry_applies_all_or_nothing():
     loader = MetadataLoader()
-    good = RegisterBrokerRecord(1, "a", {"PLAINTEXT": "h:1"}, None)
+    good = RegisterBrokerRecord(1, "a" * 32, {"PLAINTEXT": "h:1"}, None)
     stale = FenceBrokerRecord(1, 99)
     result = loader.apply(encode_entry([good, stale]), 2)
     assert result["error"] == errors.STALE_BROKER_EPOCH and "99" in result["message"]

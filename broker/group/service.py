@@ -20,6 +20,7 @@ from raftka.broker.group.store import EndOffsets, ReplicaOffsetsStore
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
+from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class GroupService:
             ApiKey.HEARTBEAT: _whole(c.heartbeat), ApiKey.LEAVE_GROUP: _whole(c.leave_group),
             ApiKey.OFFSET_COMMIT: _whole(c.offset_commit), ApiKey.OFFSET_FETCH: _whole(c.offset_fetch),
             ApiKey.DESCRIBE_GROUPS: _whole(c.describe_groups), ApiKey.LIST_GROUPS: _whole(c.list_groups),
-            ApiKey.DELETE_GROUPS: _whole(c.delete_groups),
+            ApiKey.DELETE_GROUPS: _whole(c.delete_groups), OFFSET_DELETE_API_KEY: _whole(c.offset_delete),
         }
 
     def start(self) -> None:
@@ -124,7 +125,7 @@ class GroupService:
         key_type = body.get("key_type", 0)
         if key_type != 0:
             raise errors.InvalidRequestError("only group coordinators exist (key_type 0)")
-        if not key:  # a string: declared (common/msgpack_bodies.py FIND_COORDINATOR)
+        if not key:  # a string: checked at the boundary against FindCoordinator's declaration
             return errors.NONE, _coordinator(errors.INVALID_GROUP_ID, "the group id must be a non-empty string")
         view = self.replicas.view
         topic = view.topics.get(OFFSETS_TOPIC)
@@ -154,11 +155,13 @@ class GroupService:
     async def _create_topic(self, replication_factor: int) -> None:
         c = self.config
         segment_ms = max(60_000, min(604_800_000, c.retention_ms // 4))
+        configs = {"segment.bytes": str(c.segment_bytes), "retention.ms": str(c.retention_ms),
+                   "segment.ms": str(segment_ms)}
+        # Kafka's CreateTopics (broker/controller_channel.py sends it at its KAFKA_VERSIONS version)
         body = {"topics": [{"name": OFFSETS_TOPIC, "num_partitions": c.num_partitions,
-                            "replication_factor": replication_factor,
-                            "configs": {"segment.bytes": str(c.segment_bytes), "retention.ms": str(c.retention_ms),
-                                        "segment.ms": str(segment_ms)}}],
-                "validate_only": False}
+                            "replication_factor": replication_factor, "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                "timeout_ms": 60_000, "validate_only": False}
         try:
             code, out = await self._controller_request(ApiKey.CREATE_TOPICS, body, retry_in_doubt=False)
         except RaftkaError as error:

@@ -29,5 +29,5 @@ def _pairs() -> dict[int, tuple[Message, Message]]:
 # api key -> (request, response) declarations
 KAFKA_API: Final[dict[int, tuple[Message, Message]]] = _pairs()
 # What a broker's listener serves in Kafka's protocol (the controller's APIs it does not).
-CONTROLLER_ONLY_KEYS: Final = frozenset({55, 56, 62, 63, 64, 67})
+CONTROLLER_ONLY_KEYS: Final = frozenset({55, 56, 59, 62, 63, 64, 67})
 BROKER_API: Final = {k: v for k, v in KAFKA_API.items() if k not in CONTROLLER_ONLY_KEYS}

@@ -14,19 +14,24 @@ Version ranges (from Kafka's lower bound up to the newest whose fields Raftka fi
 - AlterPartition 2-3. Kafka 4.0 dropped v0-1 (topic names); v2 names topics by id, which Raftka
   has; v3 sends each ISR member with its broker epoch, which Raftka has.
 - UnregisterBroker 0, AllocateProducerIds 0: the only versions Kafka defines.
+- FetchSnapshot 0-1 (a metadata-log follower behind the log start loads the snapshot the Fetch
+  answer named, in chunks). v1 adds the tagged ``replica_directory_id`` (Raftka: the zero uuid)
+  and the answer's tagged ``node_endpoints`` (Raftka lists none: a broker finds the active
+  controller through its bootstrap controllers).
 - DescribeQuorum 0-2. v1 adds fetch and caught-up timestamps; v2's additions (KIP-853) all have
   honest values without dynamic voters: null error messages, zero directory ids, and ``nodes``
   listing the static voters' listeners (or empty).
 """
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from raftka.common.api import ApiKey
+from raftka.common.errors import NOT_CONTROLLER
 from raftka.common.messages.limits import LISTENERS_MAX, PARTITIONS_MAX, REPLICAS_MAX, TOPICS_MAX
 from raftka.common.schema import ZERO_UUID, Array, Field, Message, Struct
 
-UNREGISTER_BROKER: Final = 64  # Kafka's UnregisterBroker; not in common/api.py's ApiKey yet
+UNREGISTER_BROKER: Final = ApiKey.UNREGISTER_BROKER  # 64
 
 FEATURES_MAX: Final = 100  # feature ranges one broker reports (Raftka: metadata.version alone)
 LOG_DIRS_MAX: Final = 1_000  # log directory ids one broker lists (Raftka: none)
@@ -193,11 +198,111 @@ DESCRIBE_QUORUM_RESPONSE: Final = Message(ApiKey.DESCRIBE_QUORUM, "DescribeQuoru
     )), max_count=REPLICAS_MAX), [], "2+"),
 ), flexible_versions="0+")
 
+# -- FetchSnapshot (59) --------------------------------------------------------------------------
+
+SNAPSHOT_ID: Final = Struct("SnapshotId", (
+    _f("end_offset", "int64", 0, about="the offset right after the snapshot's last record"),
+    _f("epoch", "int32", 0),
+))
+
+FETCH_SNAPSHOT_REQUEST: Final = Message(ApiKey.FETCH_SNAPSHOT, "FetchSnapshotRequest", "0-1", (
+    _f("cluster_id", "string", None, nullable_versions="0+", tag=0, tagged_versions="0+"),
+    _f("replica_id", "int32", -1, about="the fetching broker (an observer of the metadata log)"),
+    _f("max_bytes", "int32", 0x7FFFFFFF, about="bytes of snapshot data in the answer, at most"),
+    _f("topics", Array(Struct("TopicSnapshot", (
+        _f("name", "string", "", about='Raftka: "__cluster_metadata"'),
+        _f("partitions", Array(Struct("PartitionSnapshot", (
+            _f("partition", "int32", 0),
+            _f("current_leader_epoch", "int32", 0, about="-1 when unknown"),
+            _f("snapshot_id", SNAPSHOT_ID, {"end_offset": 0, "epoch": 0}),
+            _f("position", "int64", 0, about="the byte of the snapshot to start from"),
+            _f("replica_directory_id", "uuid", ZERO_UUID, "1+", tag=0, tagged_versions="1+",
+               about="Raftka: the zero uuid"),
+        )), max_count=PARTITIONS_MAX), []),
+    )), max_count=TOPICS_MAX), []),
+), flexible_versions="0+")
+
+FETCH_SNAPSHOT_RESPONSE: Final = Message(ApiKey.FETCH_SNAPSHOT, "FetchSnapshotResponse", "0-1", (
+    *_throttle_and_error(),
+    _f("topics", Array(Struct("TopicSnapshot", (
+        _f("name", "string", ""),
+        _f("partitions", Array(Struct("PartitionSnapshot", (
+            _f("index", "int32", 0),
+            _f("error_code", "int16", 0),
+            _f("snapshot_id", SNAPSHOT_ID, {"end_offset": 0, "epoch": 0}),
+            _f("current_leader", Struct("LeaderIdAndEpoch", (
+                _f("leader_id", "int32", 0, about="-1 when unknown"),
+                _f("leader_epoch", "int32", 0),
+            )), {"leader_id": 0, "leader_epoch": 0}, tag=0, tagged_versions="0+"),
+            _f("size", "int64", 0, about="bytes of the whole snapshot"),
+            _f("position", "int64", 0, about="where in the snapshot unaligned_records starts"),
+            _f("unaligned_records", "records", b"", about="a chunk of the snapshot's bytes"),
+        )), max_count=PARTITIONS_MAX), []),
+    )), max_count=TOPICS_MAX), []),
+    _f("node_endpoints", Array(Struct("NodeEndpoint", (
+        _f("node_id", "int32", 0, "1+"),
+        _f("host", "string", "", "1+"),
+        _f("port", "uint16", 0, "1+"),
+    )), max_count=REPLICAS_MAX), [], "1+", tag=0, tagged_versions="1+", about="Raftka: empty"),
+), flexible_versions="0+")
+
+# -- reading DescribeQuorum (brokers and tools find the active controller with it) ------------------
+
+METADATA_TOPIC: Final = "__cluster_metadata"  # KRaft's metadata log: the one partition DescribeQuorum names
+CONTROLLER_LISTENER: Final = "CONTROLLER"  # the listener of ``nodes`` where controller requests go
+DESCRIBE_QUORUM_BODY: Final = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}
+
+
+def quorum_partition(answer: dict) -> dict | None:
+    """The ``__cluster_metadata``-0 entry of a decoded DescribeQuorum answer, or None."""
+    for topic in answer.get("topics") or []:
+        if topic.get("topic_name") == METADATA_TOPIC:
+            for partition in topic.get("partitions") or []:
+                if partition.get("partition_index") == 0:
+                    return partition
+    return None
+
+
+def node_listener(answer: dict, node_id: int, name: str = CONTROLLER_LISTENER) -> str | None:
+    """"host:port" of node ``node_id``'s listener ``name`` in a DescribeQuorum v2 answer, or None."""
+    for node in answer.get("nodes") or []:
+        if node.get("node_id") == node_id:
+            for listener in node.get("listeners") or []:
+                if listener.get("name") == name:
+                    return f"{listener['host']}:{listener['port']}"
+    return None
+
+
 REQUESTS: Final = (
     BROKER_REGISTRATION_REQUEST, BROKER_HEARTBEAT_REQUEST, ALTER_PARTITION_REQUEST, UNREGISTER_BROKER_REQUEST,
-    ALLOCATE_PRODUCER_IDS_REQUEST, DESCRIBE_QUORUM_REQUEST,
+    ALLOCATE_PRODUCER_IDS_REQUEST, DESCRIBE_QUORUM_REQUEST, FETCH_SNAPSHOT_REQUEST,
 )
 RESPONSES: Final = (
     BROKER_REGISTRATION_RESPONSE, BROKER_HEARTBEAT_RESPONSE, ALTER_PARTITION_RESPONSE, UNREGISTER_BROKER_RESPONSE,
-    ALLOCATE_PRODUCER_IDS_RESPONSE, DESCRIBE_QUORUM_RESPONSE,
+    ALLOCATE_PRODUCER_IDS_RESPONSE, DESCRIBE_QUORUM_RESPONSE, FETCH_SNAPSHOT_RESPONSE,
 )
+# api key -> the version Raftka's broker and tools send each broker-controller API at (its newest).
+NEWEST_VERSIONS: Final[dict[int, int]] = {m.api_key: m.versions()[-1] for m in (
+    BROKER_REGISTRATION_REQUEST, BROKER_HEARTBEAT_REQUEST, ALTER_PARTITION_REQUEST, UNREGISTER_BROKER_REQUEST,
+    ALLOCATE_PRODUCER_IDS_REQUEST, DESCRIBE_QUORUM_REQUEST)}
+
+
+def answer_error(body: Any) -> int:
+    """The error of a Kafka answer that stands for the whole request: the top-level
+    ``error_code``, else NOT_CONTROLLER when any entry carries it (an answer without a top-level
+    error field spreads a whole-request error into its entries), else NONE (0)."""
+    if not isinstance(body, dict):
+        return 0
+    code = body.get("error_code")
+    if code:
+        return code
+    return NOT_CONTROLLER if _carries(body, NOT_CONTROLLER) else 0
+
+
+def _carries(value: Any, code: int) -> bool:
+    if isinstance(value, dict):
+        return value.get("error_code") == code or any(_carries(v, code) for v in value.values()
+                                                         if isinstance(v, (dict, list)))
+    if isinstance(value, list):
+        return any(_carries(v, code) for v in value)
+    return False

@@ -17,14 +17,14 @@ async def start_http(service: Any, host: str, port: int) -> web.AppRunner:
     app = web.Application()
 
     async def health(request: web.Request) -> web.Response:
-        _, status = await service.describe_quorum(0, {})
+        status = service.quorum_status()
         summary = {k: status[k] for k in ("node_id", "role", "active", "leader_id", "term", "commit_index",
                                           "metadata_offset", "has_quorum")}
         return web.Response(status=200 if status["leader_id"] >= 0 else 503,
                             text=json.dumps(summary), content_type="application/json")
 
     async def metrics(request: web.Request) -> web.Response:
-        _, status = await service.describe_quorum(0, {})
+        status = service.quorum_status()
         node = status["node_id"]
         lines = [
             "# TYPE raftka_controller_term gauge", f'raftka_controller_term{{node="{node}"}} {status["term"]}',

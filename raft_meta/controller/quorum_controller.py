@@ -1,9 +1,11 @@
 """The active controller's decisions: validate a request, build typed records, commit, answer.
 
 ``QuorumController(service)`` adds the metadata RPC handlers (BrokerRegistration,
-BrokerHeartbeat, CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs, AlterPartition,
-InitProducerId, AllocateProducerIds, Metadata) to a ``ControllerService`` and starts the active
-controller's periodic duties. Request and response bodies are in docs/controller.md.
+BrokerHeartbeat, UnregisterBroker, CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs,
+AlterPartition, InitProducerId, AllocateProducerIds, Metadata) to a ``ControllerService`` and
+starts the active controller's periodic duties. Request and response bodies are in
+docs/controller.md; the broker-controller APIs take and answer Kafka's shapes
+(common/messages/controller.py).
 
 Every decision is read from the committed image (``service.state.metadata.image``), turned into
 records (raft_meta/metadata/records.py) and committed as one atomic entry before the answer goes
@@ -42,6 +44,9 @@ from typing import Any, Iterable
 
 from raftka.common import errors
 from raftka.common.configs import TOPIC_CONFIGS
+from raftka.common.schema import ZERO_UUID
+from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC
+from raftka.common.messages.admin import RESOURCE_TOPIC as RESOURCE_TYPE_TOPIC  # Kafka's int8, not the record's
 from raftka.common.errors import (
     ConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
     InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
@@ -52,7 +57,7 @@ from raftka.raft_meta.metadata.state import metadata_record
 from raftka.raft_meta.metadata.image import MetadataImage
 from raftka.raft_meta.metadata.records import (
     RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord, MetadataRecord, PartitionChangeRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, encode_entry,
+    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord, encode_entry,
 )
 
 log = logging.getLogger(__name__)
@@ -93,6 +98,7 @@ class QuorumController:
         service.handlers.update({
             svc.API_BROKER_REGISTRATION: self.broker_registration,
             svc.API_BROKER_HEARTBEAT: self.broker_heartbeat,
+            svc.API_UNREGISTER_BROKER: self.unregister_broker,
             svc.API_CREATE_TOPICS: self.create_topics,
             svc.API_DELETE_TOPICS: self.delete_topics,
             svc.API_DESCRIBE_CONFIGS: self.describe_configs,
@@ -141,21 +147,40 @@ class QuorumController:
     # -- brokers ---------------------------------------------------------------------------
 
     async def broker_registration(self, version: int, body: dict) -> tuple[int, dict]:
-        """BrokerRegistration {broker_id, incarnation_id, listeners {name: "host:port"}, rack}."""
-        # Types and ranges were checked at the boundary (common/msgpack_bodies.py BROKER_REGISTRATION).
-        broker_id, incarnation, listeners = body["broker_id"], body["incarnation_id"], body["listeners"]
-        rack = body.get("rack")
+        """BrokerRegistration (Kafka's v0-4) -> {broker_epoch}. ``incarnation_id`` is a uuid new on
+        every start of the broker: the same one again is a retry and answers the same epoch;
+        another one while the registered incarnation is unfenced and heartbeating is
+        DUPLICATE_BROKER_REGISTRATION. Listeners {name, host, port} become the registration's
+        endpoints {name: "host:port"}; ``features``, ``log_dirs`` and ``previous_broker_epoch``
+        are not used (Raftka has one metadata version and no log-directory ids)."""
+        broker_id, incarnation = body["broker_id"], body["incarnation_id"]
+        if broker_id < 0:
+            raise InvalidRequestError(f"broker_id must be >= 0, got {broker_id}")
+        if incarnation == ZERO_UUID:
+            raise InvalidRequestError("incarnation_id must not be the zero uuid")
+        endpoints: dict[str, str] = {}
+        for listener in body["listeners"]:
+            name, host, port = listener["name"], listener["host"], listener["port"]
+            if not name or not host or not port or name in endpoints:
+                raise InvalidRequestError(f"listener {listener}: needs a unique name, a host and a port")
+            endpoints[name] = f"{host}:{port}"
+        if not endpoints:
+            raise InvalidRequestError(f"broker {broker_id} registers no listener")
+        rack = body.get("rack") or None  # Kafka: null; Raftka's image: None (no rack)
         current = self.image.brokers.get(broker_id)
         if (current is not None and current.incarnation_id != incarnation and not current.fenced
                 and self._alive(broker_id)):
             return errors.DUPLICATE_BROKER_REGISTRATION, {
                 "error_message": f"broker {broker_id} is registered by a live incarnation"}
-        results = await self.commit([RegisterBrokerRecord(broker_id, incarnation, listeners, rack)])
+        results = await self.commit([RegisterBrokerRecord(broker_id, incarnation, endpoints, rack)])
         self._heard_from(broker_id)
         return errors.NONE, {"broker_epoch": results[0]["broker_epoch"]}
 
     async def broker_heartbeat(self, version: int, body: dict) -> tuple[int, dict]:
-        """BrokerHeartbeat {broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down}."""
+        """BrokerHeartbeat (Kafka's v0-1) {broker_id, broker_epoch, current_metadata_offset,
+        want_fence, want_shut_down} -> {is_caught_up, is_fenced, should_shut_down}. A caught-up
+        broker (it has replayed its own registration) is unfenced; ``want_fence`` or
+        ``want_shut_down`` fences it (its leaderships move in the same entry)."""
         broker_id, epoch = body["broker_id"], body["broker_epoch"]
         offset = body["current_metadata_offset"]
         broker = self.image.brokers.get(broker_id)
@@ -165,7 +190,7 @@ class QuorumController:
             return errors.STALE_BROKER_EPOCH, {"error_message": f"broker epoch {epoch} is stale"}
         self._heard_from(broker_id)
         caught_up = offset >= broker.broker_epoch  # it has replayed its own registration
-        if body.get("want_fence") or body.get("want_shut_down"):
+        if body["want_fence"] or body["want_shut_down"]:
             if not broker.fenced:
                 await self.fence(broker_id, epoch)
         elif broker.fenced and caught_up:
@@ -173,10 +198,28 @@ class QuorumController:
             # Offline partitions whose ISR kept this broker get it back as leader, in the same entry.
             await self.commit_elections([UnfenceBrokerRecord(broker_id, epoch)], live,
                                         involving=lambda p: p.leader == -1 and broker_id in p.isr)
-        broker = self.image.brokers[broker_id]
+        broker = self.image.brokers.get(broker_id)
+        if broker is None:  # unregistered meanwhile
+            return errors.BROKER_ID_NOT_REGISTERED, {"error_message": f"broker {broker_id} was unregistered"}
         return errors.NONE, {"is_caught_up": caught_up, "is_fenced": broker.fenced,
-                             "should_shut_down": bool(body.get("want_shut_down")) and broker.fenced,
-                             "leader_id": self.node_id}
+                             "should_shut_down": body["want_shut_down"] and broker.fenced}
+
+    async def unregister_broker(self, version: int, body: dict) -> tuple[int, dict]:
+        """UnregisterBroker (Kafka's v0) {broker_id}: removes the broker's registration, as Kafka
+        does for a broker taken out of the cluster for good. In the same entry it leaves every
+        ISR and loses every leadership (as a fence). BROKER_ID_NOT_REGISTERED when there is none.
+        A broker still running registers again with a new incarnation (its heartbeats are then
+        refused BROKER_ID_NOT_REGISTERED)."""
+        broker_id = body["broker_id"]
+        broker = self.image.brokers.get(broker_id)
+        if broker is None:
+            return errors.BROKER_ID_NOT_REGISTERED, {"error_message": f"broker {broker_id} is not registered"}
+        live = set(self.image.live_broker_ids()) - {broker_id}
+        await self.commit_elections([UnregisterBrokerRecord(broker_id, broker.broker_epoch)], live,
+                                    involving=elections.involves(broker_id))
+        for memory in (self.last_heartbeat, self.heartbeat_connection, self.disconnected_at):
+            memory.pop(broker_id, None)
+        return errors.NONE, {"error_message": None}
 
     async def fence(self, broker_id: int, epoch: int) -> None:
         """Fence a broker; in the same entry it leaves every ISR and loses every leadership."""
@@ -273,7 +316,13 @@ class QuorumController:
     # -- topics ----------------------------------------------------------------------------
 
     async def create_topics(self, version: int, body: dict) -> tuple[int, dict]:
-        """CreateTopics {topics: [{name, num_partitions, replication_factor, configs}], validate_only}."""
+        """Kafka's CreateTopics (v7 shape; a broker forwards its client's request re-encoded at v7).
+
+        Each topic is decided and committed on its own: one bad topic does not sink the others.
+        The answer per topic: topic id, error, and from v5 on the partition count, replication
+        factor and the topic's configs (as DescribeConfigs lists them). Replica assignments are
+        refused (INVALID_REQUEST): the controller places replicas itself.
+        """
         topics = body["topics"]
         if len(topics) > TOPICS_PER_REQUEST_MAX:
             raise InvalidRequestError(f"{len(topics)} topics in one request; at most {TOPICS_PER_REQUEST_MAX}")
@@ -283,18 +332,20 @@ class QuorumController:
             name = topic["name"]
             try:
                 record = self._topic_record(topic, led)
-                if not body.get("validate_only"):
+                if not body["validate_only"]:
                     await self.commit([record])
                     for replicas in record.partitions:
                         led[replicas[0]] = led.get(replicas[0], 0) + 1
                 results.append({"name": name, "topic_id": record.topic_id, "error_code": errors.NONE,
                                 "error_message": None, "num_partitions": len(record.partitions),
-                                "replication_factor": len(record.partitions[0])})
+                                "replication_factor": len(record.partitions[0]),
+                                "configs": [{"name": c["name"], "value": c["value"], "read_only": False,
+                                             "config_source": c["config_source"], "is_sensitive": False}
+                                            for c in _topic_configs(record.configs)]})
             except errors.NotControllerError:
                 raise
             except RaftkaError as error:
-                results.append({"name": name, "topic_id": None, "error_code": error.code,
-                                "error_message": error.message})
+                results.append({"name": name, "error_code": error.code, "error_message": error.message})
         return errors.NONE, {"topics": results}
 
     def _topic_record(self, topic: dict, led: dict[int, int]) -> TopicRecord:
@@ -304,115 +355,181 @@ class QuorumController:
         if name in (".", "..") or len(name) > TOPIC_NAME_CHARS_MAX or not TOPIC_NAME_RE.match(name):
             raise InvalidTopicError(f"topic name {name!r} is invalid: use at most {TOPIC_NAME_CHARS_MAX} "
                                     "of [a-zA-Z0-9._-], and not '.' or '..'")
+        if topic["assignments"]:
+            raise InvalidRequestError(f"topic {name!r}: replica assignments are not supported; "
+                                      "give num_partitions and replication_factor")
         image = self.image
         if name in image.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        partitions = topic.get("num_partitions", -1)
-        partitions = self.config["num.partitions"] if partitions in (-1, None) else partitions
+        partitions = topic["num_partitions"]
+        partitions = self.config["num.partitions"] if partitions == -1 else partitions
         if not 1 <= partitions <= PARTITIONS_MAX:
             raise InvalidPartitionsError(f"num_partitions must be between 1 and {PARTITIONS_MAX}, got {partitions}")
-        rf = topic.get("replication_factor", -1)
-        rf = self.config["default.replication.factor"] if rf in (-1, None) else rf
+        rf = topic["replication_factor"]
+        rf = self.config["default.replication.factor"] if rf == -1 else rf
         live = [b for b in image.brokers.values() if not b.fenced]
         if rf < 1 or rf > len(live):
             raise InvalidReplicationFactorError(
                 f"replication factor {rf} is invalid: must be between 1 and the {len(live)} unfenced broker(s)")
-        raw_configs = topic.get("configs") or {}
         try:
-            configs = TOPIC_CONFIGS.parse(dict(raw_configs), fill_defaults=False)
+            # Kafka's [{name, value}]; the last of a repeated name wins, as in Kafka's map
+            configs = TOPIC_CONFIGS.parse({c["name"]: c["value"] for c in topic["configs"]}, fill_defaults=False)
         except ConfigError as error:
             raise errors.InvalidConfigError(f"topic {name!r}: {error.message}") from None
         replicas = placement.place_replicas(live, led, partitions, rf)
         return TopicRecord(name=name, topic_id=uuid.uuid4().hex, partitions=tuple(replicas), configs=configs)
 
     async def delete_topics(self, version: int, body: dict) -> tuple[int, dict]:
-        """DeleteTopics {topic_names: [...]}."""
+        """Kafka's DeleteTopics (v6 shape: topics named by name or by topic id; a broker turns an
+        older client's ``topic_names`` into that). Answered per topic, with its name and id."""
+        by_id = {t.topic_id: n for n, t in self.image.topics.items()}
         results = []
-        for name in body["topic_names"]:
+        for wanted in body["topics"]:
+            name, topic_id = wanted["name"], wanted["topic_id"]
+            if name is None:
+                name = by_id.get(topic_id)
+                if name is None:
+                    results.append({"name": None, "topic_id": topic_id, "error_code": errors.UNKNOWN_TOPIC_ID,
+                                    "error_message": f"unknown topic id {topic_id}"})
+                    continue
             topic = self.image.topics.get(name)
             if topic is None:
-                results.append({"name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
+                results.append({"name": name, "topic_id": topic_id, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
                                 "error_message": f"unknown topic {name!r}"})
                 continue
             await self.commit([RemoveTopicRecord(name, topic.topic_id)])
-            results.append({"name": name, "error_code": errors.NONE, "error_message": None})
+            results.append({"name": name, "topic_id": topic.topic_id, "error_code": errors.NONE,
+                            "error_message": None})
         return errors.NONE, {"responses": results}
 
     async def describe_configs(self, version: int, body: dict) -> tuple[int, dict]:
-        """DescribeConfigs {resources: [{resource_type: "topic", resource_name}]}."""
+        """Kafka's DescribeConfigs (v4 shape): every key of a topic (or those of
+        ``configuration_keys``), each value as Kafka writes it (a string), its source (the topic's
+        override or the default) and its type. Topics are the only resources described here."""
         out = []
         for resource in body["resources"]:
-            name = resource["resource_name"]
-            topic = self.image.topics.get(name)
-            if topic is None:
-                out.append({"resource_name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
-                            "error_message": f"unknown topic {name!r}", "configs": []})
-                continue
-            configs = [{"name": key.name, "value": _wire(topic.configs.get(key.name, key.default)),
-                        "is_default": key.name not in topic.configs}
-                       for key in TOPIC_CONFIGS.keys.values()]
-            out.append({"resource_name": name, "error_code": errors.NONE, "error_message": None,
-                        "configs": configs})
+            name, kind = resource["resource_name"], resource["resource_type"]
+            result: dict[str, Any] = {"resource_type": kind, "resource_name": name, "error_code": errors.NONE,
+                                      "error_message": None, "configs": []}
+            topic = self.image.topics.get(name) if kind == RESOURCE_TYPE_TOPIC else None
+            if kind != RESOURCE_TYPE_TOPIC:
+                result.update(error_code=errors.INVALID_REQUEST,
+                              error_message=f"resource type {kind} of {name!r}: only topics ({RESOURCE_TYPE_TOPIC}) "
+                                            "are described here")
+            elif topic is None:
+                result.update(error_code=errors.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown topic {name!r}")
+            else:
+                keys = resource["configuration_keys"]
+                result["configs"] = [c for c in _topic_configs(topic.configs) if keys is None or c["name"] in keys]
+            out.append(result)
         return errors.NONE, {"results": out}
 
     async def alter_configs(self, version: int, body: dict) -> tuple[int, dict]:
-        """AlterConfigs {resources: [{resource_type: "topic", resource_name, configs {k: v or None}}]}."""
+        """Kafka's AlterConfigs (v2 shape) for topics: each named key is set, a null value removes
+        the override; keys left out keep their value (Raftka's reading: Kafka's legacy API would
+        reset them). ``validate_only`` checks and commits nothing."""
         out = []
         for resource in body["resources"]:
-            name = resource["resource_name"]
+            name, kind = resource["resource_name"], resource["resource_type"]
             try:
+                if kind != RESOURCE_TYPE_TOPIC:
+                    raise InvalidRequestError(f"resource type {kind} of {name!r}: only topics "
+                                              f"({RESOURCE_TYPE_TOPIC}) are altered here")
                 if name not in self.image.topics:
                     raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-                changes = resource.get("configs") or {}
+                changes = {c["name"]: c["value"] for c in resource["configs"]}
                 parsed = TOPIC_CONFIGS.parse({k: v for k, v in changes.items() if v is not None},
                                              fill_defaults=False)
                 unknown = [k for k, v in changes.items() if v is None and k not in TOPIC_CONFIGS]
                 if unknown:
                     raise ConfigError(unknown[0], "unknown configuration key")
                 parsed.update({k: None for k, v in changes.items() if v is None})
-                await self.commit([ConfigRecord(RESOURCE_TOPIC, name, parsed)])
-                out.append({"resource_name": name, "error_code": errors.NONE, "error_message": None})
+                if not body["validate_only"]:
+                    await self.commit([ConfigRecord(RESOURCE_TOPIC, name, parsed)])
+                out.append({"resource_type": kind, "resource_name": name, "error_code": errors.NONE,
+                            "error_message": None})
             except ConfigError as error:
-                out.append({"resource_name": name, "error_code": errors.INVALID_CONFIG, "error_message": error.message})
+                out.append({"resource_type": kind, "resource_name": name, "error_code": errors.INVALID_CONFIG,
+                            "error_message": error.message})
             except errors.NotControllerError:
                 raise
             except RaftkaError as error:
-                out.append({"resource_name": name, "error_code": error.code, "error_message": error.message})
+                out.append({"resource_type": kind, "resource_name": name, "error_code": error.code,
+                            "error_message": error.message})
         return errors.NONE, {"responses": out}
 
     # -- partitions ------------------------------------------------------------------------
 
     async def alter_partition(self, version: int, body: dict) -> tuple[int, dict]:
-        """AlterPartition {broker_id, broker_epoch, topic, partition, leader_epoch, partition_epoch, new_isr}."""
-        broker_id, topic_name, index, new_isr = body["broker_id"], body["topic"], body["partition"], body["new_isr"]
-        image = self.image
-        broker = image.brokers.get(broker_id)
-        if broker is None or broker.broker_epoch != body.get("broker_epoch"):
+        """AlterPartition (Kafka's v2-3): a partition leader asks for a new ISR, naming topics by
+        id, with the leader epoch and partition epoch it holds (v3: each ISR member with its
+        broker epoch). A stale broker epoch refuses the whole request (STALE_BROKER_EPOCH); each
+        partition is answered {partition_index, error_code, leader_id, leader_epoch, isr,
+        partition_epoch}, its fields the committed result. A retry of a change that committed
+        finds the partition epoch moved on and is refused INVALID_UPDATE_VERSION, never
+        applied twice."""
+        broker_id = body["broker_id"]
+        broker = self.image.brokers.get(broker_id)
+        if broker is None or broker.broker_epoch != body["broker_epoch"]:
             return errors.STALE_BROKER_EPOCH, {"error_message": "stale or unknown broker epoch"}
-        topic = image.topics.get(topic_name)
-        p = topic.partition(index) if topic is not None else None
+        topics = []
+        for topic in body["topics"]:
+            answers = []
+            for request in topic["partitions"]:
+                if version >= 3:
+                    members = [(m["broker_id"], m["broker_epoch"]) for m in request["new_isr_with_epochs"]]
+                else:
+                    members = [(b, -1) for b in request["new_isr"]]
+                code, answer = await self._alter_one(broker_id, topic["topic_id"], request, members)
+                answers.append({"partition_index": request["partition_index"], "error_code": code, **answer})
+            topics.append({"topic_id": topic["topic_id"], "partitions": answers})
+        return errors.NONE, {"topics": topics}
+
+    async def _alter_one(self, broker_id: int, topic_id: str, request: dict,
+                         members: list[tuple[int, int]]) -> tuple[int, dict]:
+        """One partition of an AlterPartition: (error code, the answer's other fields)."""
+        image = self.image
+        index = request["partition_index"]
+        name = image.topic_names_by_id.get(topic_id)
+        if name is None:
+            return errors.UNKNOWN_TOPIC_ID, {}
+        topic = image.topics[name]
+        p = topic.partition(index)
         if p is None:
-            return errors.UNKNOWN_TOPIC_OR_PARTITION, {"error_message": f"unknown partition {topic_name}-{index}"}
+            return errors.UNKNOWN_TOPIC_OR_PARTITION, {}
         if p.leader != broker_id:
-            return errors.NOT_LEADER_OR_FOLLOWER, {"error_message": f"broker {broker_id} does not lead {topic_name}-{index}"}
-        if body.get("leader_epoch") != p.leader_epoch:
-            return errors.FENCED_LEADER_EPOCH, {"error_message": f"leader epoch {body.get('leader_epoch')} is not {p.leader_epoch}"}
-        if body.get("partition_epoch") != p.partition_epoch:
-            return errors.INVALID_UPDATE_VERSION, {
-                "error_message": f"partition epoch {body.get('partition_epoch')} is stale (now {p.partition_epoch})"}
-        bad = [b for b in new_isr if b not in p.replicas or not image.is_live(b)]
-        if bad or not new_isr or len(set(new_isr)) != len(new_isr):
-            return errors.INELIGIBLE_REPLICA, {
-                "error_message": f"ineligible ISR members {bad} (must be distinct unfenced replicas, at least one)"}
+            return errors.NOT_LEADER_OR_FOLLOWER, {}
+        if request["leader_epoch"] != p.leader_epoch:
+            return errors.FENCED_LEADER_EPOCH, {}
+        if request["partition_epoch"] != p.partition_epoch:
+            return errors.INVALID_UPDATE_VERSION, {}
+        if request["leader_recovery_state"] != 0:
+            return errors.INVALID_REQUEST, {}  # Raftka's leaders never recover from an unclean election
+        new_isr = [b for b, _ in members]
+        if not new_isr or len(set(new_isr)) != len(new_isr):
+            return errors.INVALID_REQUEST, {}  # at least one member, each once
+        for member, member_epoch in members:
+            registration = image.brokers.get(member)
+            # Ineligible: not a replica, fenced, or (v3) restarted since the leader saw it in sync.
+            if (member not in p.replicas or registration is None or registration.fenced
+                    or member_epoch not in (-1, registration.broker_epoch)):
+                return errors.INELIGIBLE_REPLICA, {}
         leader = None
         if broker_id not in new_isr:
             # The leader resigns: its replica went offline (a corrupt log, broker/replica_manager.py).
             # The first remaining ISR member in replica order leads; the resigning replica is out
             # of the ISR until it has fetched everything again.
             leader = next(b for b in p.replicas if b in new_isr)
-        results = await self.commit([PartitionChangeRecord(topic_name, topic.topic_id, index, p.partition_epoch,
-                                                           leader, tuple(new_isr))])
-        return errors.NONE, results[0]
+        try:
+            results = await self.commit([PartitionChangeRecord(name, topic_id, index, p.partition_epoch,
+                                                               leader, tuple(new_isr))])
+        except RaftkaError as error:
+            if error.retriable:  # NOT_CONTROLLER, REQUEST_TIMED_OUT: the whole request is retried
+                raise
+            return error.code, {}  # refused at replay: the partition changed meanwhile
+        result = results[0]
+        return errors.NONE, {"leader_id": result["leader"], "leader_epoch": result["leader_epoch"],
+                             "isr": result["isr"], "partition_epoch": result["partition_epoch"]}
 
     # -- producer ids ----------------------------------------------------------------------
 
@@ -473,5 +590,31 @@ class QuorumController:
                              "metadata_offset": self.service.state.offset}
 
 
-def _wire(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
+def _config_text(value: Any) -> str | None:
+    """A config value as Kafka writes it: a string ("true", "604800000", "a,b")."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_config_text(v) or "" for v in value)
+    return str(value)
+
+
+# Kafka's ConfigEntry.ConfigType numbers (DescribeConfigs v3+), by the value's Python type.
+_CONFIG_TYPES = ((bool, 1), (int, 5), (float, 6), (str, 2), (list, 7), (tuple, 7))
+
+
+def _config_type(value: Any) -> int:
+    return next((number for kind, number in _CONFIG_TYPES if isinstance(value, kind)), 0)  # 0: unknown
+
+
+def _topic_configs(overrides: dict[str, Any]) -> list[dict]:
+    """Every topic config as DescribeConfigs lists it: the override, else the default."""
+    out = []
+    for key in TOPIC_CONFIGS.keys.values():
+        value = overrides.get(key.name, key.default)
+        out.append({"name": key.name, "value": _config_text(value), "read_only": False,
+                    "config_source": CONFIG_SOURCE_TOPIC if key.name in overrides else CONFIG_SOURCE_DEFAULT,
+                    "is_sensitive": False, "config_type": _config_type(value)})
+    return out

@@ -1,10 +1,18 @@
 """The controller's RPC service: what one controller answers on its CONTROLLER listener.
 
-Every controller answers DescribeQuorum (its own view of the Raft quorum). Every other API is
-served by the **active controller** only (the Raft leader, once it has applied the log it
-inherited); any other controller answers NOT_CONTROLLER with body
-``{"controller_id": id or -1, "controller_endpoint": "host:port" or None}`` so the caller can go
-straight to the active one.
+Every controller answers DescribeQuorum (Kafka's v0-2, from its own view of the Raft quorum;
+``nodes`` lists each voter's CONTROLLER listener), and Fetch and FetchSnapshot of the committed
+metadata log (``fetch_metadata``, ``fetch_snapshot``). Every other API is served by the **active
+controller** only (the Raft leader, once it has applied the log it inherited); any other
+controller answers NOT_CONTROLLER. A msgpack answer's body carries
+``{"controller_id": id or -1, "controller_endpoint": "host:port" or None}``; Kafka's answers have
+no field for it, so a Kafka caller (broker/controller_channel.py) asks the controller that
+refused for DescribeQuorum and goes on to the leader's CONTROLLER listener.
+
+The broker-controller APIs (KAFKA_ONLY_APIS: BrokerRegistration, BrokerHeartbeat, AlterPartition,
+UnregisterBroker, AllocateProducerIds, DescribeQuorum), the metadata-log Fetch and FetchSnapshot,
+and the admin APIs brokers forward (CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs) are
+served in Kafka's protocol only.
 
 A decision is a committed record: the metadata handlers (``QuorumController`` in
 quorum_controller.py, attached by server.py) build typed metadata records, commit them through Raft (``RaftClient.submit``) and answer only after the commit. A leader
@@ -25,6 +33,8 @@ from typing import Any, Awaitable, Callable
 
 from raftka.common import errors
 from raftka.common.errors import NotControllerError, RaftkaError
+from raftka.common.messages.controller import CONTROLLER_LISTENER
+from raftka.common.records import BatchBuilder
 from raftka.common.server_config import ServerConfig
 from raftka.raft_meta.metadata.state import ControllerStateMachine, controller_record
 from raftka.raft_meta.raft import RaftClient
@@ -41,12 +51,18 @@ API_DESCRIBE_CONFIGS = 32
 API_ALTER_CONFIGS = 33
 API_DESCRIBE_QUORUM = 55
 API_ALTER_PARTITION = 56
+API_FETCH_SNAPSHOT = 59
 API_BROKER_REGISTRATION = 62
 API_BROKER_HEARTBEAT = 63
+API_UNREGISTER_BROKER = 64
 API_ALLOCATE_PRODUCER_IDS = 67
 
 REGISTER_RETRY_BACKOFF_MS = 200
 FETCH_MAX_WAIT_MS_MAX = 10_000
+# Snapshot bytes in one FetchSnapshot answer, whatever its max_bytes asks (a metadata snapshot
+# of a large cluster is tens of MiB; chunks keep each answer well under socket.request.max.bytes).
+FETCH_SNAPSHOT_CHUNK_BYTES_MAX = 8 * 1024 * 1024
+METADATA_PARTITION = 0
 # A metadata fetcher (broker) not seen for this long drops out of DescribeQuorum's observers.
 OBSERVER_EXPIRY_MS = 30_000
 OBSERVERS_MAX = 10_000
@@ -56,9 +72,18 @@ REGISTER_ATTEMPTS_MAX = 1000  # ~ minutes of retrying while no leader exists
 # Every API the controller listener serves (some only once the metadata handlers are attached).
 CONTROLLER_APIS = frozenset({
     API_FETCH, API_METADATA, API_CREATE_TOPICS, API_DELETE_TOPICS, API_INIT_PRODUCER_ID,
-    API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION,
-    API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_ALLOCATE_PRODUCER_IDS,
+    API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION, API_FETCH_SNAPSHOT,
+    API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
 })
+# Served in Kafka's protocol only: their handlers read and answer Kafka's shapes
+# (common/messages/controller.py); a msgpack frame for one is refused before any handler runs.
+KAFKA_ONLY_APIS = frozenset({
+    API_FETCH, API_FETCH_SNAPSHOT, API_CREATE_TOPICS, API_DELETE_TOPICS, API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS,
+    API_DESCRIBE_QUORUM, API_ALTER_PARTITION, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT,
+    API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
+})
+# DescribeQuorum v2 lists each voter's CONTROLLER listener (as Kafka) and its Raft port under this name.
+RAFT_LISTENER = "RAFT"
 
 Handler = Callable[[int, dict], Awaitable[tuple[int, dict]]]
 
@@ -76,10 +101,13 @@ class ControllerService:
         self.state = state
         self.request_timeout_ms: int = config["controller.quorum.request.timeout.ms"]
         self.handlers: dict[int, Handler] = {API_DESCRIBE_QUORUM: self.describe_quorum,
-                                             API_FETCH: self.fetch_metadata}
+                                             API_FETCH: self.fetch_metadata,
+                                             API_FETCH_SNAPSHOT: self.fetch_snapshot}
         # Served by every controller (a fetch gets committed records from whoever has them).
-        self.any_controller_apis = {API_DESCRIBE_QUORUM, API_FETCH}
+        self.any_controller_apis = {API_DESCRIBE_QUORUM, API_FETCH, API_FETCH_SNAPSHOT}
         self.fetch_max_records: int = config["metadata.fetch.max.records"]
+        # (snapshot id, bytes) of the snapshot last named in a Fetch answer, served by FetchSnapshot.
+        self._fetch_snapshot: tuple[dict, bytes] | None = None
         self._new_records = asyncio.Event()
         self.request_counts: dict[int, int] = {}
         self.error_counts: dict[int, int] = {}
@@ -166,7 +194,11 @@ class ControllerService:
             REQUEST_CONNECTION.set(ctx["connection_id"])
         if api_key in CONTROLLER_APIS:  # bounded key set: unknown keys are not counted
             self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        code, out = await self._handle(api_key, api_version, body)
+        if api_key in KAFKA_ONLY_APIS and not (isinstance(ctx, dict) and ctx.get("kafka")):
+            code, out = errors.UNSUPPORTED_VERSION, {
+                "error_message": f"api key {api_key} is served in Kafka's wire protocol only"}
+        else:
+            code, out = await self._handle(api_key, api_version, body)
         if code != errors.NONE and api_key in CONTROLLER_APIS:
             self.error_counts[api_key] = self.error_counts.get(api_key, 0) + 1
         return code, out
@@ -201,97 +233,197 @@ class ControllerService:
 
     # -- metadata fetch (brokers and tools follow the committed log) ------------------------
 
-    async def fetch_metadata(self, api_version: int, body: dict) -> tuple[int, dict]:
-        """Fetch on the controller listener: committed metadata-log records after an offset.
+    def _metadata_partition(self, body: dict, partition_field: str) -> dict | None:
+        """The request's one partition entry if it names exactly ``__cluster_metadata``-0."""
+        topics = body.get("topics") or []
+        if len(topics) != 1 or topics[0].get("topic", topics[0].get("name")) != METADATA_TOPIC:
+            return None
+        partitions = topics[0].get("partitions") or []
+        if len(partitions) != 1 or partitions[0].get(partition_field) != METADATA_PARTITION:
+            return None
+        return partitions[0]
 
-        Request {topic: "__cluster_metadata" (optional), fetch_offset: int (last offset the
-        caller has; 0 = nothing), max_records: int, max_wait_ms: int (long poll when nothing is
-        new), replica_id: int (optional: the fetching broker's id; listed as an observer with
-        its lag by DescribeQuorum)}. Response {records: [[offset, bytes]] (envelope records, see state.py),
-        snapshot: bytes or None, snapshot_offset: int, high_watermark: int (this controller's
-        last applied offset), leader_id: int}. When fetch_offset is older than this controller's
-        in-memory window, the answer is the full snapshot as of snapshot_offset (then fetch
-        again from there). Records are committed: a fetcher never sees one that is undone.
+    def _current_leader(self) -> dict:
+        leader = self.raft.leader_id
+        return {"leader_id": leader if leader is not None else -1, "leader_epoch": self.raft.term}
+
+    def _snapshot_for_fetch(self) -> tuple[dict, bytes]:
+        """(snapshot id, bytes) of a snapshot a fetcher behind the log start can load and then
+        fetch on from: the cached one while the records after it are still in the window (so
+        lagging brokers share one), else a new one of the current state."""
+        cached = self._fetch_snapshot
+        if cached is not None and cached[0]["end_offset"] - 1 >= self.state.recent_from:
+            return cached
+        with self.state.apply_lock:  # the snapshot and its offset from the same instant
+            data, offset = self.state.snapshot(), self.state.offset
+        snapshot_id = {"end_offset": offset + 1, "epoch": self.raft.term}
+        self._fetch_snapshot = (snapshot_id, data)
+        return self._fetch_snapshot
+
+    async def fetch_metadata(self, api_version: int, body: dict) -> tuple[int, dict]:
+        """Kafka's Fetch (v12) of ``__cluster_metadata``-0: committed metadata-log entries.
+
+        Offsets are the Raft log's indexes (with gaps: pysyncobj's own entries never reach the
+        state machine). ``fetch_offset`` is the next offset the fetcher wants (its last applied
+        offset + 1); the answer holds the committed entries from there on, each one Kafka record
+        batch (magic 2) of one record: base_offset = the entry's offset, value = the entry's bytes
+        (raft_meta/metadata/state.py's envelope, opaque here), timestamp 0 and partition leader
+        epoch -1 (the state machine keeps neither), within ``max_bytes`` (at least one batch).
+        ``high_watermark`` = last committed offset + 1, ``log_start_offset`` = the oldest offset
+        still served as records. A fetcher behind the log start gets no records and the tagged
+        ``snapshot_id``: it loads that snapshot with FetchSnapshot and fetches on from its
+        ``end_offset``. Nothing new: the answer waits up to ``max_wait_ms`` (a long poll).
+        ``replica_id`` >= 0 (a broker) is listed, with its fetch offset, as an observer by
+        DescribeQuorum. Records are committed: a fetcher never sees one that is undone.
         """
-        topic = body.get("topic", METADATA_TOPIC)
-        if topic != METADATA_TOPIC:
+        wanted = self._metadata_partition(body, "partition")
+        if wanted is None:
             return errors.UNKNOWN_TOPIC_OR_PARTITION, {
-                "error_message": f"the controller listener serves only {METADATA_TOPIC}, not {topic!r}"}
-        # Types and ranges were checked at the boundary (common/msgpack_bodies.py METADATA_FETCH).
-        offset = body["fetch_offset"]
-        max_records = min(body.get("max_records", self.fetch_max_records), self.fetch_max_records)
+                "error_message": f"the controller listener serves only {METADATA_TOPIC}-{METADATA_PARTITION}"}
+        fetch_offset = wanted["fetch_offset"]
+        if fetch_offset < 0:
+            return errors.OFFSET_OUT_OF_RANGE, {"error_message": f"fetch_offset {fetch_offset} is negative"}
+        after = max(fetch_offset - 1, 0)  # records_since takes the last offset the fetcher has
+        max_bytes = max(1, min(body["max_bytes"], wanted["partition_max_bytes"] or body["max_bytes"]))
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS_MAX)
-        replica_id = body.get("replica_id")
-        if replica_id is not None and replica_id >= 0:
-            if replica_id in self.fetchers or len(self.fetchers) < OBSERVERS_MAX:
-                self.fetchers[replica_id] = (offset, time.monotonic())
-        if self.state.offset <= offset and max_wait_ms > 0:
+        replica_id = body["replica_id"]
+        if replica_id >= 0 and (replica_id in self.fetchers or len(self.fetchers) < OBSERVERS_MAX):
+            self.fetchers[replica_id] = (fetch_offset, time.monotonic())
+        if self.state.offset <= after and max_wait_ms > 0:
             waiter = self._new_records
             try:
                 await asyncio.wait_for(waiter.wait(), max_wait_ms / 1000)
             except asyncio.TimeoutError:
                 pass
-        records, snapshot, snapshot_offset = self.state.records_since(offset, max_records)
-        leader = self.raft.leader_id
-        return errors.NONE, {
-            "records": [[o, r] for o, r in records],
-            "snapshot": snapshot,
-            "snapshot_offset": snapshot_offset,
-            "high_watermark": self.state.offset,
-            "leader_id": leader if leader is not None else -1,
-        }
+        partition: dict[str, Any] = {"partition_index": METADATA_PARTITION, "error_code": errors.NONE,
+                                     "current_leader": self._current_leader()}
+        with self.state.apply_lock:  # the records and the offsets from the same instant
+            high_watermark, log_start = self.state.offset + 1, self.state.recent_from + 1
+            behind = after < self.state.recent_from and after < self.state.offset
+            records = [] if behind else self.state.records_since(after, self.fetch_max_records)[0]
+        if behind:
+            partition["snapshot_id"] = self._snapshot_for_fetch()[0]
+            batches = b""
+        else:
+            batches = _entry_batches(records, max_bytes)
+        partition.update(high_watermark=high_watermark, last_stable_offset=high_watermark,
+                         log_start_offset=log_start, records=batches)
+        return errors.NONE, {"throttle_time_ms": 0, "error_code": errors.NONE, "session_id": 0,
+                             "responses": [{"topic": METADATA_TOPIC, "partitions": [partition]}]}
+
+    async def fetch_snapshot(self, api_version: int, body: dict) -> tuple[int, dict]:
+        """Kafka's FetchSnapshot (v0-1): a chunk of the snapshot a Fetch answer named.
+
+        The snapshot is the one this controller last handed out (``snapshot_id`` must match it,
+        else SNAPSHOT_NOT_FOUND: the fetcher goes back to Fetch, which names a current one).
+        The answer carries ``size`` (bytes of the whole snapshot) and the bytes from ``position``
+        on, at most ``max_bytes`` and FETCH_SNAPSHOT_CHUNK_BYTES_MAX of them; a position outside
+        the snapshot is POSITION_OUT_OF_RANGE.
+        """
+        wanted = self._metadata_partition(body, "partition")
+        if wanted is None:
+            return errors.UNKNOWN_TOPIC_OR_PARTITION, {
+                "error_message": f"the controller listener serves only {METADATA_TOPIC}-{METADATA_PARTITION}"}
+        snapshot_id, position = wanted["snapshot_id"], wanted["position"]
+        partition: dict[str, Any] = {"index": METADATA_PARTITION, "error_code": errors.NONE,
+                                     "snapshot_id": snapshot_id, "current_leader": self._current_leader()}
+        cached = self._fetch_snapshot
+        if cached is None or cached[0] != snapshot_id:
+            partition["error_code"] = errors.SNAPSHOT_NOT_FOUND
+        elif not 0 <= position < len(cached[1]):
+            partition["error_code"] = errors.POSITION_OUT_OF_RANGE
+        else:
+            data = cached[1]
+            chunk_bytes = min(max(body["max_bytes"], 1), FETCH_SNAPSHOT_CHUNK_BYTES_MAX)
+            partition.update(size=len(data), position=position,
+                             unaligned_records=data[position:position + chunk_bytes])
+        return errors.NONE, {"throttle_time_ms": 0, "error_code": errors.NONE,
+                             "topics": [{"name": METADATA_TOPIC, "partitions": [partition]}]}
 
     # -- DescribeQuorum --------------------------------------------------------------------
 
     async def describe_quorum(self, api_version: int, body: dict) -> tuple[int, dict]:
-        """Like Kafka's DescribeQuorum, from this controller's point of view.
+        """Kafka's DescribeQuorum (v0-2) for the one partition ``__cluster_metadata``-0.
 
-        Body: {node_id, role, active, leader_id, leader_endpoint, term (Kafka: leader epoch),
-        commit_index, high_watermark (= commit index), last_applied_index, metadata_offset,
-        voters: [{node_id, raft_address, endpoint, connected, log_end_offset, lag}],
-        observers: [{raft_address}]}. A voter's log_end_offset is known only on the leader (its
-        match index); ``lag`` = leader's log end - voter's log end.
+        The active controller answers as Kafka's Raft leader does: leader id and epoch (the Raft
+        term), high watermark (the commit index), each voter's log end offset (its match index,
+        -1 when unknown) and the brokers fetching the metadata log as observers (id, fetch
+        offset, wall-clock time of the last fetch). Any other controller answers its own view in
+        the same shape with the partition error NOT_LEADER_OR_FOLLOWER (Kafka's answer there),
+        so a tool can go on to the leader: ``nodes`` (v2) lists every voter's CONTROLLER listener
+        (where requests go) and its RAFT listener (the pysyncobj port).
         """
+        topics = body.get("topics") or []
+        wanted = [(t.get("topic_name"), p.get("partition_index")) for t in topics for p in t.get("partitions") or []]
+        if wanted != [(METADATA_TOPIC, 0)]:
+            return errors.UNKNOWN_TOPIC_OR_PARTITION, {
+                "error_message": f"DescribeQuorum names exactly one partition, {METADATA_TOPIC}-0"}
         status = self.raft.status()
-        leader_endpoint = self.state.controllers.get(status.leader_id) if status.leader_id is not None else None
-        leader_end = next((v.match_index for v in status.voters if v.node_id == status.leader_id), None)
+        leader_id = status.leader_id if status.leader_id is not None else -1
         voters = []
         for voter in status.voters:
+            known = status.role == "leader" or voter.node_id == self.config.node_id
+            end = voter.match_index if known and voter.match_index is not None else -1
+            voters.append({"replica_id": voter.node_id, "log_end_offset": end})
+        now_ms, now = int(time.time() * 1000), time.monotonic()
+        observers = [{"replica_id": replica_id, "log_end_offset": offset,
+                      "last_fetch_timestamp": now_ms - int((now - seen) * 1000)}
+                     for replica_id, (offset, seen) in self._fetchers()]
+        nodes = []
+        for voter in status.voters:
+            listeners = []
             endpoint = self.state.controllers.get(voter.node_id)
-            end = voter.match_index if status.role == "leader" else (
-                voter.match_index if voter.node_id == self.config.node_id else None)
-            voters.append({
-                "node_id": voter.node_id,
-                "raft_address": voter.address,
-                "endpoint": f"{endpoint[0]}:{endpoint[1]}" if endpoint else None,
-                "connected": voter.connected,
-                "log_end_offset": end,
-                "lag": (leader_end - end) if (leader_end is not None and end is not None
-                                               and status.role == "leader") else None,
-            })
-        return errors.NONE, {
-            "node_id": self.config.node_id,
-            "role": status.role,
-            "active": self.is_active,
-            "leader_id": status.leader_id if status.leader_id is not None else -1,
-            "leader_endpoint": f"{leader_endpoint[0]}:{leader_endpoint[1]}" if leader_endpoint else None,
-            "term": status.term,
-            "commit_index": status.commit_index,
-            "high_watermark": status.commit_index,
-            "last_applied_index": status.last_applied_index,
-            "metadata_offset": self.state.offset,
-            "has_quorum": status.has_quorum,
-            "voters": voters,
-            "observers": [{"raft_address": a} for a in status.observers] + self._fetcher_observers(),
-            "uptime_ms": int((time.monotonic() - self.started_monotonic) * 1000),
-        }
+            if endpoint:
+                listeners.append({"name": CONTROLLER_LISTENER, "host": endpoint[0], "port": endpoint[1]})
+            host, _, port = voter.address.rpartition(":")
+            if port.isdigit():
+                listeners.append({"name": RAFT_LISTENER, "host": host, "port": int(port)})
+            nodes.append({"node_id": voter.node_id, "listeners": listeners})
+        partition = {"partition_index": 0, "error_code": errors.NONE, "error_message": None,
+                     "leader_id": leader_id, "leader_epoch": status.term, "high_watermark": status.commit_index,
+                     "current_voters": voters, "observers": observers}
+        if not self.is_active:
+            partition["error_code"] = errors.NOT_LEADER_OR_FOLLOWER
+            partition["error_message"] = (f"controller {self.config.node_id} is not the active controller; "
+                                          + (f"controller {leader_id} leads" if leader_id >= 0 else "none is elected"))
+        return errors.NONE, {"error_code": errors.NONE, "error_message": None,
+                             "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}], "nodes": nodes}
 
-    def _fetcher_observers(self) -> list[dict]:
+    def quorum_status(self) -> dict:
+        """This controller's own view of the quorum, for its HTTP /health and /metrics (http.py):
+        {node_id, role, active, leader_id, term, commit_index, metadata_offset, has_quorum,
+        voters: [{node_id, lag}]}. ``lag`` (leader's log end - voter's) is known on the leader only."""
+        status = self.raft.status()
+        leader_end = next((v.match_index for v in status.voters if v.node_id == status.leader_id), None)
+        voters = [{"node_id": v.node_id,
+                   "lag": (leader_end - v.match_index) if (status.role == "leader" and leader_end is not None
+                                                           and v.match_index is not None) else None}
+                  for v in status.voters]
+        return {"node_id": self.config.node_id, "role": status.role, "active": self.is_active,
+                "leader_id": status.leader_id if status.leader_id is not None else -1, "term": status.term,
+                "commit_index": status.commit_index, "metadata_offset": self.state.offset,
+                "has_quorum": status.has_quorum, "voters": voters}
+
+    def _fetchers(self) -> list[tuple[int, tuple[int, float]]]:
+        """The metadata fetchers seen within OBSERVER_EXPIRY_MS: (replica id, (fetch offset, monotonic seconds))."""
         now = time.monotonic()
         for replica_id, (_, seen) in list(self.fetchers.items()):
             if (now - seen) * 1000 > OBSERVER_EXPIRY_MS:
                 del self.fetchers[replica_id]
-        return [{"replica_id": replica_id, "raft_address": None, "log_end_offset": offset,
-                 "lag": max(0, self.state.offset - offset),
-                 "last_fetch_ms_ago": int((now - seen) * 1000)}
-                for replica_id, (offset, seen) in sorted(self.fetchers.items())]
+        return sorted(self.fetchers.items())
+
+
+def _entry_batches(entries: list[tuple[int, bytes]], max_bytes: int) -> bytes:
+    """Committed entries as Kafka record batches, one per entry (see fetch_metadata), up to
+    ``max_bytes`` (the first batch always goes, however large, as Kafka's Fetch does)."""
+    batches: list[bytes] = []
+    size = 0
+    for offset, entry in entries:
+        builder = BatchBuilder(base_offset=offset)
+        builder.append(0, None, entry)
+        batch = builder.build()
+        if batches and size + len(batch) > max_bytes:
+            break
+        batches.append(batch)
+        size += len(batch)
+    return b"".join(batches)

@@ -13,7 +13,7 @@ same records on the same image give the same next image on every voter, observer
 What changed, for brokers reacting to it (``on_metadata_update(delta, image)``):
 ``changed_topics`` (created or changed, new value), ``deleted_topics`` (as they were in the base
 image; a topic deleted and re-created under the same name appears in both, with different topic
-ids), ``changed_brokers`` and ``local_changes(broker_id)``.
+ids), ``changed_brokers``, ``unregistered_brokers`` and ``local_changes(broker_id)``.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from raftka.raft_meta.metadata.image import (
 from raftka.raft_meta.metadata.records import (
     PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord,
     MetadataRecord, MetadataRecordError, PartitionChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord,
+    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
 )
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class MetadataDelta:
         self.image = image
         self.offset = image.offset
         self._topics: dict[str, TopicImage | None] = {}  # None: deleted
-        self._brokers: dict[int, BrokerRegistration] = {}
+        self._brokers: dict[int, BrokerRegistration | None] = {}  # None: unregistered
         self._cluster_configs: Mapping[str, Any] | None = None
         self._next_producer_id: int | None = None
         self._undo: list[tuple[str, Any, bool, Any]] = []  # (what, key, was set, old value)
@@ -89,7 +89,9 @@ class MetadataDelta:
             before = old.brokers.get(broker_id)
             if before is not broker and before != broker:
                 delta._brokers[broker_id] = broker
-        # A broker never leaves the image (no unregister record), so nothing to delete here.
+        for broker_id in old.brokers:
+            if broker_id not in new.brokers:
+                delta._brokers[broker_id] = None
         if new.cluster_configs != old.cluster_configs:
             delta._cluster_configs = new.cluster_configs
         if new.next_producer_id != old.next_producer_id:
@@ -142,7 +144,13 @@ class MetadataDelta:
 
     @property
     def changed_brokers(self) -> Mapping[int, BrokerRegistration]:
-        return MappingProxyType(dict(self._brokers))
+        """Brokers registered or changed by this delta, as they are after it."""
+        return MappingProxyType({b: r for b, r in self._brokers.items() if r is not None})
+
+    @property
+    def unregistered_brokers(self) -> frozenset[int]:
+        """Brokers of the base image whose registration this delta removed."""
+        return frozenset(b for b, r in self._brokers.items() if r is None and b in self.image.brokers)
 
     @property
     def cluster_configs_changed(self) -> bool:
@@ -183,7 +191,11 @@ class MetadataDelta:
         brokers = base.brokers
         if self._brokers:
             merged = dict(base.brokers)
-            merged.update(self._brokers)
+            for broker_id, broker in self._brokers.items():
+                if broker is None:
+                    merged.pop(broker_id, None)
+                else:
+                    merged[broker_id] = broker
             brokers = MappingProxyType(merged)
         topics, names_by_id = base.topics, base.topic_names_by_id
         if self._topics:
@@ -235,8 +247,9 @@ class MetadataDelta:
         self._undo.append(("topic", name, name in self._topics, self._topics.get(name)))
         self._topics[name] = topic
 
-    def _set_broker(self, broker: BrokerRegistration) -> None:
-        key = broker.broker_id
+    def _set_broker(self, broker: BrokerRegistration | None, *, broker_id: int | None = None) -> None:
+        """Set a broker's registration; ``broker`` None (with ``broker_id``) removes it."""
+        key = broker.broker_id if broker is not None else broker_id
         self._undo.append(("broker", key, key in self._brokers, self._brokers.get(key)))
         self._brokers[key] = broker
 
@@ -295,6 +308,13 @@ class MetadataDelta:
         current = self._current_broker(r.broker_id, r.broker_epoch, "unfence")
         if current.fenced:
             self._set_broker(replace(current, fenced=False))
+        return {}
+
+    def _replay_unregister_broker(self, r: UnregisterBrokerRecord, offset: int) -> dict:
+        if self.broker(r.broker_id) is None:
+            return {}  # already gone: a retried unregistration
+        self._current_broker(r.broker_id, r.broker_epoch, "unregister")
+        self._set_broker(None, broker_id=r.broker_id)
         return {}
 
     def _replay_topic(self, r: TopicRecord, offset: int) -> dict:
@@ -397,6 +417,7 @@ _HANDLERS = {
     RegisterBrokerRecord: MetadataDelta._replay_register_broker,
     FenceBrokerRecord: MetadataDelta._replay_fence_broker,
     UnfenceBrokerRecord: MetadataDelta._replay_unfence_broker,
+    UnregisterBrokerRecord: MetadataDelta._replay_unregister_broker,
     TopicRecord: MetadataDelta._replay_topic,
     RemoveTopicRecord: MetadataDelta._replay_remove_topic,
     PartitionChangeRecord: MetadataDelta._replay_partition_change,

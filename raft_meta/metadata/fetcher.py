@@ -6,10 +6,14 @@
     ...  fetcher.image is the broker's local MetadataImage
     await fetcher.close()
 
-The fetcher long-polls one controller's Fetch (see service.fetch_metadata), replays records in
-log order on the event loop thread (no pysyncobj thread involved) into its own
-``ControllerStateMachine(MetadataLoader())`` (or the ``state`` passed in), restores a snapshot
-when the controller sends one, and after each fetched batch calls, on the loop:
+The fetcher long-polls one controller with Kafka's Fetch (v12) of ``__cluster_metadata``-0, as
+a KRaft observer does (``replica_id`` = the broker's id; see service.fetch_metadata for how
+entries travel as record batches), replays the entries in log order on the event loop thread
+(no pysyncobj thread involved) into its own ``ControllerStateMachine(MetadataLoader())`` (or the
+``state`` passed in). When it is behind the log start the answer names a snapshot
+(``snapshot_id``): the fetcher reads it with FetchSnapshot (v1) in chunks of at most
+``max_bytes``, restores it, and fetches on from the snapshot's end offset. After each fetched
+batch it calls, on the loop:
 
 - ``on_metadata_update(delta, image)``: ``delta`` (a MetadataDelta) holds what the batch changed,
   ``image`` is the new image; after a snapshot restore the delta goes from the old image to the
@@ -24,11 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Sequence
+from typing import Any, Callable, Final, Sequence
 
 from raftka.common import errors
+from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
-from raftka.common.transport import call
+from raftka.common.records import iter_records
+from raftka.common.transport import Connection
 from raftka.raft_meta.metadata.state import ControllerStateMachine
 from raftka.raft_meta.metadata.delta import MetadataDelta
 from raftka.raft_meta.metadata.image import MetadataImage
@@ -36,7 +42,15 @@ from raftka.raft_meta.metadata.loader import MetadataLoader
 
 log = logging.getLogger(__name__)
 
-API_FETCH = 1
+METADATA_TOPIC: Final = "__cluster_metadata"
+METADATA_PARTITION: Final = 0
+# The Kafka versions the fetcher speaks (the controller's listener decodes them).
+KAFKA_VERSIONS: Final = {ApiKey.FETCH: 12, ApiKey.FETCH_SNAPSHOT: 1}
+FETCH_MAX_BYTES_DEFAULT: Final = 8 * 1024 * 1024  # as Kafka's Raft fetches
+# Chunks of one snapshot read before giving up on it (a snapshot of SNAPSHOT_BYTES_MAX in chunks
+# of at least 1 MiB needs 512); a controller that keeps answering short chunks is not followed.
+SNAPSHOT_CHUNKS_MAX: Final = 4096
+SNAPSHOT_BYTES_MAX: Final = 512 * 1024 * 1024  # state.py's limit on a snapshot it restores
 
 
 MetadataUpdate = Callable[[MetadataDelta, MetadataImage], None]
@@ -48,10 +62,11 @@ class MetadataFetcher:
     def __init__(self, bootstrap: Sequence[str], state: ControllerStateMachine | None = None, *,
                  replica_id: int | None = None, on_metadata_update: MetadataUpdate | None = None,
                  on_update: Callable[[int], None] | None = None,
-                 max_wait_ms: int = 500, max_records: int = 5000, request_timeout_ms: int = 5000,
+                 max_wait_ms: int = 500, max_bytes: int = FETCH_MAX_BYTES_DEFAULT, request_timeout_ms: int = 5000,
                  retry_backoff_ms: int = 100) -> None:
         assert bootstrap, "at least one controller address"
         assert request_timeout_ms > max_wait_ms
+        assert max_bytes > 0
         self.bootstrap = list(bootstrap)
         self.state = state if state is not None else ControllerStateMachine(MetadataLoader())
         assert isinstance(self.state.metadata, MetadataLoader), "the fetcher replays into a MetadataLoader"
@@ -60,49 +75,67 @@ class MetadataFetcher:
         self.on_metadata_update = on_metadata_update
         self.on_update = on_update
         self.max_wait_ms = max_wait_ms
-        self.max_records = max_records
+        self.max_bytes = max_bytes
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self._next = 0
         self._closed = asyncio.Event()
+        self._connection: Connection | None = None  # to the current controller, reused between fetches
         self.errors_seen = 0  # for tests and metrics
+        self.snapshots_loaded = 0  # for tests and metrics
+
+    async def _request(self, address: str, api_key: int, body: dict) -> dict:
+        """One Kafka request to ``address`` on the fetcher's connection (opened on first use,
+        dropped on any failure); the answer's body."""
+        connection = self._connection
+        if connection is not None and (connection.closed or connection.address != address):
+            await connection.close()
+            connection = self._connection = None
+        if connection is None:
+            host, _, port = address.rpartition(":")
+            connection = self._connection = await Connection.open(
+                host, int(port), client_id="metadata-fetcher" if self.replica_id is None
+                else f"metadata-fetcher-{self.replica_id}",
+                connect_timeout_ms=self.request_timeout_ms, request_timeout_ms=self.request_timeout_ms,
+                kafka_versions=KAFKA_VERSIONS)
+        try:
+            _, out = await connection.request(api_key, body, KAFKA_VERSIONS[api_key],
+                                              timeout_ms=self.request_timeout_ms)
+        except BaseException:
+            self._connection = None
+            await connection.close()
+            raise
+        return out
 
     async def fetch_once(self) -> int:
         """One fetch from the current controller; returns how many records were applied."""
         address = self.bootstrap[self._next % len(self.bootstrap)]
-        body = {"fetch_offset": self.state.offset, "max_records": self.max_records,
-                "max_wait_ms": self.max_wait_ms}
-        if self.replica_id is not None:
-            body["replica_id"] = self.replica_id
-        code, out = await call(address, API_FETCH, body, timeout_ms=self.request_timeout_ms)
-        if code != errors.NONE:
-            raise errors.error_for(code, (out or {}).get("error_message"))
-        records = out.get("records") if isinstance(out, dict) else None
-        if not isinstance(records, list) or not all(
-                isinstance(r, (list, tuple)) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], bytes)
-                for r in records):
-            raise errors.CorruptMessageError(f"malformed metadata Fetch answer from {address}")
+        out = await self._request(address, ApiKey.FETCH, fetch_request(
+            self.state.offset + 1, replica_id=self.replica_id, max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes))
+        partition = fetched_partition(out, address)
+        snapshot_id = partition["snapshot_id"]
+        snapshot = await self._read_snapshot(address, snapshot_id) if snapshot_id["end_offset"] >= 0 else None
         applied = 0
         before = self.loader.image
-        restored = out.get("snapshot") is not None
-        if restored:
+        if snapshot is not None:
             try:
-                self.state.restore(out["snapshot"])
+                self.state.restore(snapshot)
             except (ValueError, TypeError) as error:
                 raise errors.CorruptMessageError(f"undecodable metadata snapshot from {address}: {error}") from None
+            self.snapshots_loaded += 1  # the next fetch goes on from the offset the snapshot restored
             applied += 1
         self.loader.begin_batch()
         try:
-            for offset, record in records:
+            for offset, entry in fetched_entries(partition):
                 if offset <= self.state.offset:
                     continue  # already have it (an answer raced with a snapshot)
-                self.state.apply(record, offset)
+                self.state.apply(entry, offset)
                 applied += 1
         finally:
             delta, image = self.loader.end_batch()
         if not applied:
             return 0
-        if restored:
+        if snapshot is not None:
             delta = MetadataDelta.between(before, image)
         if self.on_metadata_update is not None:
             try:
@@ -115,6 +148,33 @@ class MetadataFetcher:
             except Exception:
                 log.exception("on_update failed at offset %d", self.state.offset)
         return applied
+
+    async def _read_snapshot(self, address: str, snapshot_id: dict) -> bytes:
+        """The whole snapshot ``snapshot_id`` from ``address``, with FetchSnapshot in chunks."""
+        chunks: list[bytes] = []
+        position = 0
+        for _ in range(SNAPSHOT_CHUNKS_MAX):
+            out = await self._request(address, ApiKey.FETCH_SNAPSHOT, {
+                "replica_id": -1 if self.replica_id is None else self.replica_id, "max_bytes": self.max_bytes,
+                "topics": [{"name": METADATA_TOPIC, "partitions": [{
+                    "partition": METADATA_PARTITION, "current_leader_epoch": -1, "snapshot_id": snapshot_id,
+                    "position": position}]}]})
+            if out["error_code"] != errors.NONE:
+                raise errors.error_for(out["error_code"], f"metadata FetchSnapshot from {address}")
+            partition = _only_partition(out["topics"], "name", "partitions", address)
+            if partition["error_code"] != errors.NONE:
+                raise errors.error_for(partition["error_code"], f"metadata FetchSnapshot from {address}")
+            chunk, size = bytes(partition["unaligned_records"] or b""), partition["size"]
+            if partition["position"] != position or not chunk or not 0 < size <= SNAPSHOT_BYTES_MAX \
+                    or position + len(chunk) > size:
+                raise errors.CorruptMessageError(
+                    f"FetchSnapshot from {address}: a chunk of {len(chunk)} bytes at position "
+                    f"{partition['position']} of {size} does not continue the {position} bytes read")
+            chunks.append(chunk)
+            position += len(chunk)
+            if position == size:
+                return b"".join(chunks)
+        raise errors.CorruptMessageError(f"FetchSnapshot from {address}: no end after {SNAPSHOT_CHUNKS_MAX} chunks")
 
     @property
     def image(self) -> MetadataImage:
@@ -142,3 +202,63 @@ class MetadataFetcher:
 
     async def close(self) -> None:
         self._closed.set()
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+
+
+def _only_partition(topics: list, topic_field: str, partitions_field: str, address: str) -> dict[str, Any]:
+    """The one partition of an answer about ``__cluster_metadata``-0 (CorruptMessageError else)."""
+    if len(topics) != 1 or topics[0][topic_field] != METADATA_TOPIC or len(topics[0][partitions_field]) != 1:
+        raise errors.CorruptMessageError(f"{address} answered about other partitions than "
+                                         f"{METADATA_TOPIC}-{METADATA_PARTITION}")
+    return topics[0][partitions_field][0]
+
+
+def fetch_request(fetch_offset: int, *, replica_id: int | None = None, max_wait_ms: int = 0,
+                  max_bytes: int = FETCH_MAX_BYTES_DEFAULT) -> dict[str, Any]:
+    """Kafka's Fetch (v12) of ``__cluster_metadata``-0 from ``fetch_offset`` (the next offset
+    wanted), sessionless; ``replica_id`` None: a tool, not listed as an observer."""
+    return {"replica_id": -1 if replica_id is None else replica_id, "max_wait_ms": max_wait_ms, "min_bytes": 1,
+            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": METADATA_TOPIC, "partitions": [{
+                "partition": METADATA_PARTITION, "current_leader_epoch": -1, "fetch_offset": fetch_offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]}
+
+
+def fetched_partition(answer: dict[str, Any], address: str) -> dict[str, Any]:
+    """The ``__cluster_metadata``-0 partition of a Fetch answer; its error raised as a RaftkaError."""
+    if answer["error_code"] != errors.NONE:
+        raise errors.error_for(answer["error_code"], f"metadata Fetch from {address}")
+    partition = _only_partition(answer["responses"], "topic", "partitions", address)
+    if partition["error_code"] != errors.NONE:
+        raise errors.error_for(partition["error_code"], f"metadata Fetch from {address}")
+    return partition
+
+
+def fetched_entries(partition: dict[str, Any]) -> list[tuple[int, bytes]]:
+    """(offset, entry bytes) of a fetched partition's record batches (CRCs checked; see
+    service.fetch_metadata for how entries travel)."""
+    entries = []
+    for record in iter_records(partition["records"] or b""):
+        if record.value is None:
+            raise errors.CorruptMessageError(f"a metadata record without a value at offset {record.offset}")
+        entries.append((record.offset, record.value))
+    return entries
+
+
+async def fetch_entries(address: str, fetch_offset: int = 0, *, max_wait_ms: int = 0,
+                        timeout_ms: int = 5000) -> tuple[dict[str, Any], list[tuple[int, bytes]]]:
+    """One Fetch of the committed metadata log from the controller at ``address`` (tools, tests):
+    (the partition's answer, its entries). A fetch behind the log start has no entries and a
+    ``snapshot_id``; a MetadataFetcher goes on from there."""
+    host, _, port = address.rpartition(":")
+    connection = await Connection.open(host, int(port), client_id="raftka-tool", connect_timeout_ms=timeout_ms,
+                                       request_timeout_ms=timeout_ms, kafka_versions=KAFKA_VERSIONS)
+    try:
+        _, answer = await connection.request(ApiKey.FETCH, fetch_request(fetch_offset, max_wait_ms=max_wait_ms),
+                                             timeout_ms=timeout_ms)
+    finally:
+        await connection.close()
+    partition = fetched_partition(answer, address)
+    return partition, fetched_entries(partition)

@@ -20,8 +20,10 @@ and their sequences are tuples. Field meanings are Kafka's:
     MetadataImage          offset (last metadata record replayed), brokers, topics,
                            cluster_configs (cluster-wide overrides), next_producer_id
 
-Snapshots: ``image_to_bytes`` / ``image_from_bytes`` (msgpack); a restored image equals the
-original (``==``).
+Snapshots: ``image_to_bytes`` / ``image_from_bytes``: the image as the metadata records that
+rebuild it (Kafka's RegisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
+ProducerIdsRecord after a Raftka header carrying the offset; record_schemas.py); a restored image
+equals the original (``==``).
 Images, brokers and topics compare with ``==`` but are not hashable (their mappings are not);
 ``PartitionRegistration`` is.
 """
@@ -31,11 +33,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Iterator, Mapping
 
-import msgpack
+from raftka.raft_meta.metadata import record_schemas as schemas
 
 NO_LEADER = -1
-SNAPSHOT_VERSION = 1
 SNAPSHOT_BYTES_MAX = 512 * 1024 * 1024
+# Records one snapshot may hold: brokers, topics, their partitions and configs (a snapshot is
+# bounded by its bytes first; every record takes at least 4).
+SNAPSHOT_RECORDS_MAX = SNAPSHOT_BYTES_MAX // 4
 
 
 def frozen_map(values: Mapping | None = None) -> Mapping:
@@ -151,39 +155,103 @@ EMPTY_IMAGE = MetadataImage.EMPTY
 # -- snapshots ---------------------------------------------------------------------------------
 
 def image_to_bytes(image: MetadataImage) -> bytes:
-    """The image as msgpack (the metadata part of a Raft snapshot). Deterministic order."""
-    return msgpack.packb({
-        "v": SNAPSHOT_VERSION,
-        "offset": image.offset,
-        "brokers": [[b.broker_id, b.incarnation_id, b.broker_epoch, dict(b.endpoints), b.rack, b.fenced]
-                    for _, b in sorted(image.brokers.items())],
-        "topics": [[t.name, t.topic_id, {k: list(v) if isinstance(v, tuple) else v for k, v in t.configs.items()},
-                    [[list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
-                     for p in t.partitions]]
-                   for _, t in sorted(image.topics.items())],
-        "cluster_configs": {k: list(v) if isinstance(v, tuple) else v for k, v in image.cluster_configs.items()},
-        "next_producer_id": image.next_producer_id,
-    }, use_bin_type=True)
+    """The image as the records that rebuild it (a KRaft snapshot): a record sequence
+    (record_schemas.py) of a MetadataSnapshotHeaderRecord (the offset), then per broker a
+    RegisterBrokerRecord (with its epoch and fenced state), per topic a TopicRecord, its
+    PartitionRecords in partition order and a ConfigRecord of its overrides (when it has any),
+    then a ConfigRecord of the cluster's overrides (when any) and a ProducerIdsRecord (the next
+    producer id). Deterministic: brokers by id, topics by name."""
+    try:
+        return schemas.encode_records(_snapshot_records(image))
+    except schemas.FrameError as error:  # an image no replay could have built (a bug)
+        raise ValueError(f"metadata image offset {image.offset} cannot be snapshotted: {error}") from None
+
+
+def _snapshot_records(image: MetadataImage) -> Iterator[tuple[int, dict]]:
+    yield schemas.METADATA_SNAPSHOT_HEADER.api_key, {"offset": image.offset}
+    for _, b in sorted(image.brokers.items()):
+        yield schemas.REGISTER_BROKER.api_key, {
+            "broker_id": b.broker_id, "incarnation_id": b.incarnation_id, "broker_epoch": b.broker_epoch,
+            "end_points": _end_points(b), "rack": b.rack, "fenced": b.fenced}
+    partition_key = schemas.PARTITION.api_key
+    for _, t in sorted(image.topics.items()):
+        yield schemas.TOPIC.api_key, {"name": t.name, "topic_id": t.topic_id}
+        for index, p in enumerate(t.partitions):
+            yield partition_key, {
+                "partition_id": index, "topic_id": t.topic_id, "replicas": p.replicas, "isr": p.isr,
+                "leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch}
+        if t.configs:
+            yield schemas.CONFIG.api_key, {"resource_type": schemas.RESOURCE_TYPE_TOPIC, "resource_name": t.name,
+                                           "configs": schemas.config_entries(t.configs)}
+    if image.cluster_configs:
+        yield schemas.CONFIG.api_key, {"resource_type": schemas.RESOURCE_TYPE_BROKER, "resource_name": "",
+                                       "configs": schemas.config_entries(image.cluster_configs)}
+    yield schemas.PRODUCER_IDS.api_key, {"broker_id": -1, "next_producer_id": image.next_producer_id}
+
+
+def _end_points(broker: BrokerRegistration) -> list[dict]:
+    out = []
+    for name, address in broker.endpoints.items():
+        host, _, port = address.rpartition(":")
+        out.append({"name": name, "host": host, "port": int(port),
+                    "security_protocol": schemas.SECURITY_PROTOCOLS.get(name, 0)})
+    return out
 
 
 def image_from_bytes(data: bytes) -> MetadataImage:
-    """Inverse of ``image_to_bytes``; raises ValueError for bytes it did not write."""
+    """Replays a snapshot's records (``image_to_bytes``) into a fresh image; ValueError naming
+    the fault for bytes it did not write."""
+    if len(data) > SNAPSHOT_BYTES_MAX:
+        raise ValueError(f"metadata snapshot of {len(data)} bytes; at most {SNAPSHOT_BYTES_MAX}")
     try:
-        raw = msgpack.unpackb(data, raw=False, strict_map_key=False, max_bin_len=SNAPSHOT_BYTES_MAX)
-        if raw.get("v") != SNAPSHOT_VERSION:
-            raise ValueError(f"unknown metadata snapshot version {raw.get('v')!r}")
-        brokers = {
-            int(b[0]): BrokerRegistration(int(b[0]), str(b[1]), int(b[2]), frozen_map(b[3]), b[4], bool(b[5]))
-            for b in raw["brokers"]}
-        topics = {
-            str(t[0]): TopicImage(str(t[0]), str(t[1]), tuple(
-                PartitionRegistration(tuple(p[0]), tuple(p[1]), int(p[2]), int(p[3]), int(p[4])) for p in t[3]),
-                frozen_map(t[2]))
-            for t in raw["topics"]}
-        return MetadataImage(offset=int(raw["offset"]), brokers=MappingProxyType(brokers),
-                             topics=MappingProxyType(topics), cluster_configs=frozen_map(raw["cluster_configs"]),
-                             next_producer_id=int(raw["next_producer_id"]))
-    except ValueError:
-        raise
-    except Exception as error:  # msgpack errors, missing keys, wrong shapes
-        raise ValueError(f"undecodable metadata snapshot: {error!r}") from None
+        return _replay_snapshot(schemas.iter_sequence(data, SNAPSHOT_RECORDS_MAX))
+    except schemas.FrameError as error:
+        raise ValueError(f"undecodable metadata snapshot: {error}") from None
+
+
+def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
+    first = next(records, None)
+    if first is None or first[0] != schemas.METADATA_SNAPSHOT_HEADER.api_key:
+        raise schemas.FrameError("a metadata snapshot begins with a MetadataSnapshotHeaderRecord")
+    offset = first[1]["offset"]
+    brokers: dict[int, BrokerRegistration] = {}
+    topics: dict[str, tuple[str, list[PartitionRegistration], Mapping]] = {}  # by topic id
+    topic_ids: dict[str, str] = {}  # by name
+    cluster_configs: Mapping = _EMPTY_MAP
+    next_producer_id = 0
+    for api_key, body in records:
+        if api_key == schemas.PARTITION.api_key:
+            topic = topics.get(body["topic_id"])
+            if topic is None or body["partition_id"] != len(topic[1]):
+                raise schemas.FrameError(f"PartitionRecord {body['partition_id']} of topic id {body['topic_id']} "
+                                         "does not follow its topic's previous partition")
+            topic[1].append(PartitionRegistration(tuple(body["replicas"]), tuple(body["isr"]), body["leader"],
+                                                  body["leader_epoch"], body["partition_epoch"]))
+        elif api_key == schemas.REGISTER_BROKER.api_key:
+            broker_id = body["broker_id"]
+            brokers[broker_id] = BrokerRegistration(
+                broker_id, body["incarnation_id"], body["broker_epoch"],
+                frozen_map({e["name"]: f"{e['host']}:{e['port']}" for e in body["end_points"]}),
+                body["rack"], body["fenced"])
+        elif api_key == schemas.TOPIC.api_key:
+            topics[body["topic_id"]] = (body["name"], [], _EMPTY_MAP)
+            topic_ids[body["name"]] = body["topic_id"]
+        elif api_key == schemas.CONFIG.api_key:
+            configs = frozen_map(schemas.config_values(body["configs"]))
+            if body["resource_type"] == schemas.RESOURCE_TYPE_BROKER:
+                cluster_configs = configs
+            else:
+                topic_id = topic_ids.get(body["resource_name"])
+                if body["resource_type"] != schemas.RESOURCE_TYPE_TOPIC or topic_id is None:
+                    raise schemas.FrameError(f"ConfigRecord of resource type {body['resource_type']} "
+                                             f"{body['resource_name']!r} names no topic of the snapshot")
+                name, partitions, _ = topics[topic_id]
+                topics[topic_id] = (name, partitions, configs)
+        elif api_key == schemas.PRODUCER_IDS.api_key:
+            next_producer_id = body["next_producer_id"]
+        else:
+            raise schemas.FrameError(f"{schemas.RECORDS[api_key].name} does not belong in a metadata snapshot")
+    images = {name: TopicImage(name, topic_id, tuple(partitions), configs)
+              for topic_id, (name, partitions, configs) in topics.items()}
+    return MetadataImage(offset=offset, brokers=MappingProxyType(brokers), topics=MappingProxyType(images),
+                         cluster_configs=cluster_configs, next_producer_id=next_producer_id)

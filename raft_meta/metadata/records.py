@@ -1,54 +1,70 @@
 """Typed metadata records: what the active controller commits and every replica replays.
 
-One metadata-log entry (the payload after the envelope's ``b"M"``, see controller/state.py) is a
-msgpack array of records, replayed **atomically**: all of them or none (a broker fence and the
-leader moves it causes land together). Each record is a msgpack map with a ``"type"`` tag and
-the fields of its dataclass below. ``encode_entry([...])`` / ``decode_entry(bytes)``.
+One metadata-log entry (the payload after the envelope's ``b"M"``, see state.py) is a record
+sequence (record_schemas.py: a count, then each record framed as Kafka's metadata serde frames
+it) replayed **atomically**: all of them or none (a broker fence and the leader moves it causes
+land together). Each typed record below is one of Kafka's metadata records on the wire (its
+name, api key and fields; what Raftka adds travels in Raftka-tagged fields, listed in
+record_schemas.py). ``encode_entry([...])`` / ``decode_entry(bytes)``.
 
 Every record carries what makes it idempotent (pysyncobj fails in-flight commands on a leader
 change and callers retry, so the same record may be committed twice):
 
-    register_broker   {broker_id, incarnation_id, endpoints {listener: "host:port"}, rack}
-                      broker epoch = the record's offset; the same incarnation again is a no-op
-                      that answers the existing epoch. A (re-)registered broker starts fenced.
-    fence_broker      {broker_id, broker_epoch}    refused for another epoch; no-op when fenced
-    unfence_broker    {broker_id, broker_epoch}    refused for another epoch; no-op when unfenced
-    topic             {name, topic_id, partitions [[replica ids]], configs}
-                      creates the topic; leader = first replica, ISR = replicas, epochs 0.
-                      The same topic id again is a no-op; another id for a taken name is refused.
-    remove_topic      {name, topic_id}             no-op when that topic id is already gone
-    partition_change  {topic, topic_id, partition, expected_partition_epoch, leader, isr}
-                      leader / isr None = unchanged, leader -1 = offline. Refused unless the
-                      partition epoch is the expected one (so a retry is refused, not re-applied).
-                      A new leader bumps the leader epoch; every change bumps the partition epoch.
-    config            {resource_type "topic" | "cluster", resource_name, configs {k: v or None}}
-                      sets (None: deletes) overrides; re-applying gives the same configs.
-    producer_ids      {broker_id, broker_epoch, first_id, size}
-                      hands out [first_id, first_id + size); refused unless first_id is the next
-                      unassigned id (so a retried block is refused, never handed out twice).
+    RegisterBrokerRecord   {broker_id, incarnation_id, endpoints {listener: "host:port"}, rack}
+                           broker epoch = the record's offset; the same incarnation again is a
+                           no-op that answers the existing epoch. A (re-)registered broker starts
+                           fenced.
+    FenceBrokerRecord      {broker_id, broker_epoch}  refused for another epoch; no-op when fenced
+    UnfenceBrokerRecord    {broker_id, broker_epoch}  refused for another epoch; no-op when unfenced
+    UnregisterBrokerRecord {broker_id, broker_epoch}  removes the registration; refused for another
+                           epoch; no-op when already gone
+    TopicRecord            {name, topic_id, partitions [[replica ids]], configs}
+                           creates the topic; leader = first replica, ISR = replicas, epochs 0.
+                           The same topic id again is a no-op; another id for a taken name is
+                           refused.
+    RemoveTopicRecord      {name, topic_id}  no-op when that topic id is already gone
+    PartitionChangeRecord  {topic, topic_id, partition, expected_partition_epoch, leader, isr}
+                           leader / isr None = unchanged, leader -1 = offline. Refused unless the
+                           partition epoch is the expected one (so a retry is refused, not
+                           re-applied). A new leader bumps the leader epoch; every change bumps
+                           the partition epoch.
+    ConfigRecord           {resource_type "topic" | "cluster", resource_name, configs {k: v or None}}
+                           sets (None: deletes) overrides; re-applying gives the same configs.
+    ProducerIdsRecord      {broker_id, broker_epoch, first_id, size}
+                           hands out [first_id, first_id + size); refused unless first_id is the
+                           next unassigned id (so a retried block is refused, never handed out
+                           twice).
+
+Topic and incarnation ids are Kafka's uuids, spelled as 32 lowercase hex digits. A config value is
+None, a str, bool, int, finite float or a list of non-empty strings without commas (what Kafka's
+string forms carry back exactly; record_schemas.py).
 
 No record carries a time: nothing in the image depends on one. Decisions that need a clock
 (fencing a silent broker) are taken by the active controller and committed as records.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Sequence
 
-import msgpack
-
 from raftka.common import errors
+from raftka.raft_meta.metadata import record_schemas as schemas
+from raftka.raft_meta.metadata.record_schemas import FrameError
 
 ENTRY_BYTES_MAX = 1_048_576  # the Raft layer's RECORD_BYTES_MAX
 RECORDS_PER_ENTRY_MAX = 20_000
 PRODUCER_ID_BLOCK_SIZE_MAX = 1_000_000
 RESOURCE_TOPIC = "topic"
 RESOURCE_CLUSTER = "cluster"
+_RESOURCE_TYPES = {RESOURCE_TOPIC: schemas.RESOURCE_TYPE_TOPIC, RESOURCE_CLUSTER: schemas.RESOURCE_TYPE_BROKER}
+_RESOURCE_NAMES = {code: name for name, code in _RESOURCE_TYPES.items()}
+_LEADER_UNCHANGED = -2  # Kafka's PartitionChangeRecord.Leader default
+_HEX = frozenset("0123456789abcdef")
 
 
 class MetadataRecordError(Exception):
-    """A record that cannot be decoded or replayed; carries a wire error code and a message."""
+    """A record that cannot be encoded, decoded or replayed; carries a wire error code and a message."""
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -63,153 +79,152 @@ def _bad(message: str) -> MetadataRecordError:
     return MetadataRecordError(errors.INVALID_REQUEST, message)
 
 
-# -- field checkers: bad shapes become MetadataRecordError, never TypeError/KeyError -----------
-
-def _int(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad(f"field {name!r} must be an integer, got {type(value).__name__}")
+def _uuid(value: Any, what: str) -> str:
+    """``value`` when it is a uuid as Raftka spells one (the codec reads back lowercase hex)."""
+    if value.__class__ is not str or len(value) != 32 or not _HEX.issuperset(value):
+        raise _bad(f"{what} must be a uuid (32 lowercase hex digits), got {value!r:.40}")
     return value
 
 
-def _str(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise _bad(f"field {name!r} must be a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_str(value: Any, name: str) -> str | None:
-    return None if value is None else _str(value, name)
-
-
-def _opt_int(value: Any, name: str) -> int | None:
-    return None if value is None else _int(value, name)
-
-
-def _ids(value: Any, name: str) -> tuple[int, ...]:
-    if not isinstance(value, (list, tuple)):
-        raise _bad(f"field {name!r} must be a list of broker ids")
-    return tuple(_int(v, name) for v in value)
-
-
-def _opt_ids(value: Any, name: str) -> tuple[int, ...] | None:
-    return None if value is None else _ids(value, name)
-
-
-def _str_map(value: Any, name: str) -> Mapping[str, str]:
-    if not isinstance(value, Mapping):
-        raise _bad(f"field {name!r} must be a map")
-    return MappingProxyType({_str(k, name): _str(v, name) for k, v in value.items()})
-
-
-def _config_map(value: Any, name: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _bad(f"field {name!r} must be a map")
-    out = {}
-    for key, item in value.items():
-        if item is not None and not isinstance(item, (str, int, float, bool, list)):
-            raise _bad(f"config {key!r} has a value of type {type(item).__name__}")
-        out[_str(key, name)] = tuple(item) if isinstance(item, list) else item
-    return MappingProxyType(out)
-
-
-def _assignment(value: Any, name: str) -> tuple[tuple[int, ...], ...]:
-    if not isinstance(value, (list, tuple)):
-        raise _bad(f"field {name!r} must be a list of replica lists")
-    return tuple(_ids(v, name) for v in value)
-
-
-def _plain(value: Any) -> Any:
-    """Record field -> msgpack-friendly value."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
+def _end_points(endpoints: Mapping[str, str], broker_id: int) -> list[dict]:
+    """{listener: "host:port"} as Kafka's BrokerEndpoint bodies."""
+    out = []
+    for name, address in endpoints.items():
+        host, _, port = address.rpartition(":") if address.__class__ is str else ("", "", "")
+        if not host or not port.isdigit() or str(int(port)) != port or int(port) > 65535:
+            raise _bad(f"broker {broker_id}: endpoint {name!r} must be host:port, got {address!r:.60}")
+        out.append({"name": name, "host": host, "port": int(port),
+                    "security_protocol": schemas.SECURITY_PROTOCOLS.get(name, 0)})
+    return out
 
 
 class MetadataRecord:
-    """Base of the typed records: ``TYPE`` tag, ``to_map()``, ``from_map()``."""
+    """Base of the typed records: ``SCHEMA`` (its declaration), ``to_body()``, ``from_body()``."""
 
-    TYPE: ClassVar[str] = ""
-    _CHECKS: ClassVar[dict[str, Any]] = {}
+    SCHEMA: ClassVar[Any] = None
 
-    def to_map(self) -> dict:
-        out = {"type": self.TYPE}
-        for f in fields(self):  # type: ignore[arg-type]
-            out[f.name] = _plain(getattr(self, f.name))
-        return out
+    def to_body(self) -> dict:
+        """The record's body in its declaration's shape; MetadataRecordError for a value it cannot carry."""
+        raise NotImplementedError
 
     @classmethod
-    def from_map(cls, raw: Mapping) -> "MetadataRecord":
-        kwargs = {}
-        for name, check in cls._CHECKS.items():
-            if name not in raw:
-                raise _bad(f"{cls.TYPE} record is missing field {name!r}")
-            kwargs[name] = check(raw[name], name)
-        return cls(**kwargs)
+    def from_body(cls, body: dict) -> "MetadataRecord":
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class RegisterBrokerRecord(MetadataRecord):
     """A broker (re-)registers; its broker epoch is this record's offset."""
 
-    TYPE: ClassVar[str] = "register_broker"
-    _CHECKS: ClassVar[dict] = {"broker_id": _int, "incarnation_id": _str, "endpoints": _str_map, "rack": _opt_str}
+    SCHEMA: ClassVar[Any] = schemas.REGISTER_BROKER
     broker_id: int
     incarnation_id: str
     endpoints: Mapping[str, str]
     rack: str | None = None
+
+    def to_body(self) -> dict:
+        return {"broker_id": self.broker_id, "incarnation_id": _uuid(self.incarnation_id, "incarnation_id"),
+                "broker_epoch": -1, "end_points": _end_points(self.endpoints, self.broker_id), "rack": self.rack}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "RegisterBrokerRecord":
+        endpoints = MappingProxyType({e["name"]: f"{e['host']}:{e['port']}" for e in body["end_points"]})
+        return cls(body["broker_id"], body["incarnation_id"], endpoints, body["rack"])
 
 
 @dataclass(frozen=True)
 class FenceBrokerRecord(MetadataRecord):
     """The broker may no longer lead or be in an ISR (leader moves come in the same entry)."""
 
-    TYPE: ClassVar[str] = "fence_broker"
-    _CHECKS: ClassVar[dict] = {"broker_id": _int, "broker_epoch": _int}
+    SCHEMA: ClassVar[Any] = schemas.FENCE_BROKER
     broker_id: int
     broker_epoch: int
+
+    def to_body(self) -> dict:
+        return {"id": self.broker_id, "epoch": self.broker_epoch}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "FenceBrokerRecord":
+        return cls(body["id"], body["epoch"])
 
 
 @dataclass(frozen=True)
 class UnfenceBrokerRecord(MetadataRecord):
     """The broker caught up and may lead and join ISRs again."""
 
-    TYPE: ClassVar[str] = "unfence_broker"
-    _CHECKS: ClassVar[dict] = {"broker_id": _int, "broker_epoch": _int}
+    SCHEMA: ClassVar[Any] = schemas.UNFENCE_BROKER
     broker_id: int
     broker_epoch: int
+
+    def to_body(self) -> dict:
+        return {"id": self.broker_id, "epoch": self.broker_epoch}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "UnfenceBrokerRecord":
+        return cls(body["id"], body["epoch"])
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerRecord(MetadataRecord):
+    """The broker's registration is removed (its leaderships and ISR places move in the same entry)."""
+
+    SCHEMA: ClassVar[Any] = schemas.UNREGISTER_BROKER
+    broker_id: int
+    broker_epoch: int
+
+    def to_body(self) -> dict:
+        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "UnregisterBrokerRecord":
+        return cls(body["broker_id"], body["broker_epoch"])
 
 
 @dataclass(frozen=True)
 class TopicRecord(MetadataRecord):
     """A topic is created with these replica lists (leader = first replica, ISR = replicas)."""
 
-    TYPE: ClassVar[str] = "topic"
-    _CHECKS: ClassVar[dict] = {"name": _str, "topic_id": _str, "partitions": _assignment, "configs": _config_map}
+    SCHEMA: ClassVar[Any] = schemas.TOPIC
     name: str
     topic_id: str
     partitions: tuple[tuple[int, ...], ...]
     configs: Mapping[str, Any]
+
+    def to_body(self) -> dict:
+        return {"name": self.name, "topic_id": _uuid(self.topic_id, f"topic {self.name!r}: topic_id"),
+                "partitions": [{"replicas": replicas} for replicas in self.partitions],
+                "configs": _config_entries(self.configs)}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "TopicRecord":
+        partitions = body.get("partitions")
+        if partitions is None:
+            raise _bad(f"TopicRecord of {body['name']!r} has no partitions (a snapshot's record, not a log entry's)")
+        return cls(body["name"], body["topic_id"], tuple(tuple(p["replicas"]) for p in partitions),
+                   _config_values(body["configs"]))
 
 
 @dataclass(frozen=True)
 class RemoveTopicRecord(MetadataRecord):
     """A topic (this topic id) is deleted."""
 
-    TYPE: ClassVar[str] = "remove_topic"
-    _CHECKS: ClassVar[dict] = {"name": _str, "topic_id": _str}
+    SCHEMA: ClassVar[Any] = schemas.REMOVE_TOPIC
     name: str
     topic_id: str
+
+    def to_body(self) -> dict:
+        return {"topic_id": _uuid(self.topic_id, f"topic {self.name!r}: topic_id"), "topic_name": self.name}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "RemoveTopicRecord":
+        return cls(_required(body, "topic_name"), body["topic_id"])
 
 
 @dataclass(frozen=True)
 class PartitionChangeRecord(MetadataRecord):
     """A partition's leader and/or ISR change, if its partition epoch is still the expected one."""
 
-    TYPE: ClassVar[str] = "partition_change"
-    _CHECKS: ClassVar[dict] = {"topic": _str, "topic_id": _str, "partition": _int,
-                               "expected_partition_epoch": _int, "leader": _opt_int, "isr": _opt_ids}
+    SCHEMA: ClassVar[Any] = schemas.PARTITION_CHANGE
     topic: str
     topic_id: str
     partition: int
@@ -217,62 +232,130 @@ class PartitionChangeRecord(MetadataRecord):
     leader: int | None = None  # None: unchanged; -1: no leader (offline)
     isr: tuple[int, ...] | None = None  # None: unchanged
 
+    def to_body(self) -> dict:
+        if self.leader is not None and self.leader < -1:
+            raise _bad(f"partition {self.topic}-{self.partition}: leader must be a broker id or -1, got {self.leader}")
+        return {"partition_id": self.partition,
+                "topic_id": _uuid(self.topic_id, f"partition {self.topic}-{self.partition}: topic_id"),
+                "isr": self.isr, "leader": _LEADER_UNCHANGED if self.leader is None else self.leader,
+                "topic_name": self.topic, "expected_partition_epoch": self.expected_partition_epoch}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "PartitionChangeRecord":
+        leader, isr = body["leader"], body["isr"]
+        return cls(_required(body, "topic_name"), body["topic_id"], body["partition_id"],
+                   _required(body, "expected_partition_epoch"),
+                   None if leader == _LEADER_UNCHANGED else leader, None if isr is None else tuple(isr))
+
 
 @dataclass(frozen=True)
 class ConfigRecord(MetadataRecord):
     """Config overrides of a topic or of the cluster are set (None: removed)."""
 
-    TYPE: ClassVar[str] = "config"
-    _CHECKS: ClassVar[dict] = {"resource_type": _str, "resource_name": _str, "configs": _config_map}
+    SCHEMA: ClassVar[Any] = schemas.CONFIG
     resource_type: str  # "topic" or "cluster"
     resource_name: str  # the topic name; "" for the cluster
     configs: Mapping[str, Any]  # value None deletes the override
+
+    def to_body(self) -> dict:
+        code = _RESOURCE_TYPES.get(self.resource_type)
+        if code is None:
+            raise _bad(f"config resource type must be {RESOURCE_TOPIC!r} or {RESOURCE_CLUSTER!r}, "
+                       f"got {self.resource_type!r}")
+        return {"resource_type": code, "resource_name": self.resource_name,
+                "configs": _config_entries(self.configs)}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "ConfigRecord":
+        name = _RESOURCE_NAMES.get(body["resource_type"])
+        if name is None:
+            raise _bad(f"ConfigRecord: resource type {body['resource_type']} is not a topic (2) or broker (4)")
+        return cls(name, body["resource_name"], _config_values(body["configs"]))
 
 
 @dataclass(frozen=True)
 class ProducerIdsRecord(MetadataRecord):
     """A block of producer ids [first_id, first_id + size) is handed out."""
 
-    TYPE: ClassVar[str] = "producer_ids"
-    _CHECKS: ClassVar[dict] = {"broker_id": _int, "broker_epoch": _int, "first_id": _int, "size": _int}
+    SCHEMA: ClassVar[Any] = schemas.PRODUCER_IDS
     broker_id: int  # who asked (a broker, or the controller's own node id)
     broker_epoch: int  # -1 for the controller's own block
     first_id: int
     size: int
 
+    def to_body(self) -> dict:
+        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
+                "next_producer_id": self.first_id + self.size, "first_producer_id": self.first_id}
 
-RECORD_TYPES: Mapping[str, type[MetadataRecord]] = MappingProxyType({
-    cls.TYPE: cls for cls in (RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord, TopicRecord,
-                              RemoveTopicRecord, PartitionChangeRecord, ConfigRecord, ProducerIdsRecord)})
+    @classmethod
+    def from_body(cls, body: dict) -> "ProducerIdsRecord":
+        first = _required(body, "first_producer_id")
+        return cls(body["broker_id"], body["broker_epoch"], first, body["next_producer_id"] - first)
 
 
-def record_from_map(raw: Any) -> MetadataRecord:
-    """A typed record from its msgpack map; MetadataRecordError for unknown types or bad fields."""
-    if not isinstance(raw, Mapping):
-        raise _bad(f"a metadata record must be a map, got {type(raw).__name__}")
-    kind = raw.get("type")
-    cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise _bad(f"unknown metadata record type {kind!r}")
-    return cls.from_map(raw)
+def _required(body: dict, name: str) -> Any:
+    """A Raftka-tagged field a log record must carry (the codec leaves an absent tag out)."""
+    if name not in body:
+        raise _bad(f"metadata record is missing its Raftka field {name!r}")
+    return body[name]
+
+
+def _config_entries(configs: Mapping[str, Any]) -> list[dict]:
+    try:
+        return schemas.config_entries(configs)
+    except FrameError as error:
+        raise _bad(str(error)) from None
+
+
+def _config_values(entries: list[dict]) -> Mapping[str, Any]:
+    try:
+        return MappingProxyType(schemas.config_values(entries))
+    except FrameError as error:
+        raise _bad(str(error)) from None
+
+
+# Records a log entry may hold, by api key (a snapshot's PartitionRecord and the controller's own
+# records are not among them).
+RECORD_TYPES: Mapping[int, type[MetadataRecord]] = MappingProxyType({
+    cls.SCHEMA.api_key: cls for cls in (RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord,
+                                        UnregisterBrokerRecord, TopicRecord, RemoveTopicRecord,
+                                        PartitionChangeRecord, ConfigRecord, ProducerIdsRecord)})
 
 
 def encode_entry(records: Sequence[MetadataRecord]) -> bytes:
-    """One metadata-log entry (replayed atomically) holding ``records``."""
+    """One metadata-log entry (replayed atomically) holding ``records``; MetadataRecordError for a
+    record the declarations cannot carry or an entry beyond the limits."""
     assert records, "an entry holds at least one record"
-    return msgpack.packb([r.to_map() for r in records], use_bin_type=True)
+    if len(records) > RECORDS_PER_ENTRY_MAX:
+        raise _bad(f"{len(records)} records in one entry; at most {RECORDS_PER_ENTRY_MAX}")
+    bodies = []
+    for record in records:
+        try:
+            bodies.append((record.SCHEMA.api_key, record.to_body()))
+        except (AttributeError, TypeError) as error:  # a field of a type the record never holds
+            raise _bad(f"unencodable metadata record {record!r:.200}: {error}") from None
+    try:
+        payload = schemas.encode_records(bodies)
+    except FrameError as error:
+        raise _bad(f"unencodable metadata record: {error}") from None
+    if len(payload) > ENTRY_BYTES_MAX:
+        raise _bad(f"metadata entry of {len(payload)} bytes; at most {ENTRY_BYTES_MAX}")
+    return payload
 
 
 def decode_entry(payload: bytes) -> list[MetadataRecord]:
     """The records of one entry; MetadataRecordError for anything ``encode_entry`` did not write."""
     if len(payload) > ENTRY_BYTES_MAX:
         raise _bad(f"metadata entry of {len(payload)} bytes; at most {ENTRY_BYTES_MAX}")
+    out: list[MetadataRecord] = []
     try:
-        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except Exception as error:
-        raise _bad(f"undecodable metadata entry: {error!r}") from None
-    if not isinstance(raw, list) or not raw:
-        raise _bad("a metadata entry must be a non-empty array of records")
-    if len(raw) > RECORDS_PER_ENTRY_MAX:
-        raise _bad(f"{len(raw)} records in one entry; at most {RECORDS_PER_ENTRY_MAX}")
-    return [record_from_map(item) for item in raw]
+        for api_key, body in schemas.iter_sequence(payload, RECORDS_PER_ENTRY_MAX):
+            cls = RECORD_TYPES.get(api_key)
+            if cls is None:
+                raise _bad(f"record {len(out)}: {schemas.RECORDS[api_key].name} is not a metadata-log record")
+            out.append(cls.from_body(body))
+    except FrameError as error:
+        raise _bad(f"undecodable metadata entry: {error}") from None
+    if not out:
+        raise _bad("a metadata entry holds at least one record")
+    return out

@@ -5,17 +5,20 @@ Every Raft record of the controller quorum is one byte of kind, then its payload
     b"M" + metadata entry    typed metadata records (raft_meta/metadata/records.py
                              ``encode_entry`` bytes), replayed atomically into the metadata image
                              by the metadata state machine (``MetadataLoader``)
-    b"C" + msgpack [node_id, host, port]
-                             a controller announces its RPC endpoint (so that a non-active
-                             controller can answer NOT_CONTROLLER with the active one's endpoint,
-                             and `raftka quorum status` can show every voter's endpoint)
+    b"C" + ControllerEndpointRecord
+                             one framed record (record_schemas.py: Raftka api key 10000,
+                             {node_id, host, port}): a controller announces its RPC endpoint
+                             (so that a non-active controller can answer NOT_CONTROLLER with the
+                             active one's endpoint, and `raftka quorum status` can show every
+                             voter's endpoint)
 
 Unknown kinds and undecodable payloads are skipped, deterministically on every node (apply never
 raises: an exception would be swallowed on one node and not another). The Raft index of the
 last applied record is the **metadata offset** (what BrokerHeartbeat reports as caught up).
 
-Snapshot bytes: msgpack map {"v": 1, "controllers": {id: [host, port]}, "offset": int,
-"metadata": bytes (the metadata state machine's own snapshot)}.
+Snapshot bytes: one framed ControllerSnapshotRecord (record_schemas.py: Raftka api key 10002)
+{offset, controllers [{node_id, host, port}], metadata (the metadata state machine's own
+snapshot bytes)}.
 
 Threads: ``apply``/``snapshot``/``restore`` run on pysyncobj's tick thread (see raft.py).
 Listeners registered with ``add_listener`` run there too and must hand work to their own loop.
@@ -29,13 +32,12 @@ import logging
 import threading
 from typing import Any, Callable, Protocol
 
-import msgpack
+from raftka.raft_meta.metadata import record_schemas as schemas
 
 log = logging.getLogger(__name__)
 
 KIND_METADATA = b"M"
 KIND_CONTROLLER = b"C"
-SNAPSHOT_VERSION = 1
 SNAPSHOT_BYTES_MAX = 512 * 1024 * 1024
 # Recent committed records kept in memory for metadata fetches; older offsets get a snapshot.
 RECENT_RECORDS_MAX = 50_000
@@ -53,7 +55,10 @@ class MetadataMachine(Protocol):
 
 
 def controller_record(node_id: int, host: str, port: int) -> bytes:
-    return KIND_CONTROLLER + msgpack.packb([node_id, host, port], use_bin_type=True)
+    """The b"C" record of a controller's RPC endpoint; ValueError for a host or port the
+    declaration cannot carry."""
+    return KIND_CONTROLLER + schemas.encode_frame(schemas.CONTROLLER_ENDPOINT.api_key,
+                                                  {"node_id": node_id, "host": host, "port": port})
 
 
 def metadata_record(encoded: bytes) -> bytes:
@@ -108,10 +113,12 @@ class ControllerStateMachine:
             result = self.metadata.apply(payload, index)
         elif kind == KIND_CONTROLLER:
             try:
-                node_id, host, port = msgpack.unpackb(payload, raw=False)
-                self.controllers[int(node_id)] = (str(host), int(port))
-            except Exception:
-                log.warning("skipping undecodable controller record at offset %d", index)
+                api_key, body = schemas.decode_frame(memoryview(payload))
+                if api_key != schemas.CONTROLLER_ENDPOINT.api_key:
+                    raise schemas.FrameError(f"{schemas.RECORDS[api_key].name} is not a controller endpoint")
+                self.controllers[body["node_id"]] = (body["host"], body["port"])
+            except schemas.FrameError as error:
+                log.warning("skipping undecodable controller record at offset %d: %s", index, error)
         else:
             log.warning("skipping record of unknown kind %r at offset %d", kind, index)
         return result
@@ -137,27 +144,26 @@ class ControllerStateMachine:
             return self._snapshot_locked()
 
     def _snapshot_locked(self) -> bytes:
-        return msgpack.packb({
-            "v": SNAPSHOT_VERSION,
-            "controllers": {node_id: list(ep) for node_id, ep in self.controllers.items()},
+        return schemas.encode_frame(schemas.CONTROLLER_SNAPSHOT.api_key, {
             "offset": self.offset,
+            "controllers": [{"node_id": node_id, "host": host, "port": port}
+                            for node_id, (host, port) in sorted(self.controllers.items())],
             "metadata": self.metadata.snapshot(),
-        }, use_bin_type=True)
+        })
 
     def restore(self, snapshot: bytes) -> None:
         """Replace the whole state with a snapshot's. ValueError (and no change) for bytes that
         are not a snapshot this module wrote."""
+        if len(snapshot) > SNAPSHOT_BYTES_MAX:
+            raise ValueError(f"controller snapshot of {len(snapshot)} bytes; at most {SNAPSHOT_BYTES_MAX}")
         try:
-            data = msgpack.unpackb(snapshot, raw=False, strict_map_key=False, max_bin_len=SNAPSHOT_BYTES_MAX)
-            if not isinstance(data, dict) or data.get("v") != SNAPSHOT_VERSION:
-                raise ValueError(f"unknown snapshot version {data.get('v') if isinstance(data, dict) else None!r}")
-            controllers = {int(k): (str(v[0]), int(v[1])) for k, v in data["controllers"].items()}
-            offset = int(data["offset"])
-            metadata = data["metadata"]
-        except ValueError:
-            raise
-        except Exception as error:
-            raise ValueError(f"undecodable controller snapshot: {error!r}") from None
+            api_key, data = schemas.decode_frame(memoryview(snapshot))
+        except schemas.FrameError as error:
+            raise ValueError(f"undecodable controller snapshot: {error}") from None
+        if api_key != schemas.CONTROLLER_SNAPSHOT.api_key:
+            raise ValueError(f"undecodable controller snapshot: it holds a {schemas.RECORDS[api_key].name}")
+        controllers = {c["node_id"]: (c["host"], c["port"]) for c in data["controllers"]}
+        offset, metadata = data["offset"], data["metadata"]
         with self.apply_lock:
             self.metadata.restore(metadata)  # first: it raises before anything changed
             self.controllers = controllers

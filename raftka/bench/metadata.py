@@ -78,7 +78,7 @@ class _Heartbeats:
         for broker_id in ids:
             # Port 9 (discard) on loopback: nothing listens, so nobody can fetch from these brokers.
             out = _ok(cluster, 62, {"broker_id": broker_id, "incarnation_id": uuid.uuid4().hex,
-                                    "listeners": {"PLAINTEXT": "127.0.0.1:9"}})
+                                    "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9}]})
             self.epochs[broker_id] = out["broker_epoch"]
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
@@ -261,7 +261,8 @@ def _broker_phase(args: argparse.Namespace) -> dict[str, Any]:
             # as brokers, one partition has exactly the two stand-ins as replicas.
             topic = "leader-moves"
             _ok(cluster, 19, {"topics": [{"name": topic, "num_partitions": len(live), "replication_factor": 2}]})
-            parts = _ok(cluster, 3, {"topics": [topic]})["topics"][0]["partitions"]
+            described = _ok(cluster, 3, {"topics": [topic]})["topics"][0]
+            topic_id, parts = described["topic_id"], described["partitions"]
             index = next(i for i, p in enumerate(parts) if set(p["replica_nodes"]) == set(stand_ins))
             active = cluster.wait_for_leader(timeout_s=30, among=cluster.controller_ids)
             addresses = {f"broker-{b}": cluster.broker_address(b) for b in cluster.broker_ids}
@@ -287,9 +288,14 @@ def _broker_phase(args: argparse.Namespace) -> dict[str, Any]:
                         wait_until(lambda: not next(b for b in _ok(cluster, 3, {})["brokers"]
                                                     if b["node_id"] == preferred)["fenced"], 10,
                                    what="stand-in unfenced")
-                        _ok(cluster, 56, {"broker_id": other, "broker_epoch": beats.epochs[other], "topic": topic,
-                                          "partition": index, "leader_epoch": p["leader_epoch"],
-                                          "partition_epoch": p["partition_epoch"], "new_isr": [other, preferred]})
+                        isr = [{"broker_id": b, "broker_epoch": beats.epochs[b]} for b in (other, preferred)]
+                        out = _ok(cluster, 56, {"broker_id": other, "broker_epoch": beats.epochs[other], "topics": [{
+                            "topic_id": topic_id, "partitions": [{
+                                "partition_index": index, "leader_epoch": p["leader_epoch"],
+                                "partition_epoch": p["partition_epoch"], "new_isr_with_epochs": isr}]}]})
+                        code = out["topics"][0]["partitions"][0]["error_code"]
+                        if code != errors.NONE:
+                            raise errors.error_for(code, f"AlterPartition of {topic}-{index} refused")
                         seen = watch.wait_epoch(brokers + ["controller"], p["leader_epoch"] + 1)
                     else:
                         time.sleep(0.05)  # an election in progress

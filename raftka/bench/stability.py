@@ -77,8 +77,8 @@ class _Watch:
                 status = self.cluster.describe_quorum(node_id, timeout_s=DESCRIBE_TIMEOUT_S)
             except Exception:  # a controller too slow to answer is noted by the others' terms
                 continue
-            terms.append(int(status.get("term", 0)))
-            if status.get("role") == "leader" and status.get("active"):
+            terms.append(int(status["leader_epoch"]))  # the Raft term
+            if status["active"]:
                 leaders.append(node_id)
         at = round(time.monotonic() - self.started, 1)
         with self.lock:

@@ -302,7 +302,7 @@ class ControllerCluster:
                 status = self.describe_quorum(node_id, timeout_s=2.0)
             except Exception:
                 continue
-            if status.get("role") == "leader" and status.get("active"):
+            if status["active"]:  # the active controller answers DescribeQuorum without an error
                 return node_id
         return None
 
@@ -696,7 +696,7 @@ class Cluster(ControllerCluster):
                 if alive and not paused:
                     try:
                         quorum = self.describe_quorum(node_id, timeout_s=timeout_s)
-                        role = "leader" if quorum.get("role") == "leader" and quorum.get("active") else "follower"
+                        role = "leader" if quorum["active"] else "follower"
                     except Exception:
                         role = "unknown"
                 row["quorum_role"] = role

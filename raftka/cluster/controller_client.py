@@ -1,21 +1,91 @@
-"""Blocking helpers to talk to controllers from tools, tests and the cluster API."""
+"""Blocking helpers to talk to controllers from tools, tests and the cluster API.
+
+The broker-controller APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition,
+UnregisterBroker, AllocateProducerIds, DescribeQuorum) go in Kafka's protocol at the versions
+in ``KAFKA_VERSIONS``; their answers are Kafka's bodies, and the code returned with one is its
+whole-request error (common/messages/controller.py ``answer_error``). Other APIs go as msgpack.
+"""
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from typing import Any, Final
 
 from raftka.common import errors
+from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
+from raftka.common.messages.controller import (
+    DESCRIBE_QUORUM_BODY, NEWEST_VERSIONS, answer_error, node_listener, quorum_partition,
+)
 
-API_DESCRIBE_QUORUM = 55
+KAFKA_VERSIONS: Final[dict[int, int]] = {
+    **NEWEST_VERSIONS,
+    # the admin APIs a broker forwards, at the versions it forwards them (broker/controller_channel.py)
+    ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 6, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2,
+}
+RAFT_LISTENER: Final = "RAFT"  # the listener name under which DescribeQuorum's nodes list the Raft port
+CLIENT_ID: Final = "raftka-tool"
+
+
+async def _call(address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
+    from raftka.common.transport import Connection
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_ms / 1000
+    connection = await Connection.open(host, int(port), client_id=CLIENT_ID, connect_timeout_ms=timeout_ms,
+                                       max_in_flight_requests=1, kafka_versions=KAFKA_VERSIONS)
+    try:
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        code, out = await connection.request(api_key, body, timeout_ms=left_ms)
+    finally:
+        await connection.close()
+    return (answer_error(out) if api_key in KAFKA_VERSIONS else code), out
+
+
+def call_controller(address: str, api_key: int, body: Any, *, timeout_ms: int = 5000) -> tuple[int, Any]:
+    """One request to the controller at ``address`` on a fresh connection: (error_code, body).
+    Network failures raise typed, retriable errors."""
+    return asyncio.run(_call(address, api_key, body, timeout_ms))
 
 
 def describe_quorum(address: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
-    """One controller's DescribeQuorum answer (its own view of the quorum)."""
-    from raftka.common.transport import call_sync
-    code, body = call_sync(address, API_DESCRIBE_QUORUM, {}, timeout_ms=int(timeout_s * 1000))
+    """One controller's DescribeQuorum (v2) answer, read by :func:`quorum_view`."""
+    code, answer = call_controller(address, ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_BODY,
+                                   timeout_ms=int(timeout_s * 1000))
     if code != errors.NONE:
-        raise errors.error_for(code, (body or {}).get("error_message"))
-    return body
+        raise errors.error_for(code, (answer or {}).get("error_message") or f"DescribeQuorum to {address} refused")
+    return quorum_view(answer)
+
+
+def quorum_view(answer: dict) -> dict[str, Any]:
+    """What a DescribeQuorum v2 answer says, flattened for tools:
+
+    ``active`` (the answering controller is the active one: its partition has no error; any
+    other answers NOT_LEADER_OR_FOLLOWER with its own view), ``leader_id`` (-1: none known),
+    ``leader_epoch`` (the Raft term), ``high_watermark`` (the commit index), ``leader_endpoint``
+    (the leader's CONTROLLER listener, or None), ``voters`` [{node_id, endpoint, raft_address,
+    log_end_offset (None: unknown, which it is except on the active controller), lag (leader's
+    log end offset - the voter's, or None)}] and ``observers`` (brokers following the metadata
+    log) [{replica_id, log_end_offset, lag (high watermark - its fetch offset),
+    last_fetch_timestamp (ms since the epoch)}].
+    """
+    partition = quorum_partition(answer)
+    if partition is None:
+        raise errors.UnknownServerError("the DescribeQuorum answer does not describe __cluster_metadata-0")
+    leader, high_watermark = partition["leader_id"], partition["high_watermark"]
+    ends = {v["replica_id"]: (v["log_end_offset"] if v["log_end_offset"] >= 0 else None)
+            for v in partition["current_voters"]}
+    leader_end = ends.get(leader)
+    voters = [{"node_id": node_id, "endpoint": node_listener(answer, node_id),
+               "raft_address": node_listener(answer, node_id, RAFT_LISTENER), "log_end_offset": end,
+               "lag": leader_end - end if leader_end is not None and end is not None else None}
+              for node_id, end in ends.items()]
+    observers = [{"replica_id": o["replica_id"], "log_end_offset": o["log_end_offset"],
+                  "lag": max(0, high_watermark - o["log_end_offset"]),
+                  "last_fetch_timestamp": o["last_fetch_timestamp"]} for o in partition["observers"]]
+    return {"active": partition["error_code"] == errors.NONE, "error_message": partition.get("error_message"),
+            "leader_id": leader, "leader_epoch": partition["leader_epoch"], "high_watermark": high_watermark,
+            "leader_endpoint": node_listener(answer, leader) if leader >= 0 else None,
+            "voters": voters, "observers": observers}
 
 
 def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: float = 10.0,
@@ -23,10 +93,10 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
     """Send a request to the active controller, following NOT_CONTROLLER answers.
 
     ``bootstrap`` is "host:port,..." of controllers' RPC listeners. Returns (error_code, body) of
-    the active controller's answer, or of the last answer when every attempt failed.
+    the active controller's answer, or of the last answer when every attempt failed. A msgpack
+    NOT_CONTROLLER names the active controller's endpoint; after a Kafka one, the controller
+    that refused is asked for DescribeQuorum, whose ``nodes`` give the leader's listener.
     """
-    import time
-    from raftka.common.transport import call_sync
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     deadline = time.monotonic() + timeout_s
     last: tuple[int, Any] = (errors.NOT_CONTROLLER, {"error_message": "no controller answered"})
@@ -38,7 +108,7 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
         if remaining_ms <= 0:
             break
         try:
-            code, out = call_sync(address, api_key, body, timeout_ms=min(remaining_ms, 5000))
+            code, out = call_controller(address, api_key, body, timeout_ms=min(remaining_ms, 5000))
         except RaftkaError as error:
             last = (error.code, {"error_message": error.message})
             time.sleep(0.05)
@@ -46,7 +116,12 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
         if code != errors.NOT_CONTROLLER:
             return code, out
         last = (code, out)
-        target = (out or {}).get("controller_endpoint")
+        target = (out or {}).get("controller_endpoint") if isinstance(out, dict) else None
+        if target is None and api_key in KAFKA_VERSIONS:
+            try:
+                target = describe_quorum(address, timeout_s=min(remaining_ms, 5000) / 1000)["leader_endpoint"]
+            except RaftkaError:
+                target = None
         if not target:
             time.sleep(0.1)
     return last

@@ -1,14 +1,18 @@
-"""`raftka quorum status|run`: the controller quorum.
+"""`raftka quorum status|unregister-broker|run`: the controller quorum.
 
-``status``, like kafka-metadata-quorum describe --status: asks one controller
-(``--bootstrap-controller HOST:PORT``, its CONTROLLER RPC listener) for DescribeQuorum. Per-voter
-log end offsets and lags are known by the active controller; when the bootstrap controller is
-not the active one and knows its endpoint, the tool asks it too.
+``status``, like kafka-metadata-quorum describe --status and --replication: asks one controller
+(``--bootstrap-controller HOST:PORT``, its CONTROLLER RPC listener) for Kafka's DescribeQuorum
+(v2). Per-voter log end offsets and lags are known by the active controller; a controller that
+is not the active one answers its own view with NOT_LEADER_OR_FOLLOWER, and the tool then asks
+the leader at the CONTROLLER listener the answer's ``nodes`` give for it.
 
 ``run``: a local controller quorum (and, with ``--brokers``, brokers) in the foreground, for
 trying Raftka out (scripts/controller-quorum.sh): prints its endpoints, keeps it running until
 Ctrl-C or SIGTERM, then stops every process it started. Unlike `raftka cluster up`, nothing
 outlives the command.
+
+``unregister-broker``, like kafka-cluster unregister: UnregisterBroker to the active controller,
+for a broker taken out of the cluster for good (its leaderships and ISR places move at once).
 """
 from __future__ import annotations
 
@@ -22,12 +26,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("quorum", help="describe the controller quorum, or run a local one")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     sub = parser.add_subparsers(dest="quorum_command", metavar="ACTION")
-    status = sub.add_parser("status", help="leader, term, commit index, each voter's and observer's lag")
+    status = sub.add_parser("status", help="leader, leader epoch, high watermark, each voter's and observer's lag")
     status.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT",
                         help="a controller's RPC listener (CONTROLLER://, not the Raft port)")
-    status.add_argument("--json", action="store_true", help="print the raw answer as JSON")
+    status.add_argument("--json", action="store_true",
+                        help="print the answer as JSON (controller_client.quorum_view's fields)")
     status.add_argument("--timeout-ms", type=int, default=5000)
     status.set_defaults(func=run_status)
+    unregister = sub.add_parser("unregister-broker",
+                                help="remove a broker taken out for good (Kafka's UnregisterBroker)")
+    unregister.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,...]",
+                            help="controllers' RPC listeners (CONTROLLER://)")
+    unregister.add_argument("--broker-id", type=int, required=True)
+    unregister.add_argument("--timeout-ms", type=int, default=10_000)
+    unregister.set_defaults(func=run_unregister_broker)
     run = sub.add_parser("run", help="a local controller quorum in the foreground until Ctrl-C or SIGTERM")
     run.add_argument("--voters", type=int, default=3, choices=[1, 3, 5], help="quorum size (default 3)")
     run.add_argument("--brokers", type=int, default=0,
@@ -41,7 +53,7 @@ def run_status(args: argparse.Namespace) -> int:
     from raftka.cluster.controller_client import describe_quorum
     timeout_s = args.timeout_ms / 1000
     status = describe_quorum(args.bootstrap_controller, timeout_s=timeout_s)
-    if not status.get("active") and status.get("leader_endpoint"):
+    if not status["active"] and status["leader_endpoint"]:
         try:  # the active controller knows every voter's log end offset
             status = describe_quorum(status["leader_endpoint"], timeout_s=timeout_s)
         except Exception:
@@ -51,26 +63,37 @@ def run_status(args: argparse.Namespace) -> int:
         return 0
     leader = status["leader_id"]
     print(f"ClusterLeaderId:   {leader if leader >= 0 else 'none'}"
-          + (f" ({status['leader_endpoint']})" if status.get("leader_endpoint") else ""))
-    print(f"LeaderEpoch:       {status['term']}")
+          + (f" ({status['leader_endpoint']})" if status["leader_endpoint"] else ""))
+    print(f"LeaderEpoch:       {status['leader_epoch']}")
     print(f"HighWatermark:     {status['high_watermark']}")
-    print(f"AnsweredBy:        controller {status['node_id']} ({status['role']})")
-    print(f"HasQuorum:         {status['has_quorum']}")
-    rows = [("NodeId", "Role", "RaftAddress", "Endpoint", "LogEndOffset", "Lag", "Connected")]
+    print(f"CurrentVoters:     {[v['node_id'] for v in status['voters']]}")
+    print(f"CurrentObservers:  {[o['replica_id'] for o in status['observers']]}")
+    if not status["active"]:
+        print(f"AnsweredBy:        a controller that is not the active one ({status['error_message']})")
+    rows = [("NodeId", "Role", "Endpoint", "RaftAddress", "LogEndOffset", "Lag", "LastFetchTimestamp")]
     for voter in status["voters"]:
         role = "Leader" if voter["node_id"] == leader else "Follower"
-        rows.append((str(voter["node_id"]), role, voter["raft_address"], voter["endpoint"] or "-",
-                     _opt(voter["log_end_offset"]), _opt(voter["lag"]),
-                     "self" if voter["connected"] is None else str(voter["connected"]).lower()))
-    for observer in status["observers"]:
-        if observer.get("replica_id") is not None:  # a broker following the log by Fetch
-            rows.append((str(observer["replica_id"]), "Observer", "-", "-", _opt(observer["log_end_offset"]),
-                         _opt(observer["lag"]), "fetching"))
-        else:  # a pysyncobj read-only node
-            rows.append(("-", "Observer", observer["raft_address"], "-", "-", "-", "true"))
+        rows.append((str(voter["node_id"]), role, voter["endpoint"] or "-", voter["raft_address"] or "-",
+                     _opt(voter["log_end_offset"]), _opt(voter["lag"]), "-"))
+    for observer in status["observers"]:  # a broker following the metadata log by Fetch
+        rows.append((str(observer["replica_id"]), "Observer", "-", "-", str(observer["log_end_offset"]),
+                     str(observer["lag"]), str(observer["last_fetch_timestamp"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+@one_line_errors
+def run_unregister_broker(args: argparse.Namespace) -> int:
+    from raftka.cluster.controller_client import controller_request
+    from raftka.common import errors
+    from raftka.common.api import ApiKey
+    code, out = controller_request(args.bootstrap_controller, ApiKey.UNREGISTER_BROKER, {"broker_id": args.broker_id},
+                                   timeout_s=args.timeout_ms / 1000)
+    if code != errors.NONE:
+        raise errors.error_for(code, (out or {}).get("error_message") or f"broker {args.broker_id} not unregistered")
+    print(f"unregistered broker {args.broker_id}")
     return 0
 
 
