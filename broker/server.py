@@ -39,7 +39,6 @@ from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
 from raftka.common.errors import ConfigError, InvalidRequestError, RaftkaError
 from raftka.common.messages import BROKER_API
-from raftka.common.messages.admin import DELETE_RECORDS_KEY
 from raftka.common.msgpack_bodies import BROKER_REQUESTS
 from raftka.common.ratelog import RateLimitedLog
 from raftka.common.server_config import ServerConfig
@@ -136,7 +135,7 @@ class BrokerServer:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
-            DELETE_RECORDS_KEY: self.delete_records,
+            ApiKey.DELETE_RECORDS: self.delete_records,
             **{key: self._forwarder(key) for key in FORWARDED},
         }
         # Consumer groups (broker/group/): FindCoordinator, JoinGroup, ..., OffsetCommit/Fetch.

@@ -29,11 +29,15 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     FETCH_SNAPSHOT = 59
@@ -62,11 +66,15 @@ API_NAMES: Final[dict[int, str]] = {
     ApiKey.API_VERSIONS: "ApiVersions",
     ApiKey.CREATE_TOPICS: "CreateTopics",
     ApiKey.DELETE_TOPICS: "DeleteTopics",
+    ApiKey.DELETE_RECORDS: "DeleteRecords",
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
     ApiKey.OFFSET_FOR_LEADER_EPOCH: "OffsetsForLeaderEpoch",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.ALTER_CONFIGS: "AlterConfigs",
+    ApiKey.CREATE_PARTITIONS: "CreatePartitions",
     ApiKey.DELETE_GROUPS: "DeleteGroups",
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    ApiKey.OFFSET_DELETE: "OffsetDelete",
     ApiKey.DESCRIBE_QUORUM: "DescribeQuorum",
     ApiKey.ALTER_PARTITION: "AlterPartition",
     ApiKey.FETCH_SNAPSHOT: "FetchSnapshot",

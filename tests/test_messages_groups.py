@@ -233,7 +233,7 @@ def test_every_message_has_a_body_an_api_key_and_the_documented_range():
         api = message.name.removesuffix("Request").removesuffix("Response")
         assert message.valid_versions == EXPECTED_RANGES[api], message.name
         assert message.api_key == API_KEYS[api], message.name
-    assert groups.OFFSET_DELETE_API_KEY == 47
+    assert ApiKey.OFFSET_DELETE == 47
 
 
 @pytest.mark.parametrize("message, version", CASES, ids=CASE_IDS)

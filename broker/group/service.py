@@ -20,7 +20,6 @@ from raftka.broker.group.store import EndOffsets, ReplicaOffsetsStore
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
-from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ class GroupService:
             ApiKey.HEARTBEAT: _whole(c.heartbeat), ApiKey.LEAVE_GROUP: _whole(c.leave_group),
             ApiKey.OFFSET_COMMIT: _whole(c.offset_commit), ApiKey.OFFSET_FETCH: _whole(c.offset_fetch),
             ApiKey.DESCRIBE_GROUPS: _whole(c.describe_groups), ApiKey.LIST_GROUPS: _whole(c.list_groups),
-            ApiKey.DELETE_GROUPS: _whole(c.delete_groups), OFFSET_DELETE_API_KEY: _whole(c.offset_delete),
+            ApiKey.DELETE_GROUPS: _whole(c.delete_groups), ApiKey.OFFSET_DELETE: _whole(c.offset_delete),
         }
 
     def start(self) -> None:

@@ -15,8 +15,7 @@ import time
 
 from raftka.client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
-from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, DELETE_RECORDS_KEY, RESOURCE_TOPIC
-from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
+from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, RESOURCE_TOPIC
 from raftka.client.aio.fetcher import list_offsets
 from raftka.client.aio.subscription_state import EARLIEST, LATEST
 from raftka.client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
@@ -366,7 +365,7 @@ class AdminClient:
             return answer.get("error_code") or next(
                 (p["error_code"] for t in answer.get("topics") or [] for p in t.get("partitions") or []
                  if p.get("error_code") in _COORDINATOR_RETRY), 0)
-        answer = await self._group_request(group_id, OFFSET_DELETE_API_KEY, body, error_of=retry_code)
+        answer = await self._group_request(group_id, ApiKey.OFFSET_DELETE, body, error_of=retry_code)
         code = answer.get("error_code", 0)
         if code:
             raise errors.error_for(code, f"deleting offsets of group {group_id!r}")
@@ -417,7 +416,7 @@ class AdminClient:
                     by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(
                         {"partition_index": tp.partition, "offset": offset})
             answers = await asyncio.gather(*(
-                self.cluster.request(node, DELETE_RECORDS_KEY, {
+                self.cluster.request(node, ApiKey.DELETE_RECORDS, {
                     "timeout_ms": left_ms, "topics": [{"name": t, "partitions": p} for t, p in topics.items()]},
                     timeout_ms=left_ms) for node, topics in by_leader.items()), return_exceptions=True)
             for answer in answers:

@@ -15,8 +15,6 @@ from __future__ import annotations
 from typing import Final
 
 from raftka.common.api import ApiKey
-from raftka.common.messages.admin import DELETE_RECORDS_KEY
-from raftka.common.messages.groups import OFFSET_DELETE_API_KEY
 
 KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.PRODUCE: 10,  # v10: a NOT_LEADER answer names the new leader (KIP-951)
@@ -27,7 +25,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_CLUSTER: 2,  # v2: fenced brokers too, with is_fenced (KIP-1073)
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
-    DELETE_RECORDS_KEY: 2,
+    ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 4,
     # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them). Heartbeat v4 is
     # flexible, so it carries the tagged max_wait_ms the coordinator holds the answer for.
@@ -41,7 +39,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: 5,
     ApiKey.LIST_GROUPS: 4,
     ApiKey.DELETE_GROUPS: 2,
-    OFFSET_DELETE_API_KEY: 0,  # Kafka's only version
+    ApiKey.OFFSET_DELETE: 0,  # Kafka's only version
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
 }

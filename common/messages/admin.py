@@ -31,9 +31,6 @@ CONFIG_SOURCE_TOPIC: Final = 1  # a topic's own override (DYNAMIC_TOPIC_CONFIG)
 CONFIG_SOURCE_DEFAULT: Final = 5  # the default (DEFAULT_CONFIG)
 
 # Api keys common/api.py does not name yet.
-DELETE_RECORDS_KEY: Final = 21  # DeleteRecords
-CREATE_PARTITIONS_KEY: Final = 37  # CreatePartitions
-INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44  # IncrementalAlterConfigs
 
 RESOURCES_MAX: Final = TOPICS_MAX  # config resources in one request: topics, plus a few brokers
 
@@ -122,7 +119,7 @@ DELETE_TOPICS_RESPONSE: Final = Message(ApiKey.DELETE_TOPICS, "DeleteTopicsRespo
 
 # -- CreatePartitions (37) ---------------------------------------------------------------------------
 
-CREATE_PARTITIONS_REQUEST: Final = Message(CREATE_PARTITIONS_KEY, "CreatePartitionsRequest", "0-3", (
+CREATE_PARTITIONS_REQUEST: Final = Message(ApiKey.CREATE_PARTITIONS, "CreatePartitionsRequest", "0-3", (
     _f("topics", Array(Struct("CreatePartitionsTopic", (
         _text("name"),
         _f("count", "int32", 0, about="the partition count wanted in all"),
@@ -133,7 +130,7 @@ CREATE_PARTITIONS_REQUEST: Final = Message(CREATE_PARTITIONS_KEY, "CreatePartiti
     _f("validate_only", "bool", False),
 ), flexible_versions="2+")
 
-CREATE_PARTITIONS_RESPONSE: Final = Message(CREATE_PARTITIONS_KEY, "CreatePartitionsResponse", "0-3", (
+CREATE_PARTITIONS_RESPONSE: Final = Message(ApiKey.CREATE_PARTITIONS, "CreatePartitionsResponse", "0-3", (
     _throttle(),
     _f("results", Array(Struct("CreatePartitionsTopicResult", (
         _text("name"),
@@ -144,7 +141,7 @@ CREATE_PARTITIONS_RESPONSE: Final = Message(CREATE_PARTITIONS_KEY, "CreatePartit
 
 # -- DeleteRecords (21) ------------------------------------------------------------------------------
 
-DELETE_RECORDS_REQUEST: Final = Message(DELETE_RECORDS_KEY, "DeleteRecordsRequest", "0-2", (
+DELETE_RECORDS_REQUEST: Final = Message(ApiKey.DELETE_RECORDS, "DeleteRecordsRequest", "0-2", (
     _f("topics", Array(Struct("DeleteRecordsTopic", (
         _text("name"),
         _f("partitions", Array(Struct("DeleteRecordsPartition", (
@@ -155,7 +152,7 @@ DELETE_RECORDS_REQUEST: Final = Message(DELETE_RECORDS_KEY, "DeleteRecordsReques
     _f("timeout_ms", "int32", 0),
 ), flexible_versions="2+")
 
-DELETE_RECORDS_RESPONSE: Final = Message(DELETE_RECORDS_KEY, "DeleteRecordsResponse", "0-2", (
+DELETE_RECORDS_RESPONSE: Final = Message(ApiKey.DELETE_RECORDS, "DeleteRecordsResponse", "0-2", (
     _throttle(),
     _f("topics", Array(Struct("DeleteRecordsTopicResult", (
         _text("name"),
@@ -231,7 +228,7 @@ ALTER_CONFIGS_RESPONSE: Final = Message(ApiKey.ALTER_CONFIGS, "AlterConfigsRespo
 ), flexible_versions="2+")
 
 INCREMENTAL_ALTER_CONFIGS_REQUEST: Final = Message(
-    INCREMENTAL_ALTER_CONFIGS_KEY, "IncrementalAlterConfigsRequest", "0-1", (
+    ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsRequest", "0-1", (
         _f("resources", Array(Struct("AlterConfigsResource", (
             _f("resource_type", "int8", 0, about="2: topic, 4: broker"),
             _text("resource_name"),
@@ -245,7 +242,7 @@ INCREMENTAL_ALTER_CONFIGS_REQUEST: Final = Message(
     ), flexible_versions="1+")
 
 INCREMENTAL_ALTER_CONFIGS_RESPONSE: Final = Message(
-    INCREMENTAL_ALTER_CONFIGS_KEY, "IncrementalAlterConfigsResponse", "0-1", (
+    ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsResponse", "0-1", (
         _throttle(), _ALTER_CONFIGS_RESULTS,
     ), flexible_versions="1+")
 

@@ -31,7 +31,6 @@ from raftka.common.errors import NOT_CONTROLLER
 from raftka.common.messages.limits import LISTENERS_MAX, PARTITIONS_MAX, REPLICAS_MAX, TOPICS_MAX
 from raftka.common.schema import ZERO_UUID, Array, Field, Message, Struct
 
-UNREGISTER_BROKER: Final = ApiKey.UNREGISTER_BROKER  # 64
 
 FEATURES_MAX: Final = 100  # feature ranges one broker reports (Raftka: metadata.version alone)
 LOG_DIRS_MAX: Final = 1_000  # log directory ids one broker lists (Raftka: none)
@@ -131,11 +130,11 @@ ALTER_PARTITION_RESPONSE: Final = Message(ApiKey.ALTER_PARTITION, "AlterPartitio
 
 # -- UnregisterBroker (64) -----------------------------------------------------------------------
 
-UNREGISTER_BROKER_REQUEST: Final = Message(UNREGISTER_BROKER, "UnregisterBrokerRequest", "0", (
+UNREGISTER_BROKER_REQUEST: Final = Message(ApiKey.UNREGISTER_BROKER, "UnregisterBrokerRequest", "0", (
     _f("broker_id", "int32", 0, about="the broker to remove from the cluster"),
 ), flexible_versions="0+")
 
-UNREGISTER_BROKER_RESPONSE: Final = Message(UNREGISTER_BROKER, "UnregisterBrokerResponse", "0", (
+UNREGISTER_BROKER_RESPONSE: Final = Message(ApiKey.UNREGISTER_BROKER, "UnregisterBrokerResponse", "0", (
     *_throttle_and_error(),
     _f("error_message", "string", "", nullable_versions="0+"),
 ), flexible_versions="0+")

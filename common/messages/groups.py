@@ -35,8 +35,6 @@ from raftka.common.messages.limits import (GROUPS_MAX, LEAVING_MEMBERS_MAX, MEMB
                                            PARTITIONS_MAX, PROTOCOLS_MAX, STATES_MAX, TOPICS_MAX)
 from raftka.common.schema import ARRAY_COUNT_MAX, Array, Field, Message, Struct
 
-# Api key 47 (OffsetDelete) is not in common/api.py's ApiKey yet.
-OFFSET_DELETE_API_KEY: Final = 47
 
 _ZERO: Final[dict[str, Any]] = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "bool": False, "string": "",
                                 "bytes": b""}
@@ -327,7 +325,7 @@ DELETE_GROUPS_RESPONSE: Final = Message(ApiKey.DELETE_GROUPS, "DeleteGroupsRespo
 
 # -- OffsetDelete (47) ------------------------------------------------------------------------------------------
 
-OFFSET_DELETE_REQUEST: Final = Message(OFFSET_DELETE_API_KEY, "OffsetDeleteRequest", "0", (
+OFFSET_DELETE_REQUEST: Final = Message(ApiKey.OFFSET_DELETE, "OffsetDeleteRequest", "0", (
     _f("group_id", "string", about="the group"),
     _f("topics", Array(Struct("OffsetDeleteRequestTopic", (
         _f("name", "string", about="the topic"),
@@ -337,7 +335,7 @@ OFFSET_DELETE_REQUEST: Final = Message(OFFSET_DELETE_API_KEY, "OffsetDeleteReque
     )), max_count=TOPICS_MAX), about="the topics"),
 ), flexible_versions="none")
 
-OFFSET_DELETE_RESPONSE: Final = Message(OFFSET_DELETE_API_KEY, "OffsetDeleteResponse", "0", (
+OFFSET_DELETE_RESPONSE: Final = Message(ApiKey.OFFSET_DELETE, "OffsetDeleteResponse", "0", (
     _error(),
     _throttle("0+"),
     _f("topics", Array(Struct("OffsetDeleteResponseTopic", (
