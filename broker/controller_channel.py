@@ -1,12 +1,11 @@
 """A broker's requests to the active controller (BrokerRegistration, BrokerHeartbeat,
 AlterPartition, AllocateProducerIds, forwarded admin requests).
 
-The broker-controller APIs go in Kafka's protocol (``KAFKA_VERSIONS``); their answers are
+Requests go in Kafka's protocol at the versions in ``KAFKA_VERSIONS``; their answers are
 Kafka's bodies, whose whole-request error (the top-level ``error_code``) ``request`` returns as the
-code. It remembers the active controller and follows NOT_CONTROLLER answers: a msgpack answer
-names the active controller's endpoint (``controller_endpoint``); a Kafka answer has no field for
-it, so the channel asks the controller that refused for DescribeQuorum and goes on to the
-leader's CONTROLLER listener (``controller.rpc.proxies`` first). On a network error it tries the
+code. It remembers the active controller and follows NOT_CONTROLLER answers: a Kafka answer has
+no field naming the active controller, so the channel asks the controller that refused for
+DescribeQuorum and goes on to the leader's CONTROLLER listener (``controller.rpc.proxies`` first). On a network error it tries the
 next bootstrap controller. Every call has a deadline (``timeout_ms``) and a bounded number of
 attempts.
 """
@@ -31,13 +30,14 @@ ATTEMPT_TIMEOUT_MS_MAX = 5000
 FRAME_BYTES_MAX = 104_857_600
 
 # api key -> the Kafka version the broker sends it at (the newest whose fields Raftka fills
-# honestly). Other APIs still go as msgpack frames.
+# honestly).
 KAFKA_VERSIONS: Final[dict[int, int]] = {
     **NEWEST_VERSIONS,
     # Forwarded admin requests: a client's request, decoded at its version, is re-encoded at these
     # (the newest declared; fields its version lacks carry their declared defaults) and the answer
     # goes back encoded at the client's version (fields that version lacks are left out).
     ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 6, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.CREATE_PARTITIONS: 3,
 }
 
 
@@ -80,8 +80,8 @@ class ControllerChannel:
                                                                      kafka_versions=KAFKA_VERSIONS)
         # A timeout closes the connection (a paused controller must not leave later requests
         # queued behind answers that may never come); the next call reopens it after a backoff.
-        code, out = await connection.request(api_key, body, timeout_ms=timeout_ms)
-        return (answer_error(out) if api_key in KAFKA_VERSIONS else code), out
+        _, out = await connection.request(api_key, body, timeout_ms=timeout_ms)
+        return answer_error(out), out
 
     async def _call_once(self, address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
         """One request on its own connection. A failure to connect is safe to retry elsewhere;
@@ -92,20 +92,17 @@ class ControllerChannel:
                                            max_frame_bytes=FRAME_BYTES_MAX, request_timeout_ms=timeout_ms,
                                            kafka_versions=KAFKA_VERSIONS)
         try:
-            code, out = await connection.request(api_key, body, timeout_ms=timeout_ms)
-            return (answer_error(out) if api_key in KAFKA_VERSIONS else code), out
+            _, out = await connection.request(api_key, body, timeout_ms=timeout_ms)
+            return answer_error(out), out
         except RaftkaError as error:
             raise _InDoubt(error.code, f"{address}: {error.message}") from None
         finally:
             await connection.close()
 
-    async def _active_endpoint(self, address: str, refusal: Any, timeout_ms: int) -> str | None:
-        """Where the active controller listens, after ``address`` answered NOT_CONTROLLER with
-        ``refusal``: the endpoint a msgpack refusal names, else the leader that ``address``'s
-        DescribeQuorum names (None when it knows none or does not answer)."""
-        refusal = refusal if isinstance(refusal, dict) else {}
-        if "controller_endpoint" in refusal:
-            return self.proxies.get(refusal.get("controller_id"), refusal["controller_endpoint"])
+    async def _active_endpoint(self, address: str, timeout_ms: int) -> str | None:
+        """Where the active controller listens, after ``address`` answered NOT_CONTROLLER: the
+        leader that ``address``'s DescribeQuorum names (None when it knows none or does not
+        answer)."""
         try:
             _, quorum = await self._call(address, ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_BODY, timeout_ms)
         except RaftkaError:
@@ -157,7 +154,7 @@ class ControllerChannel:
                 continue
             if code == errors.NOT_CONTROLLER:
                 last = (code, out)
-                endpoint = await self._active_endpoint(address, out, min(remaining_ms, ATTEMPT_TIMEOUT_MS_MAX))
+                endpoint = await self._active_endpoint(address, min(remaining_ms, ATTEMPT_TIMEOUT_MS_MAX))
                 if endpoint and endpoint != address:
                     self.active = endpoint
                 else:

@@ -7,13 +7,13 @@ function per API and direction, keyed by api key:
 
 - ``REQUEST_SHIMS``: version semantics of a request (Metadata v0's empty topic list means every
   topic; DeleteTopics before v6 names its topics where v6, which the broker forwards to the
-  controller, does not).
+  controller, does not; DescribeCluster's endpoint type).
 - ``HANDLER_WRAPPERS``: later versions that batch what a handler answers one at a time
   (FindCoordinator v4's keys, OffsetFetch v8's groups), and what is answered without the handler
   (an incremental Fetch: Raftka declines fetch sessions).
-- ``ANSWER_SHIMS``: what Kafka's answer needs and the handler's does not say (a topic id for a
-  topic that does not exist is Kafka's zero uuid; ``is_internal``; a live broker as the
-  ``controller_id`` of Metadata and DescribeCluster, as a KRaft broker answers).
+- ``ANSWER_SHIMS``: what Kafka's answer at a version needs and the handler's does not say (the
+  fenced brokers DescribeCluster v2 asks for, and a live broker as its ``controller_id``, as a
+  KRaft broker answers; JoinGroup's null protocol name before v7; a tagged struct's "none").
 
 A request shim takes ``(version, body)``, an answer shim ``(version, request body, answer)``;
 both return the new body, may raise a RaftkaError for what Raftka does not serve (answered as
@@ -27,7 +27,6 @@ from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.schema import ZERO_UUID
 
-INTERNAL_TOPIC_PREFIX: Final = "__"  # __consumer_offsets (Kafka marks it is_internal)
 ENDPOINT_TYPE_BROKERS: Final = 1  # DescribeCluster's endpoint type of a broker (2: controllers)
 
 # Fetch sessions (KIP-227).
@@ -40,23 +39,8 @@ AnswerShim = Callable[[int, Any, Any], Any]  # (version, request body, answer) -
 
 
 def _metadata_request(version: int, body: dict) -> dict:
-    topics = body["topics"]
-    if topics is None or (version == 0 and not topics):
-        names = None  # every topic (v0 said so with an empty list; v1+ with null)
-    else:
-        names = [t["name"] for t in topics if t.get("name") is not None]
-    return {"topics": names, "allow_auto_topic_creation": body.get("allow_auto_topic_creation", False)}
-
-
-def _metadata_answer(version: int, request: dict, body: dict) -> dict:
-    for topic in body["topics"]:
-        if topic.get("topic_id") is None:
-            topic["topic_id"] = ZERO_UUID
-        topic["is_internal"] = topic["name"].startswith(INTERNAL_TOPIC_PREFIX)
-    # As a KRaft broker: clients send controller requests (CreateTopics, ...) to "the controller",
-    # which must be a broker they can reach; any broker forwards them to the active controller.
-    live = [b["node_id"] for b in body["brokers"]]
-    body["controller_id"] = min(live) if live else -1
+    if version == 0 and not body["topics"]:
+        return {**body, "topics": None}  # every topic: v0 said so with an empty list, v1+ with null
     return body
 
 
@@ -186,7 +170,6 @@ REQUEST_SHIMS: Final[dict[int, Shim]] = {
 ANSWER_SHIMS: Final[dict[int, AnswerShim]] = {
     ApiKey.PRODUCE: _produce_answer,
     ApiKey.FETCH: _fetch_answer,
-    ApiKey.METADATA: _metadata_answer,
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster_answer,
     ApiKey.JOIN_GROUP: _join_group_answer,
 }

@@ -41,7 +41,7 @@ class PeerConnection:
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
                  rng: random.Random | None = None, kafka_versions: Mapping[int, int] | None = None) -> None:
         self.address = address
-        # api key -> the Kafka version it is sent at (transport.Connection); other APIs go as msgpack
+        # api key -> the version it is sent at (transport.Connection); others at the newest declared
         self.kafka_versions = dict(kafka_versions or {})
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes

@@ -429,9 +429,9 @@ class ReplicaManager:
 
     async def fetch(self, body: dict) -> dict:
         """A Fetch answer; waits up to max_wait_ms for min_bytes (long poll)."""
-        # The body was checked against its declaration at the boundary (Kafka's FetchRequest, as
-        # followers and clients send it, or common/msgpack_bodies.py): the values are integers of
-        # the declared types; their ranges are clamped here.
+        # The body was decoded against its declaration at the boundary (Kafka's FetchRequest, as
+        # followers and clients send it): the values are integers of the declared types; their
+        # ranges are clamped here.
         replica_id = body.get("replica_id", -1)
         max_wait_ms = min(max(body.get("max_wait_ms", 0), 0), FETCH_WAIT_MS_MAX)
         min_bytes = max(body.get("min_bytes", 1), 0)

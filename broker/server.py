@@ -33,23 +33,22 @@ from raftka.broker.metadata import MetadataFollower, MetadataView
 from raftka.broker.kafka_wire import ANSWER_SHIMS, HANDLER_WRAPPERS, REQUEST_SHIMS
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.network import Request, Server
-from raftka.common.api import ApiKey, api_name, api_versions_body
+from raftka.common.api import ApiKey
 from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
-from raftka.common.errors import ConfigError, InvalidRequestError, RaftkaError
+from raftka.common.errors import ConfigError, RaftkaError
 from raftka.common.messages import BROKER_API
-from raftka.common.msgpack_bodies import BROKER_REQUESTS
-from raftka.common.ratelog import RateLimitedLog
+from raftka.common.schema import ZERO_UUID
 from raftka.common.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
-# A body that fails its declaration (common/msgpack_bodies.py): one line per API per minute, with a count.
-refused_log = RateLimitedLog(log)
 
 
-FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS)
+FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
+             ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS)
 CLUSTER_ID = "raftka"  # answered when no log dir was formatted (no meta.properties)
+INTERNAL_TOPIC_PREFIX = "__"  # __consumer_offsets: Metadata marks it is_internal, as Kafka does
 META_PROPERTIES = "meta.properties"  # per log dir, written by `raftka cluster up` (Kafka's format)
 
 
@@ -131,7 +130,7 @@ class BrokerServer:
         self._tasks: list[asyncio.Task] = []
         self.handlers = {
             ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch, ApiKey.LIST_OFFSETS: self.list_offsets,
-            ApiKey.METADATA: self.metadata_api, ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata_api,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
@@ -152,8 +151,8 @@ class BrokerServer:
         host, port = self.config.listeners["PLAINTEXT"]
         self.server = Server(self.handle, **self.config.server_limits,  # socket.request.max.bytes, max.connections, ...
                              max_in_flight_per_connection=self.config["queued.max.requests"],
-                             api_versions={int(k): (0, 0) for k in self.handlers},
-                             kafka_api={k: BROKER_API[k] for k in self.handlers if k in BROKER_API},
+                             # ApiVersions is the transport's own answer
+                             kafka_api={k: BROKER_API[k] for k in (*self.handlers, ApiKey.API_VERSIONS)},
                              name=f"broker {self.broker_id}")
         await self.server.start(host, port)
         if self.http and "HTTP" in self.config.listeners:
@@ -318,24 +317,19 @@ class BrokerServer:
     # -- dispatch -----------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> "tuple[int, Any] | None":
-        """Check the body against its declaration (common/msgpack_bodies.py), then dispatch it to its
-        API handler (the transport answers unknown keys and versions itself)."""
+        """Dispatch a request (decoded, and so checked, against its declaration by the transport,
+        which closes the connection on unknown keys and versions) to its API handler, through the
+        version semantics of broker/kafka_wire.py."""
         handler = self.handlers[request.api_key]
         started = time.monotonic()
         self.metrics.request(request.api_key)
         GROUP_REQUEST.set(request)  # this request's task only: the coordinator reads client id and host
         try:
-            if request.kafka:  # decoded (and so type-checked) against its declaration already
-                shim = REQUEST_SHIMS.get(request.api_key)
-                body = request.body if shim is None else shim(request.api_version, request.body)
-            else:
-                try:
-                    body = BROKER_REQUESTS.check(request.api_key, request.api_version, request.body)
-                except InvalidRequestError as error:
-                    return self._refused(request, error)
-            wrapper = HANDLER_WRAPPERS.get(request.api_key) if request.kafka else None
+            shim = REQUEST_SHIMS.get(request.api_key)
+            body = request.body if shim is None else shim(request.api_version, request.body)
+            wrapper = HANDLER_WRAPPERS.get(request.api_key)
             result = await (handler(body) if wrapper is None else wrapper(handler, request.api_version, body))
-            if request.kafka and result is not None and result[0] == errors.NONE:
+            if result is not None and result[0] == errors.NONE:
                 answer_shim = ANSWER_SHIMS.get(request.api_key)
                 if answer_shim is not None:
                     result = result[0], answer_shim(request.api_version, request.body, result[1])
@@ -346,24 +340,7 @@ class BrokerServer:
             self.metrics.latency(request.api_key, time.monotonic() - started)
         return result
 
-    def _refused(self, request: Request, error: InvalidRequestError) -> "tuple[int, dict] | None":
-        """A body that is not what its API declares: INVALID_REQUEST naming the field, one log
-        line per API per minute; the connection goes on. An acks=0 Produce gets no answer."""
-        self.metrics.error(request.api_key)
-        refused_log.warning(f"invalid-body-{request.api_key}", "refused a %s request from %s: %s",
-                            api_name(request.api_key), request.peer, error.message)
-        body = request.body
-        if request.api_key == ApiKey.PRODUCE and isinstance(body, dict):
-            acks = body.get("acks")
-            if acks.__class__ is int and acks == 0:
-                return None
-        return errors.INVALID_REQUEST, {"error_message": f"invalid {api_name(request.api_key)} request: {error.message}"}
-
-    # -- ApiVersions, Metadata, DescribeCluster -----------------------------------------------------
-
-    async def api_versions(self, body: dict) -> tuple[int, dict]:
-        """ApiVersions: the keys this broker serves."""
-        return errors.NONE, api_versions_body(list(self.handlers))
+    # -- Metadata, DescribeCluster ---------------------------------------------------------------
 
     def _controller_id(self) -> int:
         active = self.controllers.active
@@ -374,8 +351,11 @@ class BrokerServer:
         return -1
 
     async def metadata_api(self, body: dict) -> tuple[int, dict]:
+        """Metadata from this broker's image: the unfenced brokers and the topics asked for (all
+        when ``topics`` is null). As a KRaft broker, ``controller_id`` is a live broker (clients
+        send controller requests there; any broker forwards them to the active controller)."""
         view = self.replicas.view
-        wanted = body.get("topics")  # None: every topic
+        wanted = None if body["topics"] is None else [t["name"] for t in body["topics"] if t["name"] is not None]
         brokers = []
         for broker in sorted(view.brokers.values(), key=lambda b: b.broker_id):
             endpoint = broker.endpoint()
@@ -388,7 +368,7 @@ class BrokerServer:
         for name in (sorted(view.topics) if wanted is None else wanted):
             topic = view.topics.get(name)
             if topic is None:
-                topics.append({"error_code": errors.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": None,
+                topics.append({"error_code": errors.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": ZERO_UUID,
                                "partitions": []})
                 continue
             parts = []
@@ -397,9 +377,10 @@ class BrokerServer:
                               "partition_index": index, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                               "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
                               "offline_replicas": [r for r in p.replicas if r not in live]})
-            topics.append({"error_code": errors.NONE, "name": name, "topic_id": topic.topic_id, "partitions": parts})
-        return errors.NONE, {"cluster_id": self.cluster_id, "controller_id": self._controller_id(), "brokers": brokers,
-                             "topics": topics}
+            topics.append({"error_code": errors.NONE, "name": name, "topic_id": topic.topic_id, "partitions": parts,
+                           "is_internal": name.startswith(INTERNAL_TOPIC_PREFIX)})
+        return errors.NONE, {"cluster_id": self.cluster_id, "controller_id": min(live) if live else -1,
+                             "brokers": brokers, "topics": topics}
 
     async def describe_cluster(self, body: dict) -> tuple[int, dict]:
         """Every registered broker with ``fenced``, and the active controller. A Kafka request's
@@ -531,7 +512,8 @@ class BrokerServer:
     # -- forwarded to the controller, producer ids ----------------------------------------------------
 
     def _forwarder(self, api_key: int) -> Callable[[dict], Any]:
-        """CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs: the active controller answers."""
+        """CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
+        CreatePartitions: the active controller answers."""
         async def forward(body: dict) -> tuple[int, dict]:
             return await self.controllers.request(api_key, body, retry_in_doubt=False)
         return forward

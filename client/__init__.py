@@ -15,8 +15,9 @@ from raftka.client.errors import (IllegalStateError, KafkaClosedError, KafkaTime
 from raftka.client.futures import FutureRecordMetadata
 from raftka.client.partitioner import DefaultPartitioner, murmur2
 from raftka.client.producer import Producer
-from raftka.client.structs import (BrokerMetadata, ConfigEntry, ConfigResource, ConsumerRecord, NewTopic,
-                            OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition)
+from raftka.client.structs import (AlterConfigOp, AlterConfigOpType, BrokerMetadata, ConfigEntry, ConfigResource,
+                            ConsumerRecord, NewPartitions, NewTopic, OffsetAndMetadata, OffsetAndTimestamp,
+                            RecordMetadata, TopicPartition)
 
 # kafka-python's names, so its examples run with only the import line changed.
 KafkaProducer = Producer
@@ -24,8 +25,9 @@ KafkaConsumer = Consumer
 KafkaAdminClient = AdminClient
 
 __all__ = ["Producer", "Consumer", "AdminClient", "KafkaProducer", "KafkaConsumer",
-           "KafkaAdminClient", "NewTopic", "TopicPartition", "RecordMetadata", "ConsumerRecord",
-           "OffsetAndTimestamp", "BrokerMetadata", "ConfigResource", "ConfigEntry",
+           "KafkaAdminClient", "NewTopic", "NewPartitions", "TopicPartition", "RecordMetadata", "ConsumerRecord",
+           "OffsetAndTimestamp", "BrokerMetadata", "ConfigResource", "ConfigEntry", "AlterConfigOp",
+           "AlterConfigOpType",
            "FutureRecordMetadata", "DefaultPartitioner", "murmur2", "RaftkaError",
            "KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",
            "KafkaClosedError", "SerializationError",

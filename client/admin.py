@@ -7,11 +7,12 @@ from raftka.client._sync import LoopThread
 from raftka.client.aio.admin import AdminClient as AioAdminClient
 from raftka.common.errors import RaftkaError
 from raftka.client.aio.group import GroupInformation
-from raftka.client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
+from raftka.client.structs import (ConfigEntry, ConfigResource, NewPartitions, NewTopic, OffsetAndMetadata,
+                                   TopicPartition)
 
 
 class AdminClient:
-    """Create, delete, list and describe topics, describe the cluster, describe and alter topic
+    """Create, delete, list and describe topics, add partitions, describe the cluster, describe and alter topic
     configs, list and describe consumer groups, their offsets and lag, delete groups and offsets.
     Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``, ``retry_backoff_ms``."""
 
@@ -34,6 +35,13 @@ class AdminClient:
         """Delete topics; raises the first error unless ``raise_errors=False``."""
         return self._io.run(self._aio.delete_topics(topics, timeout_ms, raise_errors))
 
+    def create_partitions(self, topic_partitions: dict[str, NewPartitions | int], timeout_ms: int | None = None,
+                          validate_only: bool = False, raise_errors: bool = True) -> dict[str, RaftkaError | None]:
+        """Add partitions to topics: {topic: NewPartitions(total_count, new_assignments=None)} (or
+        {topic: total_count}); raises the first error (InvalidPartitionsError, ...) unless
+        ``raise_errors=False``, which returns {topic: None or error}."""
+        return self._io.run(self._aio.create_partitions(topic_partitions, timeout_ms, validate_only, raise_errors))
+
     def list_topics(self) -> list[str]:
         """Every topic name, sorted."""
         return self._io.run(self._aio.list_topics())
@@ -52,8 +60,18 @@ class AdminClient:
 
     def alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True
                       ) -> dict[str, RaftkaError | None]:
-        """Set (or, with None, remove) topic config overrides; {topic: None or error}."""
+        """Kafka's AlterConfigs: each resource's ``configs`` REPLACES its whole set of overrides
+        (a key left out goes back to its default, as kafka-python's alter_configs does with a Kafka
+        broker). For a partial change use incremental_alter_configs. {topic: None or error}."""
         return self._io.run(self._aio.alter_configs(list(config_resources), None, raise_errors))
+
+    def incremental_alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True
+                                  ) -> dict[str, RaftkaError | None]:
+        """Kafka's IncrementalAlterConfigs: apply each resource's ``incremental_configs``
+        (AlterConfigOp(name, value, AlterConfigOpType.SET / DELETE / APPEND / SUBTRACT)); keys not
+        named keep their value. {topic: None or error}; raises the first error unless
+        ``raise_errors=False``."""
+        return self._io.run(self._aio.incremental_alter_configs(list(config_resources), None, raise_errors))
 
     def list_consumer_groups(self, broker_ids: Iterable[int] | None = None,
                              states: Iterable[str] | None = None) -> list[tuple[str, str]]:

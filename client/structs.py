@@ -1,6 +1,7 @@
 """Plain data the client hands to and gets from users: the names kafka-python users know."""
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any, NamedTuple, Sequence
 
 
@@ -58,6 +59,15 @@ class NewTopic(NamedTuple):
     topic_configs: dict[str, Any] | None = None
 
 
+class NewPartitions(NamedTuple):
+    """The partitions a topic should have in all, for ``AdminClient.create_partitions``.
+    ``new_assignments``: one replica list (broker ids) per added partition; None lets the
+    controller place them."""
+
+    total_count: int
+    new_assignments: Sequence[Sequence[int]] | None = None
+
+
 class OffsetAndTimestamp(NamedTuple):
     """The first offset whose timestamp is >= a searched timestamp, and that record's timestamp."""
 
@@ -86,13 +96,34 @@ class PartitionMetadata(NamedTuple):
     offline_replicas: Sequence[int] = ()
 
 
+class AlterConfigOpType(IntEnum):
+    """What one change of incremental_alter_configs does (Kafka's AlterConfigOp.OpType)."""
+
+    SET = 0  # the key's override becomes the value
+    DELETE = 1  # the override goes: the key is back at its default
+    APPEND = 2  # list configs: the value's items join the list (those already there once)
+    SUBTRACT = 3  # list configs: the value's items leave the list
+
+
+class AlterConfigOp(NamedTuple):
+    """One change of incremental_alter_configs (Java's AlterConfigOp): ``value`` is a string or a
+    Python value (lists as lists or "a,b"); None with DELETE."""
+
+    name: str
+    value: Any = None
+    op_type: AlterConfigOpType = AlterConfigOpType.SET
+
+
 class ConfigResource(NamedTuple):
-    """A resource for describe_configs / alter_configs. Only ``'topic'`` exists today.
-    ``configs`` maps keys to new values (None deletes the override) for alter_configs."""
+    """A resource for describe_configs and the alter calls. Only ``'topic'`` exists today.
+    ``configs`` is the whole set of overrides for alter_configs ({key: value}; a key left out or
+    None goes back to its default); ``incremental_configs`` the changes for
+    incremental_alter_configs (keys left out keep their value)."""
 
     resource_type: str
     name: str
     configs: dict[str, Any] | None = None
+    incremental_configs: Sequence[AlterConfigOp] = ()
 
 
 class ConfigEntry(NamedTuple):

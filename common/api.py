@@ -1,13 +1,12 @@
-"""API keys, names and versions of Raftka's wire protocol (docs/protocol.md).
+"""API keys and names of Raftka's wire protocol, Kafka's (docs/protocol.md).
 
-Numbers and names are Kafka's. Every API is at version 0 today; ``SUPPORTED_API_VERSIONS`` is
-what a server built on :class:`raftka.common.server.Server` accepts by default, and
-:func:`api_versions_body` builds the ApiVersions (18) answer for the keys a server serves.
+Numbers and names are Kafka's. The versions of each API are in its declaration
+(common/messages/); a server's ApiVersions answer is built from those (common/server.py).
 """
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Final, Iterable, Mapping
+from typing import Final
 
 
 class ApiKey(IntEnum):
@@ -85,36 +84,6 @@ API_NAMES: Final[dict[int, str]] = {
     ApiKey.ALLOCATE_PRODUCER_IDS: "AllocateProducerIds",
 }
 
-# api key -> (min_version, max_version) accepted by default: everything at version 0.
-SUPPORTED_API_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {int(key): (0, 0) for key in ApiKey}
-
-# Which APIs each role answers (docs/protocol.md, docs/controller.md), for ApiVersions answers.
-CONTROLLER_API_KEYS: Final[frozenset[int]] = frozenset({
-    ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS,
-    ApiKey.DELETE_TOPICS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
-    ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION, ApiKey.FETCH_SNAPSHOT, ApiKey.BROKER_REGISTRATION,
-    ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER, ApiKey.ALLOCATE_PRODUCER_IDS,
-})
-BROKER_API_KEYS: Final[frozenset[int]] = frozenset(
-    int(key) for key in ApiKey
-    if key not in (ApiKey.DESCRIBE_QUORUM, ApiKey.ALTER_PARTITION, ApiKey.FETCH_SNAPSHOT, ApiKey.BROKER_REGISTRATION,
-                   ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER, ApiKey.ALLOCATE_PRODUCER_IDS))
-
-
 def api_name(api_key: int) -> str:
     """Kafka's name for an api key, or ``ApiKey(<n>)`` for one Raftka does not know."""
     return API_NAMES.get(api_key, f"ApiKey({api_key})")
-
-
-def api_versions_body(keys: Iterable[int] | Mapping[int, tuple[int, int]]) -> dict:
-    """The ApiVersions (18) response body listing ``keys``.
-
-    ``keys`` is either api keys (each at the versions in SUPPORTED_API_VERSIONS, else 0..0) or a
-    mapping ``api_key -> (min_version, max_version)``. Sorted by api key.
-    """
-    if isinstance(keys, Mapping):
-        versions = {int(k): (int(v[0]), int(v[1])) for k, v in keys.items()}
-    else:
-        versions = {int(k): SUPPORTED_API_VERSIONS.get(int(k), (0, 0)) for k in keys}
-    return {"api_keys": [{"api_key": key, "min_version": low, "max_version": high}
-                         for key, (low, high) in sorted(versions.items())]}

@@ -19,8 +19,8 @@ defaults, reads the tags it knows and skips the others, as Kafka does.
 Decoding trusts nothing it reads: a length or a count is compared with the declared limit and with
 the bytes left before anything is allocated or walked, and every malformed input raises
 :class:`CodecError` naming the field's path (``topic_data[0].partition_data[0].records: ...``).
-A Map (Raftka's msgpack-only shape), a union of types and a nullable integer have no Kafka
-encoding: compiling a message that holds one at that version raises ValueError at once.
+A nullable integer has no Kafka encoding: compiling a message that holds one at that version
+raises ValueError at once.
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from typing import Any, Callable, Final
 
 from raftka.common.api import ApiKey
 from raftka.common.errors import InvalidRequestError
-from raftka.common.schema import (ABSENT, BYTES_MAX, REQUIRED, STRING_BYTES_MAX, Array, Field, FieldError, Map,
-                                  Message, Struct, in_versions)
+from raftka.common.schema import (ABSENT, BYTES_MAX, REQUIRED, STRING_BYTES_MAX, Array, Field, FieldError, Message,
+                                  Struct, in_versions)
 
 
 class CodecError(InvalidRequestError):  # type: ignore[misc, valid-type]
@@ -214,13 +214,6 @@ def _nullable_uuid_bytes(value: Any) -> bytes:
 
 
 # -- the generator ----------------------------------------------------------------------------------
-
-def _refuse(declared: Any, where: str) -> None:
-    if isinstance(declared, Map):
-        raise ValueError(f"{where}: a Map has no Kafka encoding (#kafka-protocol declares it as an array)")
-    if isinstance(declared, tuple):
-        raise ValueError(f"{where}: a union of {declared} has no Kafka encoding")
-
 
 def _min_size(declared: Any, version: int, flexible: bool) -> int:
     """The fewest bytes one value of ``declared`` takes: bounds a count read from the wire."""
@@ -445,9 +438,6 @@ class _StructCode:
             if not in_versions(version, f.versions):
                 defaults.append(f)
                 continue
-            _refuse(f.type, where)
-            if isinstance(f.type, Array):
-                _refuse(f.type.of, where)
             if f.nullable_in(version) and isinstance(f.type, str) and f.type in FIXED_FORMATS and f.type != "uuid":
                 raise ValueError(f"{where}: a nullable {f.type} has no Kafka encoding")
             if f.tagged_in(version):

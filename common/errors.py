@@ -197,7 +197,9 @@ class ConfigError(InvalidConfigError):  # type: ignore[misc, valid-type]
 
 
 class FrameError(InvalidRequestError):  # type: ignore[misc, valid-type]
-    """Bytes on a connection that are not a valid frame (bad length, bad msgpack, bad shape).
+    """Bytes on a connection that are not a valid Kafka frame (a length over the limit, a first
+    byte no Kafka request starts with, an api key or version not declared, a body that does not
+    decode as declared).
 
     The connection that sent them is closed; nobody else is affected.
     """

@@ -1,10 +1,11 @@
-"""The server side of the shared transport: an asyncio server for Raftka frames.
+"""The server side of the shared transport: an asyncio server for Kafka's wire protocol.
 
 Every listener stands on it: the broker's client and replication listeners, the controller's RPC
-listener. Frames are those of transport.py (docs/protocol.md). :class:`Server` starts one handler
+listener. Frames are Kafka's (transport.py, docs/protocol.md). :class:`Server` starts one handler
 task per request, in arrival order, so a handler's code before its first ``await`` runs in arrival
-order; it writes the answers in that same order. Bad bytes, or a request for an api key the
-server does not serve, close that connection only, with one log line.
+order; it writes the answers in that same order. Bytes that are not a Kafka request as the
+listener declares it (an api key it does not serve, a version it does not declare, a body that
+does not decode) close that connection only, with one log line, as Kafka does.
 
 Limits against clients that take resources and give nothing back (one line each here; the
 details are on :class:`Server` and in docs/protocol.md):
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
 
 from raftka.common import errors
-from raftka.common.api import SUPPORTED_API_VERSIONS, api_name
+from raftka.common.api import api_name
 from raftka.common.errors import FrameError, RaftkaError
 from raftka.common.codec import (CodecError, decode_request_header, decoder, encoder_into, request_header_version,
                                  response_header_version)
@@ -55,7 +56,7 @@ from raftka.common.transport import (
     HANDLER_TIMEOUT_MS_DEFAULT, LENGTH, LENGTH_BYTES, MAX_BUFFERED_BYTES_PER_CONNECTION_DEFAULT,
     MAX_CONNECTIONS_DEFAULT, MAX_CONNECTIONS_PER_IP_DEFAULT, MAX_IN_FLIGHT_PER_CONNECTION_DEFAULT,
     QUEUED_MAX_REQUEST_BYTES_DEFAULT, REQUEST_FRAME_TIMEOUT_MS_DEFAULT,
-    SOCKET_REQUEST_MAX_BYTES_DEFAULT, STREAM_LIMIT_BYTES, decode_request, encode_response, is_int,
+    SOCKET_REQUEST_MAX_BYTES_DEFAULT, STREAM_LIMIT_BYTES, is_int,
 )
 
 log = logging.getLogger(__name__)
@@ -112,17 +113,12 @@ class Request:
     peer: Any  # (host, port) of the client
     connection_id: int  # unique per accepted connection of this server
     received_monotonic: float = 0.0
-    # -1: a msgpack frame (transport.py); 1 or 2: Kafka's request header version (its wire protocol)
-    header_version: int = -1
-
-    @property
-    def kafka(self) -> bool:
-        """Did the request come in Kafka's wire protocol (answered in it too)."""
-        return self.header_version >= 0
+    header_version: int = 1  # Kafka's request header version: 1, or 2 for a flexible version
 
 
 class Response(NamedTuple):
-    """A handler's answer: the frame's error code and body (a map; None is sent as ``{}``)."""
+    """A handler's answer: an error code for the whole request (NONE, or spread into the answer's
+    error fields, common/messages/error_answers.py) and the body in its declared shape."""
 
     error_code: int
     body: Any = None
@@ -157,7 +153,7 @@ class ServerMetrics:
     connections_refused_per_ip: int = 0  # over max_connections_per_ip, none to close instead
     connections_closed_unused: int = 0  # never completed a request, closed to make room
     connections_closed_idle: int = 0  # connections.max.idle.ms
-    connections_closed_bad_frame: int = 0
+    connections_closed_bad_frame: int = 0  # not a Kafka request this listener declares
     connections_closed_frame_timeout: int = 0  # request.frame.timeout.ms
     connections_closed_first_byte_timeout: int = 0  # connections.first.byte.timeout.ms
 
@@ -207,7 +203,7 @@ class _ServerConnection:
 
 
 class Server:
-    """An asyncio server for Raftka frames, calling ``handler(request)`` once per request.
+    """An asyncio server for Kafka's wire protocol, calling ``handler(request)`` once per request.
 
     Per connection, requests are handled concurrently (one task each, created in arrival order)
     and answered in arrival order. A handler returns a :class:`Response` (or an
@@ -253,9 +249,11 @@ class Server:
       Outside the limit, each connection's socket read buffer holds at most
       ``READ_WINDOW_BYTES`` (2.25 MiB).
 
-    ``api_versions`` maps the api keys served to their ``(min, max)`` versions: a request for
-    any other api key closes its connection (as a bad frame does, as Kafka does); a served key
-    at a version outside the range is answered UNSUPPORTED_VERSION without calling the handler.
+    ``kafka_api`` maps the api keys served to their (request, response) declarations
+    (common/messages/): a frame whose first byte is not 0 (no Kafka api key starts so), a request
+    for any other api key, at a version not declared, or whose bytes do not decode as declared
+    closes its connection (counted in ``connections_closed_bad_frame``), as Kafka does; ApiVersions
+    (18) is answered here from the declarations.
     ``handler_timeout_ms`` is a safety net: a handler still running after it is cancelled and
     answered REQUEST_TIMED_OUT (handlers bound their own waits, e.g. a Fetch's
     ``max_wait_ms``, far below it).
@@ -276,10 +274,9 @@ class Server:
                  idle_timeout_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
                  first_byte_timeout_ms: int = CONNECTIONS_FIRST_BYTE_TIMEOUT_MS_DEFAULT,
                  request_frame_timeout_ms: int = REQUEST_FRAME_TIMEOUT_MS_DEFAULT,
-                 api_versions: Mapping[int, tuple[int, int]] | None = None,
                  handler_timeout_ms: int = HANDLER_TIMEOUT_MS_DEFAULT,
                  queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES_DEFAULT,
-                 kafka_api: Mapping[int, tuple[Message, Message]] | None = None,
+                 kafka_api: Mapping[int, tuple[Message, Message]],
                  name: str = "server") -> None:
         for key, value in (("max_frame_bytes", max_frame_bytes), ("max_connections", max_connections),
                            ("max_in_flight_per_connection", max_in_flight_per_connection),
@@ -314,11 +311,9 @@ class Server:
         self._answer_estimates: dict[int, int] = {}
         self._answer_estimate_unknown = max(1, max_buffered_bytes_per_connection // ANSWER_ESTIMATE_UNKNOWN_DIVISOR)
         self._answer_estimate_max = max(1, max_buffered_bytes_per_connection // ANSWER_ESTIMATE_MAX_DIVISOR)
-        self.api_versions: Mapping[int, tuple[int, int]] = (
-            SUPPORTED_API_VERSIONS if api_versions is None else dict(api_versions))
-        # Kafka's wire protocol: api key -> (request, response) declarations this listener serves
-        # (common/messages/); their versions are what ApiVersions advertises to Kafka clients.
-        self.kafka_api: dict[int, tuple[Message, Message]] = dict(kafka_api or {})
+        # api key -> (request, response) declarations this listener serves (common/messages/);
+        # their versions are what ApiVersions advertises.
+        self.kafka_api: dict[int, tuple[Message, Message]] = dict(kafka_api)
         # (api key, version) -> what decodes and answers it (_kafka_plan); one per declared pair
         self._kafka_plans: dict[tuple[int, int], tuple[int, Any, int, Any]] = {}
         self.name = name
@@ -518,22 +513,13 @@ class Server:
             conn.frames += 1
             conn.last_activity = time.monotonic()
             self.metrics.bytes_in += LENGTH_BYTES + length
-            # A Kafka request header starts with its api key, an int16 below 256: a zero byte; a
-            # msgpack request (transport.py) with 0x95, its fixarray of 5.
-            if self.kafka_api and payload[:1] == b"\x00":
-                api_key, api_version, correlation_id, client_id, body, header_version = self._decode_kafka(payload)
-            else:
-                header_version = -1
-                api_key, api_version, correlation_id, client_id, body = decode_request(
-                    payload, self.max_frame_bytes)
-            del payload  # a large frame's bytes are freed here, not at the next frame
-            if header_version < 0 and api_key not in self.api_versions:
-                # As Kafka: a request for an API this server does not have closes the connection
-                # (the client speaks something else); a known API at an unsupported version is
-                # answered UNSUPPORTED_VERSION below.
+            # A Kafka request header starts with its api key, an int16 below 256: a zero byte.
+            # Anything else speaks another protocol (or none): closed before any decoding.
+            if payload[:1] != b"\x00":
                 self.metrics.requests[UNKNOWN_API_KEY_LABEL] += 1
-                raise FrameError(f"unknown api key {api_key} (this server serves "
-                                 f"{', '.join(map(str, sorted(self.api_versions)))})")
+                raise FrameError(f"not a Kafka request (first byte 0x{payload[:1].hex() or 'none'})")
+            api_key, api_version, correlation_id, client_id, body, header_version = self._decode_kafka(payload)
+            del payload  # a large frame's bytes are freed here, not at the next frame
             # Backpressure: while too much is owed to this client (answers unsent, or estimated
             # for handlers still running), or too many request bytes are being handled, hold this
             # request and read no further (the socket pauses once asyncio's read buffer fills).
@@ -739,37 +725,21 @@ class Server:
             for waiting in self._waiting_for_bytes:
                 waiting.wake_reader.set()
         if code != errors.NONE:
-            label = request.api_key if request.api_key in self.api_versions else UNKNOWN_API_KEY_LABEL
-            self.metrics.errors[label] += 1
-        if request.header_version >= 0:
-            kafka_frame = self._encode_kafka(request, code, body)
-            if kafka_frame is None:  # logged; the client would wait for an answer that never comes
-                conn.abort()
-                return None
-            frame = kafka_frame
-        else:
-            try:
-                frame = encode_response(request.correlation_id, code, {} if body is None else body)
-            except FrameError as error:
-                log.error("%s: answer to %s cannot be encoded: %s", self.name, api_name(request.api_key),
-                          error.message)
-                frame = encode_response(request.correlation_id, errors.UNKNOWN_SERVER_ERROR,
-                                        {"error_message": "the server could not encode its answer"})
+            self.metrics.errors[request.api_key] += 1  # a served key: others never reach a handler
+        frame = self._encode_kafka(request, code, body)
+        if frame is None:  # logged; the client would wait for an answer that never comes
+            conn.abort()
+            return None
         if len(frame) > estimate or estimate == self._answer_estimate_unknown:  # learn; see _reap
             self._answer_estimates[request.api_key] = min(len(frame), self._answer_estimate_max)
         conn.buffered_bytes += len(frame)
         return frame
 
     async def _answer(self, request: Request) -> tuple[int, Any]:
-        if request.kafka and request.api_key == API_VERSIONS_KEY:
+        if request.api_key == API_VERSIONS_KEY:
             # The transport's own answer: what this listener declares (an unknown version's
             # v0 answer is built when it is encoded).
             return errors.NONE, {"error_code": errors.NONE, "api_keys": self.kafka_api_versions()}
-        versions = self.api_versions.get(request.api_key, (0, 2**15 - 1))  # Kafka's: checked when decoded
-        if not request.kafka and not versions[0] <= request.api_version <= versions[1]:
-            return errors.UNSUPPORTED_VERSION, {
-                "error_message": f"{api_name(request.api_key)} version {request.api_version} is not "
-                                 f"supported (versions {versions[0]}..{versions[1]})"}
         try:
             result = await self.handler(request)
             if result is None:

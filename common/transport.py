@@ -1,14 +1,13 @@
-"""The wire transport every Raftka process speaks: frames and a pipelined client connection.
+"""The wire transport every Raftka process speaks: Kafka's, framed and pipelined on one connection.
 
-Frames (docs/protocol.md)::
+Frames are Kafka's (docs/protocol.md)::
 
-    frame    = length payload            length: 4-byte big-endian, bytes of payload
-    request  = [api_key, api_version, correlation_id, client_id, body]     (msgpack array)
-    response = [correlation_id, error_code, body]                          (msgpack array)
+    request  = length request_header body     header v1 (non-flexible versions) or v2 (flexible)
+    response = length response_header body    header v0 (correlation id) or v1 (+ tagged fields)
 
-``api_key``, ``api_version`` and ``correlation_id`` are integers, ``client_id`` a string (or
-nil), ``error_code`` an integer from the error table (common/errors.py), ``body`` any
-msgpack value (a map for every API today). Binary fields are msgpack ``bin``.
+``length`` is a 4-byte big-endian count of the bytes after it. Each API's body is encoded and
+decoded from its declaration (common/messages/, compiled by common/codec.py); a Kafka answer has
+no frame-level error code, its errors stand in its body's ``error_code`` fields.
 
 :class:`Connection` (client side) pipelines requests on one TCP connection: in-flight requests
 wait in a FIFO keyed by correlation id, and since a server answers in arrival order, every
@@ -17,10 +16,10 @@ error that closes the connection. A lost connection fails every request in fligh
 NetworkExceptionError (retriable); a request that outlives its ``timeout_ms`` fails alone with
 RequestTimedOutError (its slot stays taken until its late answer arrives and is dropped).
 
-``call`` / ``call_sync``: one request on a fresh connection (tools, the broker's metadata
-fetcher). The server side is server.py.
+``call`` / ``call_sync``: one request on a fresh connection (tools, tests). The server side is
+server.py.
 
-Pure asyncio + msgpack; imports only the shared layer (``raftka.common``).
+Pure asyncio; imports only the shared layer (``raftka.common``).
 """
 from __future__ import annotations
 
@@ -32,21 +31,18 @@ import struct
 import time
 from typing import Any, Final, Mapping
 
-import msgpack
-
 from raftka.common import errors
 from raftka.common.api import api_name
 from raftka.common.codec import (CodecError, decode_response_header, decoder, encoder_into,
                                  request_header_version, response_header_version)
-from raftka.common.messages import KAFKA_API
 from raftka.common.errors import FrameError, NetworkExceptionError, RaftkaError, RequestTimedOutError
+from raftka.common.messages import KAFKA_API
+from raftka.common.schema import Message
 
 log = logging.getLogger(__name__)
 
 LENGTH: Final = struct.Struct(">I")
 LENGTH_BYTES: Final = LENGTH.size
-REQUEST_ARITY: Final = 5
-RESPONSE_ARITY: Final = 3
 CORRELATION_ID_MAX: Final = 2**31 - 1  # Kafka's correlation id is an int32; we wrap before it
 
 # Kafka's names and defaults where Kafka has the limit.
@@ -76,74 +72,8 @@ STREAM_LIMIT_BYTES: Final = 1 << 20  # asyncio StreamReader buffer before it pau
 # --------------------------------------------------------------------------------------------
 # Frames: pure functions, no I/O except read_frame.
 
-def _pack(value: Any) -> bytes:
-    try:
-        return msgpack.packb(value, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as error:
-        raise FrameError(f"cannot encode {type(value).__name__} as msgpack: {error}") from None
-
-
-def encode_frame(items: list) -> bytes:
-    """A whole frame (length prefix + msgpack array) for ``items``."""
-    payload = _pack(items)
-    return LENGTH.pack(len(payload)) + payload
-
-
-def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
-                   body: Any) -> bytes:
-    """A request frame."""
-    return encode_frame([api_key, api_version, correlation_id, client_id, body])
-
-
-def encode_response(correlation_id: int, error_code: int, body: Any) -> bytes:
-    """A response frame."""
-    return encode_frame([correlation_id, error_code, body])
-
-
-def _request_frame_from_packed_body(api_key: int, api_version: int, correlation_id: int,
-                                    client_id: str | None, packed_body: bytes) -> bytes:
-    # A fixarray of 5 is one byte (0x95); the body is packed once, before the correlation id
-    # is known, so a body that cannot be encoded fails before it takes a slot.
-    head = _pack([api_key, api_version, correlation_id, client_id])
-    head = b"\x95" + head[1:]  # fixarray of 4 -> fixarray of 5, the body follows
-    return LENGTH.pack(len(head) + len(packed_body)) + head + packed_body
-
-
-def decode_payload(payload: bytes, arity: int, max_frame_bytes: int) -> list:
-    """The msgpack array of ``arity`` items in a frame's payload; FrameError for anything else."""
-    try:
-        items = msgpack.unpackb(payload, raw=False, strict_map_key=False,
-                                max_bin_len=max_frame_bytes, max_str_len=max_frame_bytes,
-                                max_array_len=max_frame_bytes, max_map_len=max_frame_bytes,
-                                max_ext_len=0)
-    except Exception as error:  # msgpack raises several unrelated types for bad bytes
-        raise FrameError(f"frame is not valid msgpack ({type(error).__name__})") from None
-    if not isinstance(items, list) or len(items) != arity:
-        raise FrameError(f"frame must be a msgpack array of {arity} items")
-    return items
-
-
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def decode_request(payload: bytes, max_frame_bytes: int) -> tuple[int, int, int, str | None, Any]:
-    """``(api_key, api_version, correlation_id, client_id, body)``; FrameError when malformed."""
-    api_key, api_version, correlation_id, client_id, body = decode_payload(
-        payload, REQUEST_ARITY, max_frame_bytes)
-    if not (is_int(api_key) and is_int(api_version) and is_int(correlation_id)):
-        raise FrameError("api_key, api_version and correlation_id must be integers")
-    if client_id is not None and not isinstance(client_id, str):
-        raise FrameError("client_id must be a string or nil")
-    return api_key, api_version, correlation_id, client_id, body
-
-
-def decode_response(payload: bytes, max_frame_bytes: int) -> tuple[int, int, Any]:
-    """``(correlation_id, error_code, body)``; FrameError when malformed."""
-    correlation_id, error_code, body = decode_payload(payload, RESPONSE_ARITY, max_frame_bytes)
-    if not (is_int(correlation_id) and is_int(error_code)):
-        raise FrameError("correlation_id and error_code must be integers")
-    return correlation_id, error_code, body
 
 
 async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int,
@@ -180,50 +110,67 @@ def _os_error_text(error: BaseException) -> str:
 # Client side.
 
 class _InFlight:
-    __slots__ = ("correlation_id", "api_key", "future", "timer", "kafka_version")
+    __slots__ = ("correlation_id", "api_key", "future", "timer", "version")
 
     def __init__(self, correlation_id: int, api_key: int, future: asyncio.Future,
-                 timer: asyncio.TimerHandle | None = None, kafka_version: int = -1) -> None:
+                 timer: asyncio.TimerHandle | None, version: int) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.future = future
         self.timer = timer  # submit()'s timeout; cancelled when the answer comes
-        self.kafka_version = kafka_version  # -1: a msgpack frame; else the Kafka version it was sent at
+        self.version = version  # the version it was sent at: its answer is decoded at it
 
 
 _CORRELATION_ID = struct.Struct(">i")
 _REQUEST_HEADER = struct.Struct(">Ihhih")  # frame length, api key, version, correlation id, client_id's length
-# (api key, version) -> (request header version, body encoder, response header version, body
-# decoder): one per declared pair, built on first use (the codec's own lookups cost ~2 us a request).
-_KAFKA_PLANS: dict[tuple[int, int], tuple[int, Any, int, Any]] = {}
+Declarations = Mapping[int, "tuple[Message, Message]"]  # api key -> (request, response)
+Plan = tuple[int, Any, int, Any]  # request header version, body encoder, response header version, body decoder
+Plans = dict[tuple[int, int], Plan]
+# (api key, version) -> its Plan for common/messages/ (KAFKA_API): one per declared pair, built on
+# first use (the codec's own lookups cost ~2 us a request). Other declarations (tests) keep their own.
+_KAFKA_PLANS: Plans = {}
 
 
-def _kafka_plan(api_key: int, version: int) -> tuple[int, Any, int, Any]:
-    plan = _KAFKA_PLANS.get((api_key, version))
+def _kafka_plan(api_key: int, version: int, api: Declarations = KAFKA_API,
+                plans: Plans = _KAFKA_PLANS) -> Plan:
+    plan = plans.get((api_key, version))
     if plan is None:
-        request, response = KAFKA_API[api_key]
+        request, response = _declared(api, api_key)
         if version not in request.versions():
             raise FrameError(f"{api_name(api_key)} v{version} is not declared (versions {request.valid_versions})")
-        plan = _KAFKA_PLANS[(api_key, version)] = (
+        plan = plans[(api_key, version)] = (
             request_header_version(request, version), encoder_into(request, version),
             response_header_version(response, version), decoder(response, version))
     return plan
 
 
-def _kafka_request_frame(api_key: int, version: int, correlation_id: int, client_id: str | None,
-                         encoded_body: bytes) -> bytes:
+def _declared(api: Declarations, api_key: int) -> "tuple[Message, Message]":
+    messages = api.get(api_key)
+    if messages is None:
+        raise FrameError(f"{api_name(api_key)} (api key {api_key}) has no declaration in common/messages/")
+    return messages
+
+
+def newest_version(api_key: int, api: Declarations = KAFKA_API) -> int:
+    """The newest version of ``api_key`` declared in ``api``; FrameError for an undeclared key."""
+    return _declared(api, api_key)[0].versions()[-1]
+
+
+def _kafka_request_frame(request_header: int, api_key: int, version: int, correlation_id: int,
+                         client_id: str | None, encoded_body: bytes) -> bytes:
     """Length, request header v1 or v2 (by hand: the same for every API), body."""
     client = b"" if client_id is None else client_id.encode()
-    flexible = _kafka_plan(api_key, version)[0] == 2
+    flexible = request_header == 2
     length = _REQUEST_HEADER.size - LENGTH_BYTES + len(client) + flexible + len(encoded_body)
     head = _REQUEST_HEADER.pack(length, api_key, version, correlation_id, -1 if client_id is None else len(client))
     return b"".join((head, client, b"\x00" if flexible else b"", encoded_body))
 
 
-def decode_kafka_response(payload: bytes, api_key: int, version: int) -> tuple[int, Any]:
+def decode_kafka_response(payload: bytes, api_key: int, version: int, api: Declarations = KAFKA_API,
+                          plans: Plans = _KAFKA_PLANS) -> tuple[int, Any]:
     """(correlation_id, body) of a Kafka answer to ``api_key`` at ``version``; FrameError when
     the bytes are not what that answer declares."""
-    _, _, response_header, decode = _kafka_plan(api_key, version)
+    _, _, response_header, decode = _kafka_plan(api_key, version, api, plans)
     try:
         (correlation_id,) = _CORRELATION_ID.unpack_from(payload)
         start = 4
@@ -303,12 +250,18 @@ class Connection:
     their own timeout). Answers are matched to requests by correlation id, oldest first. A timed
     out request leaves the connection open (a slow server answers later requests behind it); a
     caller that suspects a dead peer closes it and opens a new one.
+
+    Each API goes at the version ``kafka_versions`` lists for it, else at the newest version
+    ``kafka_api`` declares (common/messages/, unless a test declares its own); a request may
+    name its own ``api_version``. An API without a declaration is a FrameError, raised before
+    anything is sent.
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, host: str,
                  port: int, client_id: str | None, max_in_flight_requests: int,
                  max_frame_bytes: int, request_timeout_ms: int,
-                 kafka_versions: Mapping[int, int] | None = None) -> None:
+                 kafka_versions: Mapping[int, int] | None = None,
+                 kafka_api: Declarations = KAFKA_API) -> None:
         if max_in_flight_requests < 1:
             raise errors.ConfigError("max_in_flight_requests", f"must be >= 1, got {max_in_flight_requests}")
         if client_id is not None and not isinstance(client_id, str):
@@ -319,10 +272,11 @@ class Connection:
         self.max_in_flight_requests = max_in_flight_requests
         self.max_frame_bytes = max_frame_bytes
         self.request_timeout_ms = request_timeout_ms
-        # api key -> the version this connection sends it at in Kafka's wire protocol; other
-        # APIs go as msgpack frames, until #kafka-protocol has moved every one (the server tells
-        # the two apart frame by frame, so both share one connection meanwhile).
+        # api key -> the version this connection sends it at; an API not listed goes at the
+        # newest version declared in ``kafka_api`` (common/messages/ unless a test declares its own).
         self.kafka_versions: dict[int, int] = dict(kafka_versions or {})
+        self.kafka_api = kafka_api
+        self._plans: Plans = _KAFKA_PLANS if kafka_api is KAFKA_API else {}
         self._reader = reader
         self._writer = writer
         self._in_flight: collections.deque[_InFlight] = collections.deque()
@@ -340,7 +294,8 @@ class Connection:
                    max_in_flight_requests: int = MAX_IN_FLIGHT_REQUESTS_DEFAULT,
                    max_frame_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                    request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
-                   kafka_versions: Mapping[int, int] | None = None) -> "Connection":
+                   kafka_versions: Mapping[int, int] | None = None,
+                   kafka_api: Declarations = KAFKA_API) -> "Connection":
         """Connect to ``host:port``. RequestTimedOutError after ``connect_timeout_ms``,
         NetworkExceptionError when the connection is refused or fails."""
         # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for loses a cancel that lands
@@ -354,7 +309,8 @@ class Connection:
             raise NetworkExceptionError(f"cannot connect to {host}:{port}: {_os_error_text(error)}") from None
         return cls(reader, writer, host=host, port=port, client_id=client_id,
                    max_in_flight_requests=max_in_flight_requests, max_frame_bytes=max_frame_bytes,
-                   request_timeout_ms=request_timeout_ms, kafka_versions=kafka_versions)
+                   request_timeout_ms=request_timeout_ms, kafka_versions=kafka_versions,
+                   kafka_api=kafka_api)
 
     @property
     def address(self) -> str:
@@ -375,33 +331,34 @@ class Connection:
         state = "closed" if self.closed else f"{len(self._in_flight)} in flight"
         return f"<Connection {self.address} {state}>"
 
-    def _encode_body(self, api_key: int, body: Any) -> tuple[int, bytes]:
-        """(Kafka version or -1, the encoded body): FrameError when it cannot be encoded."""
-        version = self.kafka_versions.get(api_key, -1)
-        if version < 0:
-            return -1, _pack(body)
+    def _encode_body(self, api_key: int, api_version: int | None, body: Any) -> tuple[int, bytearray]:
+        """(the version it goes at, the encoded body): FrameError when it cannot be encoded."""
+        if api_version is None:
+            api_version = self.kafka_versions.get(api_key)
+            if api_version is None:
+                api_version = newest_version(api_key, self.kafka_api)
+        plan = _kafka_plan(api_key, api_version, self.kafka_api, self._plans)
         try:
             encoded = bytearray()  # kept as is: the frame copies it once
-            _kafka_plan(api_key, version)[1](body, encoded)
-            return version, encoded  # type: ignore[return-value]
+            plan[1](body, encoded)
+            return api_version, encoded
         except CodecError as error:
-            raise FrameError(f"cannot encode {api_name(api_key)} v{version}: {error.message}") from None
+            raise FrameError(f"cannot encode {api_name(api_key)} v{api_version}: {error.message}") from None
 
-    def _frame(self, api_key: int, api_version: int, kafka_version: int, correlation_id: int,
-               encoded_body: bytes) -> bytes:
-        if kafka_version < 0:
-            return _request_frame_from_packed_body(api_key, api_version, correlation_id, self.client_id,
-                                                   encoded_body)
-        return _kafka_request_frame(api_key, kafka_version, correlation_id, self.client_id, encoded_body)
+    def _frame(self, api_key: int, version: int, correlation_id: int, encoded_body: bytes) -> bytes:
+        request_header = self._plans[(api_key, version)][0]
+        return _kafka_request_frame(request_header, api_key, version, correlation_id, self.client_id, encoded_body)
 
     def _raise_closed(self) -> None:
         assert self._close_error is not None
         raise NetworkExceptionError(f"connection to {self.address} is closed: {self._close_error.message}")
 
-    async def request(self, api_key: int, body: Any, api_version: int = 0, *,
+    async def request(self, api_key: int, body: Any, api_version: int | None = None, *,
                       timeout_ms: int | None = None,
                       expect_response: bool = True) -> tuple[int, Any]:
-        """Send one request; ``(error_code, body)`` of its answer.
+        """Send one request at ``api_version`` (default: the connection's version for the API);
+        ``(error_code, body)`` of its answer, the code always NONE (Kafka's answers carry their
+        errors in the body).
 
         ``timeout_ms`` (default ``request_timeout_ms``) bounds the whole request: waiting for an
         in-flight slot, writing, and the answer. ``expect_response=False`` (Produce with acks=0)
@@ -412,7 +369,7 @@ class Connection:
         if self._close_error is not None:
             self._raise_closed()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        kafka_version, packed_body = self._encode_body(api_key, body)
+        version, encoded_body = self._encode_body(api_key, api_version, body)
         slot_taken = False
         try:
             async with asyncio.timeout(timeout_ms / 1000):
@@ -423,13 +380,13 @@ class Connection:
                         self._raise_closed()
                 correlation_id = self._next_correlation_id
                 self._next_correlation_id = 0 if correlation_id >= CORRELATION_ID_MAX else correlation_id + 1
-                frame = self._frame(api_key, api_version, kafka_version, correlation_id, packed_body)
+                frame = self._frame(api_key, version, correlation_id, encoded_body)
                 future: asyncio.Future | None = None
                 if expect_response:
                     future = asyncio.get_running_loop().create_future()
                     # From here the read loop owns the slot: it is freed when the answer arrives
                     # (or the connection dies), even if this caller gives up first.
-                    self._in_flight.append(_InFlight(correlation_id, api_key, future, None, kafka_version))
+                    self._in_flight.append(_InFlight(correlation_id, api_key, future, None, version))
                     slot_taken = False
                 self._send(frame)
                 await self._writer.drain()  # waits only while the socket's buffer is full
@@ -447,7 +404,7 @@ class Connection:
             if slot_taken:
                 self._slots.release()
 
-    def submit(self, api_key: int, body: Any, api_version: int = 0, *,
+    def submit(self, api_key: int, body: Any, api_version: int | None = None, *,
                timeout_ms: int | None = None) -> "asyncio.Future[tuple[int, Any]]":
         """Send one request without awaiting anything: the future of ``(error_code, body)``.
         Written at once when an in-flight slot is free, else queued for one behind the requests
@@ -458,21 +415,20 @@ class Connection:
         Raises NetworkExceptionError when closed, FrameError when ``body`` cannot be encoded."""
         if self._close_error is not None:
             self._raise_closed()
-        kafka_version, packed_body = self._encode_body(api_key, body)
-        api_version = api_version if kafka_version < 0 else kafka_version
+        version, encoded_body = self._encode_body(api_key, api_version, body)
         loop = self._loop
         future = loop.create_future()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
         timer = loop.call_at(loop.time() + timeout_ms / 1000, _time_out, future, api_key,
                              self.address, timeout_ms)
         if self._slots.try_acquire():
-            self._write_submitted(api_key, api_version, packed_body, future, timer)
+            self._write_submitted(api_key, version, encoded_body, future, timer)
         else:
             self._slots.wait_nowait().add_done_callback(functools.partial(
-                self._slot_granted, api_key, api_version, packed_body, future, timer))
+                self._slot_granted, api_key, version, encoded_body, future, timer))
         return future
 
-    def _slot_granted(self, api_key: int, api_version: int, packed_body: bytes,
+    def _slot_granted(self, api_key: int, version: int, encoded_body: bytes,
                       future: asyncio.Future, timer: asyncio.TimerHandle, waiter: asyncio.Future) -> None:
         if self._close_error is not None or future.done():  # lost, or timed out while waiting
             timer.cancel()
@@ -481,16 +437,15 @@ class Connection:
                 future.set_exception(NetworkExceptionError(
                     f"connection to {self.address} is closed: {self._close_error.message}"))
             return
-        self._write_submitted(api_key, api_version, packed_body, future, timer)
+        self._write_submitted(api_key, version, encoded_body, future, timer)
 
-    def _write_submitted(self, api_key: int, api_version: int, packed_body: bytes,
+    def _write_submitted(self, api_key: int, version: int, encoded_body: bytes,
                          future: asyncio.Future, timer: asyncio.TimerHandle) -> None:
         correlation_id = self._next_correlation_id
         self._next_correlation_id = 0 if correlation_id >= CORRELATION_ID_MAX else correlation_id + 1
-        kafka_version = self.kafka_versions.get(api_key, -1)
-        frame = self._frame(api_key, api_version, kafka_version, correlation_id, packed_body)
+        frame = self._frame(api_key, version, correlation_id, encoded_body)
         # From here the read loop owns the slot, as in request().
-        self._in_flight.append(_InFlight(correlation_id, api_key, future, timer, kafka_version))
+        self._in_flight.append(_InFlight(correlation_id, api_key, future, timer, version))
         try:
             self._send(frame)
         except (ConnectionError, OSError) as error:
@@ -527,11 +482,8 @@ class Connection:
                 if not self._in_flight:
                     raise FrameError("an answer came with no request in flight")
                 oldest = self._in_flight[0]
-                if oldest.kafka_version < 0:
-                    correlation_id, code, body = decode_response(payload, self.max_frame_bytes)
-                else:  # Kafka's answers carry their errors in the body
-                    code = errors.NONE
-                    correlation_id, body = decode_kafka_response(payload, oldest.api_key, oldest.kafka_version)
+                correlation_id, body = decode_kafka_response(payload, oldest.api_key, oldest.version,
+                                                             self.kafka_api, self._plans)
                 if oldest.correlation_id != correlation_id:
                     raise FrameError(f"answer with correlation id {correlation_id}, expected "
                                      f"{oldest.correlation_id} (answers must come in request order)")
@@ -540,7 +492,7 @@ class Connection:
                 if oldest.timer is not None:
                     oldest.timer.cancel()
                 if not oldest.future.done():  # done: its caller timed out or was cancelled
-                    oldest.future.set_result((code, body))
+                    oldest.future.set_result((errors.NONE, body))  # Kafka's errors are in the body
         except FrameError as frame_error:
             log.warning("closing connection to %s: %s", self.address, frame_error.message)
             error = NetworkExceptionError(f"protocol error from {self.address}: {frame_error.message}")
@@ -584,12 +536,13 @@ class Connection:
             await asyncio.wait({self._read_task}, timeout=CLOSE_TIMEOUT_MS / 1000)
 
 
-async def call(address: str, api_key: int, body: Any, *, api_version: int = 0,
+async def call(address: str, api_key: int, body: Any, *, api_version: int | None = None,
                timeout_ms: int = 5000, client_id: str = "raftka-tool",
                max_frame_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT) -> tuple[int, Any]:
-    """One request on a fresh connection; (error_code, body). ``timeout_ms`` bounds connecting
-    and answering together. Network failures raise typed, retriable errors
-    (NetworkExceptionError, RequestTimedOutError)."""
+    """One request on a fresh connection, at ``api_version`` (default: the newest declared);
+    (error_code, body), the code always NONE (the answer's errors are in its body).
+    ``timeout_ms`` bounds connecting and answering together. Network failures raise typed,
+    retriable errors (NetworkExceptionError, RequestTimedOutError)."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout_ms / 1000
     conn = await Connection.open(host, int(port), client_id=client_id, connect_timeout_ms=timeout_ms,

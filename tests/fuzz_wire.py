@@ -1,12 +1,14 @@
 """A seeded fuzzer of the broker's wire protocol (#hardening), shared by the bounded test in the
 default suite and the long `-m soak` target (tests/test_fuzz.py).
 
-Inputs are frames a hostile or broken client could send: valid requests of every API with one
-field replaced by a value of another type or size, fields removed or added, random headers,
-random msgpack, random bytes, and frames whose declared length lies. Each input goes to the
-broker on a connection of its own; the outcome is counted as
+Inputs are Kafka request frames a hostile or broken client could send: requests of every API a
+broker serves, at a random declared version, with one value replaced by an extreme or odd one of
+its type (they encode, so they reach the handlers), valid encodings with bytes changed, cut short
+or with bytes added (they reach the decoder), random headers (api key, version, client id
+length), random bytes, and frames whose declared length lies. An input goes to the broker on
+the connection the last one was answered on, else a new one; the outcome is counted as
 
-    answered   a response frame came back (its error code is counted too)
+    answered   a response frame came back (the error codes in it are counted too)
     closed     the broker closed the connection
     silent     neither within ``answer_timeout_s`` (a frame still incomplete, or acks=0)
 
@@ -23,10 +25,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import msgpack
-
 from raftka.common.api import ApiKey
+from raftka.common.codec import CodecError, encoder, request_header_version
+from raftka.common.errors import FrameError
+from raftka.common.messages import BROKER_API
 from raftka.common.records import BatchBuilder
+from raftka.common.transport import decode_kafka_response
 
 TOPIC = "fuzz"
 LIE_TIMEOUT_S = 0.05  # how long an answer to a frame whose length lies is waited for
@@ -40,7 +44,8 @@ def _batch(rng: random.Random) -> bytes:
 
 
 def valid_bodies(rng: random.Random) -> dict[int, Any]:
-    """One well-formed body per API a client may send a broker (the fuzzer's seeds)."""
+    """One well-formed body per API a client may send a broker, in Kafka's shape (the fuzzer's
+    seeds; each version leaves out the fields it does not have)."""
     return {
         ApiKey.PRODUCE: {"acks": rng.choice([1, -1]), "timeout_ms": 1000, "topic_data": [
             {"name": TOPIC, "partition_data": [{"index": 0, "records": _batch(rng)}]}]},
@@ -51,8 +56,8 @@ def valid_bodies(rng: random.Random) -> dict[int, Any]:
                            "partition_max_bytes": 1 << 16}]}]},
         ApiKey.LIST_OFFSETS: {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]},
-        ApiKey.METADATA: {"topics": [TOPIC]},
-        ApiKey.OFFSET_COMMIT: {"group_id": "g", "generation_id": -1, "member_id": "", "topics": [
+        ApiKey.METADATA: {"topics": [{"name": TOPIC}]},
+        ApiKey.OFFSET_COMMIT: {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "topics": [
             {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]},
         ApiKey.OFFSET_FETCH: {"group_id": "g", "topics": [{"name": TOPIC, "partition_indexes": [0]}]},
         ApiKey.FIND_COORDINATOR: {"key": "g", "key_type": 0},
@@ -60,14 +65,14 @@ def valid_bodies(rng: random.Random) -> dict[int, Any]:
                             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
                             "protocols": [{"name": "range", "metadata": b"m"}]},
         ApiKey.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None},
-        ApiKey.LEAVE_GROUP: {"group_id": "g", "members": [{"member_id": "m", "group_instance_id": None}]},
+        ApiKey.LEAVE_GROUP: {"group_id": "g", "member_id": "m", "members": [{"member_id": "m", "group_instance_id": None}]},
         ApiKey.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None,
                             "assignments": [{"member_id": "m", "assignment": b"a"}]},
         ApiKey.DESCRIBE_GROUPS: {"groups": ["g"]},
         ApiKey.LIST_GROUPS: {},
         ApiKey.API_VERSIONS: {},
         ApiKey.CREATE_TOPICS: {"topics": [{"name": "fz" + str(rng.randint(0, 3)), "num_partitions": 1,
-                                           "replication_factor": 1, "configs": {}}], "timeout_ms": 1000},
+                                           "replication_factor": 1, "configs": []}], "timeout_ms": 1000},
         ApiKey.INIT_PRODUCER_ID: {"transactional_id": None, "transaction_timeout_ms": 60000},
         ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": -1, "topics": [
             {"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},
@@ -100,7 +105,7 @@ def _odd_value(rng: random.Random, depth: int = 0) -> Any:
     if kind == 9:
         return -rng.randint(2, 2**40)
     if kind == 10:
-        return rng.randint(2**32, 2**64 - 1)  # msgpack packs it unsigned
+        return rng.randint(2**32, 2**64 - 1)
     if kind == 11:
         return [_odd_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
     if kind == 12:
@@ -146,31 +151,56 @@ def _frame(payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
-def make_input(rng: random.Random, seeds: dict[int, Any], correlation_id: int) -> bytes:
-    """One frame (or not quite a frame) to send."""
+def _header(api_key: int, version: int, correlation_id: int) -> bytes:
+    header = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"fuzz"
+    return header + b"\x00" if request_header_version(BROKER_API[api_key][0], version) == 2 else header
+
+
+def _encoded(rng: random.Random, api_key: int, version: int, body: Any) -> bytes:
+    """``body`` with one value changed and still encodable at ``version`` (a few tries; else
+    ``body`` as it is): what the decoder passes and a handler must cope with."""
+    encode = encoder(BROKER_API[api_key][0], version)
+    for _ in range(8):
+        try:
+            return encode(_mutate(rng, body))
+        except CodecError:
+            pass
+    return encode(body)
+
+
+def make_input(rng: random.Random, seeds: dict[int, Any], correlation_id: int) -> tuple[bytes, tuple[int, int] | None]:
+    """One frame (or not quite a frame) to send, with the (api key, version) it asks at (None
+    when the header itself is fuzzed: an answer cannot be read then, only counted)."""
     kind = rng.random()
     api_key = rng.choice(list(seeds))
-    body = seeds[api_key]
-    if kind < 0.70:  # a known API with a mutated body
-        items: list[Any] = [int(api_key), 0, correlation_id, "fuzz", _mutate(rng, body)]
-    elif kind < 0.80:  # a mutated header
-        items = _mutate(rng, [int(api_key), 0, correlation_id, "fuzz", body])
-        if not isinstance(items, list):
-            items = [items]
-    elif kind < 0.88:  # random msgpack
-        items = [_odd_value(rng) for _ in range(rng.randint(0, 6))]
-    elif kind < 0.95:  # random bytes in a well-sized frame
-        return _frame(rng.randbytes(rng.randint(0, 200)))
-    else:  # a length that lies (too long: the frame never completes; too short: garbage follows)
-        payload = msgpack.packb([int(api_key), 0, correlation_id, "fuzz", body], use_bin_type=True)
-        lie = rng.choice([len(payload) + rng.randint(1, 100), max(0, len(payload) - rng.randint(1, 10)),
-                          2**31 - 1, 0])
-        return struct.pack(">I", lie) + payload
-    try:
-        payload = msgpack.packb(items, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError):
-        payload = msgpack.packb([int(api_key), 0, correlation_id, "fuzz", {}], use_bin_type=True)
-    return _frame(payload)
+    versions = BROKER_API[api_key][0].versions()
+    version = rng.randrange(versions.start, versions.stop)
+    header = _header(api_key, version, correlation_id)
+    if kind < 0.45:  # a known API, one value changed within its type: it reaches the handler
+        return _frame(header + _encoded(rng, api_key, version, seeds[api_key])), (api_key, version)
+    body = encoder(BROKER_API[api_key][0], version)(seeds[api_key])
+    if kind < 0.65:  # a valid encoding with bytes changed: it reaches the decoder
+        data = bytearray(body)
+        for _ in range(rng.randint(1, 4)):
+            if data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        return _frame(header + bytes(data)), (api_key, version)
+    if kind < 0.75:  # cut short, or bytes added after the body
+        cut = body[:rng.randrange(len(body))] if body and rng.random() < 0.5 else body + rng.randbytes(rng.randint(1, 8))
+        return _frame(header + cut), (api_key, version)
+    if kind < 0.85:  # a fuzzed header: api key, version, client id length
+        fields = [api_key, version, correlation_id, 4]
+        i = rng.randrange(4)
+        fields[i] = rng.choice([-1, 0, 255, 2**15 - 1, -2**15, rng.randrange(-2**15, 2**15)]) if i != 2 \
+            else rng.randrange(-2**31, 2**31)
+        return _frame(struct.pack(">hhih", *fields) + b"fuzz" + body), None
+    if kind < 0.95:  # random bytes in a well-sized frame (a zero first byte now and then)
+        data = rng.randbytes(rng.randint(0, 200))
+        return _frame((b"\x00" + data[1:]) if data and rng.random() < 0.5 else data), None
+    # a length that lies (too long: the frame never completes; too short: garbage follows)
+    payload = header + body
+    lie = rng.choice([len(payload) + rng.randint(1, 100), max(0, len(payload) - rng.randint(1, 10)), 2**31 - 1, 0])
+    return struct.pack(">I", lie) + payload, None
 
 
 @dataclass
@@ -178,7 +208,7 @@ class FuzzResult:
     seed: int
     inputs: int = 0
     outcomes: Counter = field(default_factory=Counter)  # answered / closed / silent
-    error_codes: Counter = field(default_factory=Counter)  # of the answered ones
+    error_codes: Counter = field(default_factory=Counter)  # in the answers (each entry's)
     crashed: bool = False
     elapsed_s: float = 0.0
 
@@ -188,29 +218,45 @@ class FuzzResult:
                 f"{dict(self.outcomes)}; error codes {{{codes}}}; crashed: {self.crashed}")
 
 
-def _outcome(sock: socket.socket, answer_timeout_s: float) -> tuple[str, int | None]:
+def _outcome(sock: socket.socket, answer_timeout_s: float,
+             expected: tuple[int, int] | None) -> tuple[str, list[int]]:
     sock.settimeout(answer_timeout_s)
     data = b""
     try:
         while True:
             chunk = sock.recv(65536)
             if not chunk:
-                return ("closed", None) if len(data) < 4 else ("answered", _code(data))
+                return ("closed", []) if len(data) < 4 else ("answered", _codes(data, expected))
             data += chunk
             if len(data) >= 4 and len(data) >= 4 + struct.unpack(">I", data[:4])[0]:
-                return "answered", _code(data)
+                return "answered", _codes(data, expected)
     except socket.timeout:
-        return ("silent", None) if len(data) < 4 else ("answered", _code(data))
+        return ("silent", []) if len(data) < 4 else ("answered", _codes(data, expected))
     except ConnectionError:
-        return "closed", None
+        return "closed", []
 
 
-def _code(data: bytes) -> int | None:
+def _codes(data: bytes, expected: tuple[int, int] | None) -> list[int]:
+    """Every error code in an answer (none when it cannot be read: it is still an answer)."""
+    if expected is None:
+        return []
     try:
-        response = msgpack.unpackb(data[4:4 + struct.unpack(">I", data[:4])[0]], raw=False)
-        return int(response[1])
-    except Exception:  # noqa: BLE001 - an answer we cannot read is still an answer
-        return None
+        _, body = decode_kafka_response(data[4:4 + struct.unpack(">I", data[:4])[0]], *expected)
+    except FrameError:
+        return []
+    codes: list[int] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("error_code"), int):
+                codes.append(value["error_code"])
+            for inner in value.values():
+                walk(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner)
+    walk(body)
+    return codes
 
 
 def _connect(host: str, port: int) -> socket.socket:
@@ -237,7 +283,7 @@ def run(address: str, seed: int, inputs: int, *, alive: Callable[[], bool],
         for n in range(inputs):
             if n % 500 == 0:
                 seeds = valid_bodies(rng)  # fresh batches now and then
-            data = make_input(rng, seeds, n)
+            data, expected = make_input(rng, seeds, n)
             # A frame whose length lies leaves the stream out of step: its connection is not
             # reused, and a frame that never completes is not waited for long.
             lying = struct.unpack(">I", data[:4])[0] != len(data) - 4
@@ -245,16 +291,15 @@ def run(address: str, seed: int, inputs: int, *, alive: Callable[[], bool],
                 if sock is None:
                     sock = _connect(host, port)
                 sock.sendall(data)
-                outcome, code = _outcome(sock, LIE_TIMEOUT_S if lying else answer_timeout_s)
+                outcome, codes = _outcome(sock, LIE_TIMEOUT_S if lying else answer_timeout_s, expected)
             except OSError:
-                outcome, code = "closed", None
+                outcome, codes = "closed", []
             if (outcome != "answered" or lying) and sock is not None:
                 sock.close()
                 sock = None
             result.inputs += 1
             result.outcomes[outcome] += 1
-            if code is not None:
-                result.error_codes[code] += 1
+            result.error_codes.update(codes)
             if n % 200 == 0 and not alive():
                 result.crashed = True
                 break

@@ -16,7 +16,9 @@ import pytest
 from raftka.broker.network import PeerConnection
 from raftka.common import errors
 from raftka.common.errors import NetworkExceptionError, RequestTimedOutError
-from raftka.common.server import Response, Server
+from raftka.common.api import ApiKey
+from raftka.common.messages import KAFKA_API
+from raftka.common.server import Server
 
 HOST = "127.0.0.1"
 
@@ -61,26 +63,26 @@ class FreezeFirstConnection:
         self._listener.close()
 
 
-async def echo(request):
-    return Response(errors.NONE, {"i": request.body.get("i")})
+async def never(request):
+    raise AssertionError("ApiVersions is the transport's own answer")
 
 
 def test_a_timed_out_request_closes_the_connection_so_the_next_one_is_not_stuck_behind_it():
     async def main():
-        server = Server(echo)
+        server = Server(never, kafka_api={ApiKey.API_VERSIONS: KAFKA_API[ApiKey.API_VERSIONS]})
         await server.start(HOST, 0)
         frozen = FreezeFirstConnection(server.port)
         port = await frozen.start()
         peer = PeerConnection(f"{HOST}:{port}", client_id="t", max_frame_bytes=1 << 20)
         # Fill the first connection's in-flight window with requests the frozen peer never answers.
-        stuck = [asyncio.create_task(peer.request(18, {"i": i}, timeout_ms=300)) for i in range(5)]
+        stuck = [asyncio.create_task(peer.request(ApiKey.API_VERSIONS, {}, timeout_ms=300)) for _ in range(5)]
         outcomes = await asyncio.gather(*stuck, return_exceptions=True)
         assert all(isinstance(o, (RequestTimedOutError, NetworkExceptionError)) for o in outcomes), outcomes
         assert peer.disconnects == 1
         started = time.monotonic()
-        code, body = await peer.request(18, {"i": 99}, timeout_ms=5000)
+        code, body = await peer.request(ApiKey.API_VERSIONS, {}, timeout_ms=5000)
         took = time.monotonic() - started
-        assert (code, body["i"]) == (errors.NONE, 99)
+        assert (code, body["error_code"]) == (errors.NONE, errors.NONE) and body["api_keys"]
         assert frozen.accepted == 2  # a new connection, not the frozen one
         assert took < 2.0, took  # reconnect backoff (<= 1 s) plus a round trip, not a timeout
         await peer.close()

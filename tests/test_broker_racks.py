@@ -32,13 +32,13 @@ def racked(tmp_path_factory):
 def test_replicas_of_every_partition_span_both_racks_and_brokers_report_their_racks(racked):
     address = racked.broker_address(racked.broker_ids[0])
     code, out = call_sync(address, CREATE_TOPICS, {"topics": [{"name": "racked", "num_partitions": 8,
-                                                               "replication_factor": 2, "configs": {}}]},
+                                                               "replication_factor": 2, "configs": []}]},
                           timeout_ms=20_000)
     assert code == errors.NONE and out["topics"][0]["error_code"] == errors.NONE, out
     rack_of = dict(zip(racked.broker_ids, RACKS))
 
     def metadata(broker_id):
-        code, out = call_sync(racked.broker_address(broker_id), METADATA, {"topics": ["racked"]}, timeout_ms=5000)
+        code, out = call_sync(racked.broker_address(broker_id), METADATA, {"topics": [{"name": "racked"}]}, timeout_ms=5000)
         assert code == errors.NONE
         return out
 

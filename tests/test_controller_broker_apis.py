@@ -117,15 +117,6 @@ def test_unregister_broker_removes_the_registration_and_its_leaderships_in_one_e
     asyncio.run(scenario())
 
 
-def test_a_msgpack_frame_for_a_kafka_only_api_is_refused_before_its_handler():
-    async def scenario():
-        qc, raft = controller()
-        code, out = await qc.service.handle(ApiKey.BROKER_REGISTRATION, 0, registration(1), {"kafka": False})
-        assert code == errors.UNSUPPORTED_VERSION and "Kafka" in out["error_message"]
-        assert raft.entries == []
-    asyncio.run(scenario())
-
-
 def test_an_unregistration_replays_as_a_removed_broker_undone_by_a_rollback_and_found_by_between():
     from raftka.raft_meta.metadata.delta import MetadataDelta
     from raftka.raft_meta.metadata.image import MetadataImage

@@ -16,7 +16,6 @@ from raftka.common.api import ApiKey
 from raftka.broker.controller_channel import KAFKA_VERSIONS
 from raftka.common.codec import CodecError, decoder, encoder
 from raftka.common.messages import KAFKA_API
-from raftka.common.msgpack_bodies import CONTROLLER_REQUESTS
 from raftka.raft_meta.controller import quorum_controller
 from raftka.common.server_config import server_config
 from raftka.raft_meta.controller.quorum_controller import QuorumController
@@ -61,34 +60,24 @@ def controller():
     return QuorumController(service), raft
 
 
-# What each handler serves, so a test body passes the listener's declaration check first (the
-# handlers rely on it for types and ranges, as they do behind the real listener).
+# What each handler serves, so a test body goes through the codec first (the handlers rely on the
+# decoder for types and ranges, as they do behind the real listener).
 API_OF = {"broker_registration": ApiKey.BROKER_REGISTRATION, "broker_heartbeat": ApiKey.BROKER_HEARTBEAT,
           "create_topics": ApiKey.CREATE_TOPICS, "alter_configs": ApiKey.ALTER_CONFIGS,
           "describe_configs": ApiKey.DESCRIBE_CONFIGS, "alter_partition": ApiKey.ALTER_PARTITION,
-          "delete_topics": ApiKey.DELETE_TOPICS, "metadata": ApiKey.METADATA,
-          "unregister_broker": ApiKey.UNREGISTER_BROKER}
-
-
-# Handlers that take Kafka's shapes (the others still take the msgpack bodies' shapes).
-KAFKA_SHAPED = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
-                ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
-                ApiKey.UNREGISTER_BROKER}
+          "delete_topics": ApiKey.DELETE_TOPICS, "unregister_broker": ApiKey.UNREGISTER_BROKER}
 
 
 async def ok(handler, body):
     api_key = API_OF[handler.__name__]
-    version = 0
-    if api_key in KAFKA_SHAPED:  # as the listener hands it over: decoded at the version a broker sends
-        request = KAFKA_API[api_key][0]
-        version = KAFKA_VERSIONS.get(api_key, max(request.versions()))
-        try:
-            body = decoder(request, version)(encoder(request, version)(body))
-        except CodecError as error:
-            raise errors.InvalidRequestError(error.message) from None
-    else:
-        body = CONTROLLER_REQUESTS.check(api_key, 0, body)
-    code, out = await handler(version if api_key in KAFKA_SHAPED else 0, body)
+    # As the listener hands it over: decoded at the version a broker sends.
+    request = KAFKA_API[api_key][0]
+    version = KAFKA_VERSIONS.get(api_key, max(request.versions()))
+    try:
+        body = decoder(request, version)(encoder(request, version)(body))
+    except CodecError as error:
+        raise errors.InvalidRequestError(error.message) from None
+    code, out = await handler(version, body)
     assert code == errors.NONE, (errors.name_of(code), out)
     return out
 
@@ -169,21 +158,12 @@ def test_a_fence_touching_more_partitions_than_one_entry_holds_finishes_in_furth
     asyncio.run(scenario())
 
 
-def test_metadata_and_describe_configs_answer_in_the_documented_shapes():
+def test_alter_and_describe_configs_answer_in_kafkas_shapes():
     async def scenario():
         qc, raft = controller()
         await three_brokers_and_a_topic(qc, partitions=2)
-        out = await ok(qc.metadata, {"topics": ["t", "missing"]})
-        assert [b["node_id"] for b in out["brokers"]] == [1, 2, 3]
-        assert set(out["brokers"][0]) == {"node_id", "endpoints", "rack", "fenced", "broker_epoch"}
-        t, missing = out["topics"]
-        assert set(t["partitions"][0]) == {"partition_index", "leader_id", "leader_epoch", "replica_nodes",
-                                           "isr_nodes", "partition_epoch"}
-        assert isinstance(t["partitions"][0]["replica_nodes"], list)
-        assert missing["error_code"] == errors.UNKNOWN_TOPIC_OR_PARTITION
-        assert out["metadata_offset"] == raft.state.offset
-        with pytest.raises(errors.InvalidRequestError):  # the listener's check refuses it
-            await ok(qc.metadata, {"topics": [["not", "a", "name"]]})
+        with pytest.raises(errors.InvalidRequestError):  # the codec refuses it, as the listener does
+            await ok(qc.describe_configs, {"resources": [{"resource_type": 2, "resource_name": ["not", "a", "name"]}]})
         out = await ok(qc.alter_configs, {"resources": [{"resource_type": 2, "resource_name": "t",
                                                          "configs": [{"name": "retention.ms", "value": "2000"}]}]})
         assert out["responses"][0]["error_code"] == errors.NONE

@@ -30,30 +30,20 @@ def test_three_controllers_elect_one_active_controller_and_agree_on_it(controlle
                15, what="every voter's endpoint committed")
 
 
-def test_a_non_active_controller_answers_not_controller_with_the_active_ones_endpoint(controller_cluster):
+def test_a_non_active_controller_answers_not_controller_and_its_describe_quorum_names_the_active_one(
+        controller_cluster):
     leader = controller_cluster.wait_for_leader(timeout_s=30)
     follower = next(n for n in controller_cluster.nodes if n != leader)
     host, port = controller_cluster.controller_address(leader)
+    follower_address = "%s:%d" % controller_cluster.controller_address(follower)
     from raftka.common.transport import call_sync
-
-    def answer():  # Metadata (3) still goes as msgpack, whose NOT_CONTROLLER names the endpoint
-        code, body = call_sync("%s:%d" % controller_cluster.controller_address(follower), 3, {})
-        return (code, body) if body.get("controller_endpoint") else None
-    code, body = wait_until(answer, 15, what="NOT_CONTROLLER with an endpoint")
-    assert code == errors.NOT_CONTROLLER
-    assert body["controller_id"] == leader and body["controller_endpoint"] == f"{host}:{port}"
-    # A Kafka CreateTopics to it: Kafka's answer carries the error in each topic's entry.
-    from raftka.common.transport import Connection
-
-    async def create() -> dict:
-        connection = await Connection.open(*controller_cluster.controller_address(follower),
-                                           kafka_versions={19: 7})
-        try:
-            return (await connection.request(19, {"topics": [{"name": "t"}]}, timeout_ms=5000))[1]
-        finally:
-            await connection.close()
-    topic = asyncio.run(create())["topics"][0]
+    # Kafka's answer carries the error in each topic's entry.
+    _, answer = call_sync(follower_address, 19, {"topics": [{"name": "t"}]}, timeout_ms=5000)
+    topic = answer["topics"][0]
     assert topic["name"] == "t" and topic["error_code"] == errors.NOT_CONTROLLER
+    # Kafka's answers name no active controller: the one that refused tells it in DescribeQuorum.
+    wait_until(lambda: describe_quorum(follower_address)["leader_endpoint"] == f"{host}:{port}", 15,
+               what="the follower's DescribeQuorum names the active controller")
 
 
 def test_kill_9_of_the_active_controller_elects_another_that_commits(controller_cluster):
@@ -98,7 +88,7 @@ def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster)
     bad = socket.create_connection((host, port), timeout=10)
     good = socket.create_connection((host, port), timeout=10)
     try:
-        bad.sendall(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")  # a frame of invalid msgpack
+        bad.sendall(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")  # no Kafka request starts 0xc1
         bad.settimeout(10)
         assert bad.recv(1024) == b""  # closed by the server
         huge = socket.create_connection((host, port), timeout=10)
@@ -106,16 +96,16 @@ def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster)
         huge.settimeout(10)
         assert huge.recv(1024) == b""
         huge.close()
-        from raftka.common.transport import encode_frame, decode_payload
-        good.sendall(encode_frame([18, 0, 7, "test", {}]))  # ApiVersions
+        from raftka.common.transport import decode_kafka_response
+        good.sendall(b"\x00\x00\x00\x0e" + b"\x00\x12\x00\x00\x00\x00\x00\x07\x00\x04test")  # ApiVersions v0
         good.settimeout(10)
         data = b""
         while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
             chunk = good.recv(65536)
             assert chunk, "the good connection was closed too"
             data += chunk
-        correlation_id, code, body = decode_payload(data[4:], 3, 1 << 20)
-        assert (correlation_id, code) == (7, 0)
+        correlation_id, body = decode_kafka_response(data[4:], 18, 0)
+        assert (correlation_id, body["error_code"]) == (7, 0)
         assert 55 in {entry["api_key"] for entry in body["api_keys"]}
     finally:
         bad.close()

@@ -1,7 +1,7 @@
 """Fuzzing (#hardening): the wire protocol of a real broker and segment recovery.
 
-The default suite runs a bounded, seeded sample (seconds); `scripts/test.sh -m soak -k fuzz`
-runs the long target (RAFTKA_FUZZ_INPUTS, default 1,000,000 inputs) and prints the counts that
+Kafka request frames (tests/fuzz_wire.py). The default suite runs a bounded, seeded sample
+(seconds); `scripts/test.sh -m soak -k fuzz` runs the long target (RAFTKA_FUZZ_INPUTS, default 1,000,000 inputs) and prints the counts that
 docs/security.md quotes. Either way: no crash, every input answered or its connection closed,
 no input answered UNKNOWN_SERVER_ERROR, and the data produced before the fuzz reads back
 byte-identical after it.
@@ -70,8 +70,8 @@ def fuzz(cluster, inputs: int) -> FuzzResult:
     print(result.summary())
     assert not result.crashed, f"the broker died: {result.summary()} (reproduce with RAFTKA_FUZZ_SEED={SEED})"
     assert result.inputs == inputs
-    # Every body is checked against its declaration before a handler runs (common/msgpack_bodies.py):
-    # a bad one is INVALID_REQUEST, never a handler failing on it.
+    # Every request is decoded against its declaration before a handler runs (bytes that do not
+    # decode close the connection); a handler answers odd values with typed errors, never by failing.
     assert result.error_codes[-1] == 0, f"UNKNOWN_SERVER_ERROR answered: {result.summary()} (RAFTKA_FUZZ_SEED={SEED})"
     after = committed_values(cluster)
     assert after[:200] == before[:200], f"data before the fuzz changed (RAFTKA_FUZZ_SEED={SEED})"

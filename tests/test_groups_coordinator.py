@@ -406,25 +406,31 @@ def test_offsets_of_a_long_empty_group_expire_and_live_records_are_rewritten_bef
     run(main())
 
 
-def test_a_join_whose_protocol_metadata_is_an_integer_is_refused_without_allocating_it():
-    """bytes(n) of an integer allocates n zero bytes: the body's declaration (common/msgpack_bodies.py,
-    checked by the listener before the coordinator runs) refuses it with INVALID_REQUEST.
-    tracemalloc's peak over the check shows nothing near the asked-for 128 MB is allocated."""
+def test_a_join_whose_protocol_metadata_declares_128_mib_is_refused_without_allocating_it():
+    """A JoinGroup whose protocol metadata declares 128 MiB that the frame does not hold is
+    refused by the decoder (the listener closes the connection before the coordinator runs);
+    tracemalloc's peak over the decode shows nothing near the declared size is allocated."""
+    import struct
     import tracemalloc
     from raftka.common.api import ApiKey
-    from raftka.common.msgpack_bodies import BROKER_REQUESTS
+    from raftka.common.codec import CodecError, decoder, encoder
+    from raftka.common.messages import KAFKA_API
 
-    body = join_body(protocols=(("range", 128 * 1024 * 1024),))
+    request = KAFKA_API[ApiKey.JOIN_GROUP][0]  # v5: not flexible, bytes carry an int32 length
+    body = {"group_id": "g", "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "member_id": "",
+            "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"meta"}]}
+    wire = encoder(request, 5)(body)
+    assert decoder(request, 5)(wire)["protocols"][0]["metadata"] == b"meta"  # the body as sent passes
+    lying = wire.replace(struct.pack(">i", 4) + b"meta", struct.pack(">i", 128 * 1024 * 1024) + b"meta")
     tracemalloc.start()
     try:
-        with pytest.raises(errors.InvalidRequestError) as refused:
-            BROKER_REQUESTS.check(ApiKey.JOIN_GROUP, 0, body)
+        with pytest.raises(CodecError) as refused:
+            decoder(request, 5)(lying)
         _, peak_bytes = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert refused.value.code == errors.INVALID_REQUEST and "protocols[0].metadata" in refused.value.message
+    assert refused.value.field == "protocols[0].metadata"
     assert peak_bytes < 4 * 1024 * 1024
-    BROKER_REQUESTS.check(ApiKey.JOIN_GROUP, 0, join_body())  # the same body with bytes passes
 
 
 def test_a_group_dropped_while_its_commit_is_written_loses_its_offsets_with_it_and_the_log_keeps_them():

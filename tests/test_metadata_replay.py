@@ -29,7 +29,7 @@ from raftka.raft_meta.metadata.image import MetadataImage, image_from_bytes
 from raftka.raft_meta.metadata.loader import MetadataLoader
 from raftka.raft_meta.metadata.record_schemas import encode_frame, encode_sequence
 from raftka.raft_meta.metadata.records import (
-    ConfigRecord, FenceBrokerRecord, PartitionChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    ConfigRecord, FenceBrokerRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
     MetadataRecordError, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, encode_entry,
 )
 
@@ -40,7 +40,7 @@ def _random_record(rng: random.Random, image: MetadataImage, register: bool = Tr
     """One record: plausible for ``image`` most of the time, guessed otherwise."""
     guess = rng.random() < 0.25
     kind = rng.choice(["register" if register else "fence", "fence", "unfence", "topic", "topic", "remove",
-                       "change", "change", "change", "config", "pids"])
+                       "change", "change", "change", "config", "pids", "partition"])
     broker = rng.choice(BROKERS)
     reg = image.brokers.get(broker)
     epoch = rng.randint(0, 50) if guess or reg is None else reg.broker_epoch
@@ -72,6 +72,12 @@ def _random_record(rng: random.Random, image: MetadataImage, register: bool = Tr
         isr = tuple(rng.sample(p.replicas, rng.randint(1, len(p.replicas))))
         leader = rng.choice([None if p.leader in isr else isr[0], -1, isr[0]])
         return PartitionChangeRecord(topic.name, topic.topic_id, index, p.partition_epoch, leader, isr)
+    if kind == "partition" and names:  # CreatePartitions: the next index, or (a guess) any
+        topic = image.topics[rng.choice(names)]
+        index = len(topic.partitions) if not guess else rng.randint(0, 4)
+        replicas = tuple(rng.sample(BROKERS, rng.randint(1, 3)))
+        isr = replicas[:rng.randint(1, len(replicas))]
+        return PartitionRecord(topic.topic_id, index, replicas, isr, isr[0])
     if kind == "config" and names:
         return ConfigRecord("topic", rng.choice(names), {"retention.ms": rng.choice([None, 1000, 3000])})
     if kind == "config":
@@ -155,10 +161,13 @@ def check_well_formed(before: MetadataImage, after: MetadataImage) -> None:
     for name, topic in after.topics.items():
         assert after.topic_by_id(topic.topic_id) is topic
         old = before.topics.get(name)
+        if old is not None and old.topic_id != topic.topic_id:
+            old = None  # another topic of the same name
+        assert old is None or len(topic.partitions) >= len(old.partitions), name  # partitions are only added
         for index, p in enumerate(topic.partitions):
             assert p.leader == -1 or p.leader in p.isr, (name, index, p)
             assert p.isr and set(p.isr) <= set(p.replicas), (name, index, p)
-            if old is not None and old.topic_id == topic.topic_id:
+            if old is not None and index < len(old.partitions):
                 q = old.partitions[index]
                 assert p.partition_epoch >= q.partition_epoch and p.leader_epoch >= q.leader_epoch
                 assert p.leader == q.leader or p.leader_epoch > q.leader_epoch  # a new leader, a new epoch
@@ -240,7 +249,8 @@ def test_apply_never_raises_on_garbage_and_garbage_changes_nothing(seed):
             payload = bytes(payload)
         else:
             cls = rng.choice([RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord, TopicRecord,
-                              RemoveTopicRecord, PartitionChangeRecord, ConfigRecord, ProducerIdsRecord])
+                              RemoveTopicRecord, PartitionChangeRecord, PartitionRecord, ConfigRecord,
+                              ProducerIdsRecord])
             record = cls(*(rng.choice(values) for _ in dataclasses.fields(cls)))
             try:
                 payload = encode_entry([record])
@@ -256,8 +266,8 @@ def test_apply_never_raises_on_garbage_and_garbage_changes_nothing(seed):
 def test_unknown_record_types_are_refused_with_a_message_naming_the_api_key():
     result = MetadataLoader().apply(encode_sequence([b"\x01\x63\x00\x00"]), 5)
     assert result["error"] == errors.INVALID_REQUEST and "api key 99" in result["message"]
-    result = MetadataLoader().apply(_entry(3, {"topic_id": ZERO_ID, "replicas": [1], "isr": [1]}), 6)
-    assert "PartitionRecord is not a metadata-log record" in result["message"]
+    result = MetadataLoader().apply(_entry(10_001, {"offset": 5}), 6)  # a snapshot's header
+    assert "MetadataSnapshotHeaderRecord is not a metadata-log record" in result["message"]
 
 
 def test_an_entry_applies_all_or_nothing():

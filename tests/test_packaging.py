@@ -77,6 +77,16 @@ def test_importing_the_client_and_the_servers_imports_nothing_heavy():
     assert run.stdout.strip() == "[]"
 
 
+def test_one_wire_protocol_kafkas_so_msgpack_is_neither_a_dependency_nor_imported():
+    assert not [r for r in pyproject()["project"]["dependencies"] if r.lower().startswith("msgpack")]
+    code = ("import sys, raftka.client, raftka.client.aio, raftka.broker.server, "
+            "raftka.raft_meta.controller.server, raftka.cli, raftka.cluster\n"
+            "print('msgpack' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"
+
+
 def test_a_client_module_in_the_working_directory_does_not_shadow_raftka_client(tmp_path):
     (tmp_path / "client.py").write_text("raise ImportError('the user module was imported')\n")
     run = subprocess.run([sys.executable, "-c", "from raftka.client import Producer, Consumer, AdminClient, "

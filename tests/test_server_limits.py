@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
+from echo_api import echo_connection, echo_frame, echo_server
 from raftka.common.api import ApiKey
-from raftka.common.server import Request, Response, Server
+from raftka.common.server import Request, Response
 from raftka.common.server_config import server_config
-from raftka.common.transport import Connection, encode_request
 from raftka.common.errors import ConfigError
 from raftka.cluster import project_env
 
@@ -70,14 +70,13 @@ def rss_bytes() -> int:
 
 
 async def answer(request: Request) -> Response:
-    """Echo ``i``; ``answer_bytes`` pads the answer to about that size."""
-    body = request.body or {}
-    return Response(0, {"i": body.get("i"), "pad": b"x" * body.get("answer_bytes", 0)})
+    """Echo ``i``; ``answer_bytes`` pads the answer to about that size (tests/echo_api.py)."""
+    return Response(0, {"i": request.body["i"], "pad": b"x" * request.body["answer_bytes"]})
 
 
 async def served(port: int, i: int = 1) -> bool:
     """A well-behaved client: connect, ask at once, get the answer."""
-    conn = await Connection.open(HOST, port, connect_timeout_ms=5000)
+    conn = await echo_connection(HOST, port, connect_timeout_ms=5000)
     try:
         code, body = await conn.request(ApiKey.METADATA, {"i": i}, timeout_ms=5000)
         return code == 0 and body["i"] == i
@@ -110,15 +109,16 @@ def test_a_client_is_served_while_a_thousand_idle_sockets_from_its_own_address_f
     raise_open_files_limit(2600)
 
     async def main() -> None:
-        server = await Server(answer).start(HOST, 0)
+        server = await echo_server(answer).start(HOST, 0)
         idle = await open_idle(server.port, 1000)
         try:
             await until(lambda: server.connection_count == 1000, what="1000 connections accepted")
             await asyncio.sleep(1.1)  # older than UNUSED_EVICTION_MIN_AGE_MS
             caplog.clear()
-            good = [await Connection.open(HOST, server.port) for _ in range(5)]
+            good = [await echo_connection(HOST, server.port) for _ in range(5)]
             for i, conn in enumerate(good):
-                assert await conn.request(ApiKey.METADATA, {"i": i}, timeout_ms=5000) == (0, {"i": i, "pad": b""})
+                code, body = await conn.request(ApiKey.METADATA, {"i": i}, timeout_ms=5000)
+                assert (code, body["error_code"], body["i"], body["pad"]) == (0, 0, i, b"")
             assert server.metrics.connections_closed_unused == 5
             for conn in good:
                 await conn.close()
@@ -140,7 +140,7 @@ def test_max_connections_per_ip_refuses_the_excess_at_once_yet_a_client_asking_a
     raise_open_files_limit(2600)
 
     async def main() -> None:
-        server = await Server(answer, max_connections_per_ip=100).start(HOST, 0)
+        server = await echo_server(answer, max_connections_per_ip=100).start(HOST, 0)
         idle = await open_idle(server.port, 1000)
         try:
             m = server.metrics
@@ -161,10 +161,10 @@ def test_max_connections_per_ip_refuses_the_excess_at_once_yet_a_client_asking_a
             for w in idle:
                 w.close()
             await server.close()
-        other = await Server(answer, max_connections_per_ip=1,
+        other = await echo_server(answer, max_connections_per_ip=1,
                              max_connections_per_ip_overrides={"localhost": 3}).start(HOST, 0)
         try:
-            conns = [await Connection.open(HOST, other.port) for _ in range(4)]
+            conns = [await echo_connection(HOST, other.port) for _ in range(4)]
             await until(lambda: other.metrics.connections_refused_per_ip == 1)
             assert other.connection_count == 3
             for conn in conns:
@@ -181,11 +181,11 @@ def test_a_slowloris_frame_is_closed_after_request_frame_timeout_ms_and_a_silent
     is closed after first_byte_timeout_ms (0.5 s); a client that asked and then stays quiet is
     not closed by either, and is served all along."""
     async def main() -> None:
-        server = await Server(answer, request_frame_timeout_ms=1000, first_byte_timeout_ms=500).start(HOST, 0)
-        good = await Connection.open(HOST, server.port)
+        server = await echo_server(answer, request_frame_timeout_ms=1000, first_byte_timeout_ms=500).start(HOST, 0)
+        good = await echo_connection(HOST, server.port)
         silent_reader, silent = await asyncio.open_connection(HOST, server.port)
         slow_reader, slow = await asyncio.open_connection(HOST, server.port)
-        frame = encode_request(ApiKey.METADATA, 0, 1, "slow", {"i": 1})
+        frame = echo_frame(ApiKey.METADATA, 1, {"i": 1}, client_id="slow")
         try:
             assert (await good.request(ApiKey.METADATA, {"i": 0}))[0] == 0
             async def trickle() -> None:
@@ -333,7 +333,7 @@ def pipeline_without_reading(port: int, requests: int, answer_bytes: int) -> soc
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     sock.connect((HOST, port))
-    sock.sendall(b"".join(encode_request(ApiKey.FETCH, 0, i, "greedy", {"i": i, "answer_bytes": answer_bytes})
+    sock.sendall(b"".join(echo_frame(ApiKey.FETCH, i, {"i": i, "answer_bytes": answer_bytes}, client_id="greedy")
                           for i in range(requests)))
     return sock
 
@@ -345,7 +345,7 @@ def test_a_client_that_pipelines_fetches_and_never_reads_is_held_near_the_per_co
     (today: every request in flight is started, ~100 MiB each). After they close, memory goes
     back."""
     async def main() -> None:
-        server = await Server(answer).start(HOST, 0)
+        server = await echo_server(answer).start(HOST, 0)
         cap = server.max_buffered_bytes_per_connection
         clients: list[socket.socket] = []
         try:

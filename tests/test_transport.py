@@ -12,16 +12,14 @@ import struct
 import time
 from typing import Any
 
-import msgpack
 import pytest
 
+from echo_api import echo_answer, echo_answer_frame, echo_connection, echo_frame, echo_server
 from raftka.common import errors
-from raftka.common.api import ApiKey, api_versions_body
+from raftka.common.api import ApiKey
 from raftka.common.errors import FrameError, NetworkExceptionError, RequestTimedOutError
-from raftka.common.server import Request, Response, Server
-from raftka.common.transport import (
-    CORRELATION_ID_MAX, Connection, decode_request, decode_response, encode_request, encode_response, _request_frame_from_packed_body,
-)
+from raftka.common.server import Request, Response
+from raftka.common.transport import CORRELATION_ID_MAX, Connection
 
 HOST = "127.0.0.1"
 WAIT_S = 5.0  # upper bound of any wait in these tests
@@ -53,7 +51,7 @@ def raw_exchange(port: int, data: bytes) -> bytes:
 
 
 class Echo:
-    """A handler recording the order handlers start in; bodies steer it:
+    """A handler recording the order handlers start in; bodies (tests/echo_api.py) steer it:
     ``delay_ms`` sleep, ``gate`` wait on an event, ``no_answer`` answer None, ``fail`` raise."""
 
     def __init__(self) -> None:
@@ -62,47 +60,52 @@ class Echo:
 
     async def __call__(self, request: Request) -> Response | None:
         body = request.body
-        self.started.append(body.get("i"))
-        if body.get("fail") == "bug":
+        self.started.append(body["i"])
+        if body["fail"] == "bug":
             raise KeyError("a bug in the handler")
-        if body.get("fail") == "own-timeout":
+        if body["fail"] == "own-timeout":
             await asyncio.wait_for(asyncio.sleep(1), 0.01)
-        if body.get("fail") == "typed":
+        if body["fail"] == "typed":
             raise errors.NotLeaderOrFollowerError("broker 2 leads it now")
-        if body.get("gate"):
+        if body["gate"]:
             await asyncio.wait_for(self.gate.wait(), WAIT_S)
-        if body.get("delay_ms"):
+        if body["delay_ms"]:
             await asyncio.sleep(body["delay_ms"] / 1000)
-        if body.get("no_answer"):
+        if body["no_answer"]:
             return None
-        return Response(errors.NONE, {"i": body.get("i"), "pad": body.get("pad", b"")})
+        return Response(errors.NONE, {"i": body["i"], "pad": body["pad"]})
 
 
-def test_frames_round_trip_and_a_prepacked_body_gives_the_same_bytes():
-    frame = encode_request(3, 0, 42, "me", {"topics": None})
-    assert frame == _request_frame_from_packed_body(3, 0, 42, "me", msgpack.packb({"topics": None}))
-    (length,) = struct.unpack(">I", frame[:4])
-    assert length == len(frame) - 4
-    assert decode_request(frame[4:], 1 << 20) == (3, 0, 42, "me", {"topics": None})
-    assert decode_response(encode_response(42, 6, {"x": b"\x00"})[4:], 1 << 20) == (42, 6, {"x": b"\x00"})
-    with pytest.raises(FrameError):
-        decode_request(msgpack.packb([1, 0, "not-an-int", "c", {}]), 1 << 20)
-    with pytest.raises(FrameError):
-        decode_response(b"\xc1", 1 << 20)
+def test_requests_go_at_the_newest_declared_version_unless_told_and_both_header_versions_are_served():
+    async def main() -> None:
+        versions: list[tuple[int, int]] = []
 
-
-def test_api_versions_body_lists_keys_sorted_with_their_versions():
-    body = api_versions_body([ApiKey.METADATA, ApiKey.PRODUCE])
-    assert body == {"api_keys": [{"api_key": 0, "min_version": 0, "max_version": 0},
-                                 {"api_key": 3, "min_version": 0, "max_version": 0}]}
-    assert api_versions_body({1: (0, 2)})["api_keys"] == [{"api_key": 1, "min_version": 0, "max_version": 2}]
+        async def handler(request: Request) -> Response:
+            versions.append((request.api_version, request.header_version))
+            return Response(errors.NONE, {"i": request.body["i"]})
+        server = await echo_server(handler).start(HOST, 0)
+        pinned = await echo_connection(HOST, server.port, kafka_versions={ApiKey.FETCH: 0})
+        try:
+            assert (await pinned.request(ApiKey.METADATA, {"i": 1}))[1]["i"] == 1  # newest: v1, flexible
+            assert (await pinned.request(ApiKey.FETCH, {"i": 2}))[1]["i"] == 2  # pinned: v0
+            assert (await pinned.request(ApiKey.METADATA, {"i": 3}, api_version=0))[1]["i"] == 3
+            assert versions == [(1, 2), (0, 1), (0, 1)]
+            with pytest.raises(FrameError, match="not declared"):
+                await pinned.request(ApiKey.METADATA, {"i": 4}, api_version=7)
+            with pytest.raises(FrameError, match="no declaration"):
+                await pinned.request(999, {})
+            assert not pinned.closed
+        finally:
+            await pinned.close()
+            await server.close()
+    run(main())
 
 
 def test_pipelined_requests_are_answered_in_arrival_order_even_when_handled_out_of_order():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo, name="test").start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=20)
+        server = await echo_server(echo, name="test").start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=20)
         try:
             answered: list[int] = []
 
@@ -126,8 +129,8 @@ def test_pipelined_requests_are_answered_in_arrival_order_even_when_handled_out_
 def test_requests_without_an_answer_interleave_with_answered_ones():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=50)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=50)
         try:
             async def one(i: int) -> Any:
                 no_answer = i % 3 == 0  # like Produce with acks=0
@@ -148,17 +151,20 @@ def test_requests_without_an_answer_interleave_with_answered_ones():
 
 
 @pytest.mark.parametrize("bad_bytes", [
-    pytest.param(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1", id="not-msgpack"),
+    pytest.param(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1", id="first-byte-not-zero"),
     pytest.param(b"\xff\xff\xff\xff", id="length-over-socket.request.max.bytes"),
-    pytest.param(struct.pack(">I", 4) + msgpack.packb([1, 2, 3]), id="array-of-three"),
-    pytest.param(encode_request(3, 0, 1, "c", {})[:-1], id="frame-cut-short-then-eof"),
-    pytest.param(struct.pack(">I", len(msgpack.packb(["three", 0, 1, "c", {}])))
-                 + msgpack.packb(["three", 0, 1, "c", {}]), id="api-key-not-an-integer"),
+    pytest.param(struct.pack(">I", 3) + b"\x00\x03\x00", id="header-cut-short"),
+    pytest.param(echo_frame(ApiKey.METADATA, 1, {"i": 1})[:-1], id="frame-cut-short-then-eof"),
+    pytest.param(echo_frame(ApiKey.METADATA, 1, {"i": 1})[:-3] + b"\x00\x00", id="body-cut-short"),
+    pytest.param(b"\x00\x00\x00\x08" + struct.pack(">hhi", ApiKey.METADATA, 1, 1), id="client-id-missing"),
+    pytest.param(echo_frame(ApiKey.METADATA, 1, {"i": 1}, version=0).replace(b"\x00\x00\x00\x00\x00\x00\x00",
+                                                                          b"\x00\x00\x00\x00\x00\x00\x05", 1)
+                 + b"\x00", id="string-length-past-the-end"),
 ])
 def test_bad_bytes_close_only_that_connection(bad_bytes):
     async def main() -> None:
-        server = await Server(Echo(), max_frame_bytes=1 << 20).start(HOST, 0)
-        good = await Connection.open(HOST, server.port)
+        server = await echo_server(Echo(), max_frame_bytes=1 << 20).start(HOST, 0)
+        good = await echo_connection(HOST, server.port)
         try:
             assert (await good.request(ApiKey.METADATA, {"i": 1}, timeout_ms=5000))[1]["i"] == 1
             received = await asyncio.get_running_loop().run_in_executor(None, raw_exchange, server.port, bad_bytes)
@@ -166,19 +172,25 @@ def test_bad_bytes_close_only_that_connection(bad_bytes):
             assert (await good.request(ApiKey.METADATA, {"i": 2}, timeout_ms=5000))[1]["i"] == 2
             assert not good.closed
             await until(lambda: server.connection_count == 1)
+            # A frame that came whole but is not a request as declared counts as a bad frame.
+            assert server.metrics.connections_closed_bad_frame <= 1
         finally:
             await good.close()
             await server.close()
     run(main())
 
 
-def test_a_wrong_shape_counts_as_a_bad_frame_in_the_metrics():
+@pytest.mark.parametrize("payload", [
+    pytest.param(b"\x95\x03\x00\x01\xa1c\x80", id="an-array-tag-first"),
+    pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="http"),
+])
+def test_a_frame_that_is_not_a_kafka_request_closes_the_connection_and_counts_as_a_bad_frame(payload):
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
+        server = await echo_server(Echo()).start(HOST, 0)
         try:
-            frame = msgpack.packb([1, 0, 1, "c"])  # four items, not five
-            await asyncio.get_running_loop().run_in_executor(
-                None, raw_exchange, server.port, struct.pack(">I", len(frame)) + frame)
+            received = await asyncio.get_running_loop().run_in_executor(
+                None, raw_exchange, server.port, struct.pack(">I", len(payload)) + payload)
+            assert received == b""
             await until(lambda: server.metrics.connections_closed_bad_frame == 1)
         finally:
             await server.close()
@@ -187,43 +199,36 @@ def test_a_wrong_shape_counts_as_a_bad_frame_in_the_metrics():
 
 def test_a_client_that_half_closes_still_gets_every_answer_then_the_server_closes():
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
+        server = await echo_server(Echo()).start(HOST, 0)
         try:
-            frames = b"".join(encode_request(ApiKey.METADATA, 0, i, "raw", {"i": i, "delay_ms": 5 - i})
-                              for i in range(3))
+            frames = b"".join(echo_frame(ApiKey.METADATA, i, {"i": i, "delay_ms": 5 - i}) for i in range(3))
             received = await asyncio.get_running_loop().run_in_executor(None, raw_exchange, server.port, frames)
             answers = []
             while received:
                 (length,) = struct.unpack(">I", received[:4])
-                answers.append(decode_response(received[4:4 + length], 1 << 20))
+                answers.append(echo_answer(received[4:4 + length], ApiKey.METADATA))
                 received = received[4 + length:]
-            assert [(cid, code, body["i"]) for cid, code, body in answers] == [(0, 0, 0), (1, 0, 1), (2, 0, 2)]
+            assert [(cid, body["error_code"], body["i"]) for cid, body in answers] == [(0, 0, 0), (1, 0, 1), (2, 0, 2)]
         finally:
             await server.close()
     run(main())
 
 
-def test_an_unsupported_version_is_answered_without_the_handler_and_an_unknown_api_key_closes_the_connection():
+def test_an_undeclared_version_or_api_key_closes_that_connection_only_as_kafka_does():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo, name="broker 1").start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
-        other = await Connection.open(HOST, server.port)
+        server = await echo_server(echo, name="broker 1").start(HOST, 0)
+        other = await echo_connection(HOST, server.port)
         try:
-            code, body = await conn.request(ApiKey.FETCH, {"i": 2}, api_version=7, timeout_ms=5000)
-            assert code == errors.UNSUPPORTED_VERSION and "version 7" in body["error_message"]
-            assert echo.started == []
-            assert (await conn.request(ApiKey.FETCH, {"i": 3}, timeout_ms=5000))[0] == errors.NONE
-            assert server.metrics.errors[ApiKey.FETCH] == 1
-            # An api key the server does not serve: that connection is closed (as Kafka does),
-            # the other connection keeps working.
-            with pytest.raises(NetworkExceptionError):
-                await conn.request(999, {"i": 1}, timeout_ms=5000)
-            assert conn.closed and server.metrics.connections_closed_bad_frame == 1
-            assert server.metrics.requests[-1] == 1
-            assert (await other.request(ApiKey.FETCH, {"i": 4}, timeout_ms=5000))[0] == errors.NONE
+            for frame in (echo_frame(ApiKey.FETCH, 0, {"i": 2}).replace(b"\x00\x01\x00\x01", b"\x00\x01\x00\x07", 1),
+                          echo_frame(ApiKey.FETCH, 0, {"i": 2}).replace(b"\x00\x01\x00\x01", b"\x00\x63\x00\x01", 1)):
+                received = await asyncio.get_running_loop().run_in_executor(None, raw_exchange, server.port, frame)
+                assert received == b""
+            await until(lambda: server.metrics.connections_closed_bad_frame == 2)
+            assert echo.started == [], "no handler ran"
+            assert server.metrics.requests[-1] == 1, "the unknown api key is counted under one label"
+            assert (await other.request(ApiKey.FETCH, {"i": 4}, timeout_ms=5000))[1]["i"] == 4
         finally:
-            await conn.close()
             await other.close()
             await server.close()
     run(main())
@@ -231,15 +236,17 @@ def test_an_unsupported_version_is_answered_without_the_handler_and_an_unknown_a
 
 def test_a_handler_exception_is_answered_unknown_server_error_and_the_connection_survives(caplog):
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(Echo()).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
+            # Kafka's answers carry a whole-request error in their error fields (error_answers.py).
             code, body = await conn.request(ApiKey.PRODUCE, {"i": 1, "fail": "bug"}, timeout_ms=5000)
-            assert code == errors.UNKNOWN_SERVER_ERROR and body["error_message"]
+            assert code == errors.NONE and body["error_code"] == errors.UNKNOWN_SERVER_ERROR and body["error_message"]
             code, body = await conn.request(ApiKey.PRODUCE, {"i": 2, "fail": "typed"}, timeout_ms=5000)
-            assert code == errors.NOT_LEADER_OR_FOLLOWER
+            assert body["error_code"] == errors.NOT_LEADER_OR_FOLLOWER
             assert body["error_message"] == "broker 2 leads it now"
-            assert (await conn.request(ApiKey.PRODUCE, {"i": 3}, timeout_ms=5000)) == (0, {"i": 3, "pad": b""})
+            assert (await conn.request(ApiKey.PRODUCE, {"i": 3}, timeout_ms=5000)) == (
+                0, {"error_code": 0, "error_message": None, "i": 3, "pad": b""})
             assert not conn.closed
         finally:
             await conn.close()
@@ -250,14 +257,14 @@ def test_a_handler_exception_is_answered_unknown_server_error_and_the_connection
 
 def test_a_handler_over_handler_timeout_ms_is_cancelled_and_answered_request_timed_out():
     async def main() -> None:
-        server = await Server(Echo(), handler_timeout_ms=100).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(Echo(), handler_timeout_ms=100).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
-            code, body = await conn.request(ApiKey.FETCH, {"i": 1, "delay_ms": 2000}, timeout_ms=5000)
-            assert code == errors.REQUEST_TIMED_OUT and "100 ms" in body["error_message"]
+            _, body = await conn.request(ApiKey.FETCH, {"i": 1, "delay_ms": 2000}, timeout_ms=5000)
+            assert body["error_code"] == errors.REQUEST_TIMED_OUT and "100 ms" in body["error_message"]
             # A TimeoutError of the handler's own making is a handler failure, not ours.
-            code, body = await conn.request(ApiKey.FETCH, {"i": 3, "fail": "own-timeout"}, timeout_ms=5000)
-            assert code == errors.UNKNOWN_SERVER_ERROR
+            _, body = await conn.request(ApiKey.FETCH, {"i": 3, "fail": "own-timeout"}, timeout_ms=5000)
+            assert body["error_code"] == errors.UNKNOWN_SERVER_ERROR
             assert (await conn.request(ApiKey.FETCH, {"i": 2}, timeout_ms=5000))[1]["i"] == 2
         finally:
             await conn.close()
@@ -268,8 +275,8 @@ def test_a_handler_over_handler_timeout_ms_is_cancelled_and_answered_request_tim
 def test_losing_the_connection_fails_every_request_in_flight_with_network_exception():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
             tasks = [asyncio.create_task(conn.request(ApiKey.FETCH, {"i": i, "gate": True}, timeout_ms=5000))
                      for i in range(3)]
@@ -289,18 +296,18 @@ def test_losing_the_connection_fails_every_request_in_flight_with_network_except
 
 def test_connecting_to_a_closed_port_raises_network_exception():
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
+        server = await echo_server(Echo()).start(HOST, 0)
         port = server.port
         await server.close()
         with pytest.raises(NetworkExceptionError):
-            await Connection.open(HOST, port, connect_timeout_ms=2000)
+            await echo_connection(HOST, port, connect_timeout_ms=2000)
     run(main())
 
 
 def test_a_request_over_its_timeout_fails_alone_and_the_late_answer_is_dropped():
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(Echo()).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
             started = time.monotonic()
             with pytest.raises(RequestTimedOutError):
@@ -319,8 +326,8 @@ def test_a_request_over_its_timeout_fails_alone_and_the_late_answer_is_dropped()
 def test_the_client_keeps_at_most_max_in_flight_requests_and_the_sixth_waits():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=5)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=5)
         try:
             tasks = [asyncio.create_task(conn.request(ApiKey.FETCH, {"i": i, "gate": True}, timeout_ms=5000))
                      for i in range(6)]
@@ -344,8 +351,8 @@ def test_submit_writes_at_once_or_queues_in_order_behind_waiting_requests():
     # requests go out in the order they were made, submit() and request() alike.
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=1)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=1)
         try:
             first = conn.submit(ApiKey.FETCH, {"i": 0, "gate": True}, timeout_ms=5000)
             await until(lambda: echo.started == [0])  # written at once: no task had to run
@@ -353,7 +360,7 @@ def test_submit_writes_at_once_or_queues_in_order_behind_waiting_requests():
             await asyncio.sleep(0.01)
             queued = [conn.submit(ApiKey.FETCH, {"i": i}, timeout_ms=5000) for i in (2, 3)]
             echo.gate.set()
-            assert (await first) == (errors.NONE, {"i": 0, "pad": b""})
+            assert (await first)[1]["i"] == 0
             assert (await waiting)[1]["i"] == 1
             assert [(await f)[1]["i"] for f in queued] == [2, 3]
             assert echo.started == [0, 1, 2, 3] and conn.in_flight_count == 0
@@ -366,8 +373,8 @@ def test_submit_writes_at_once_or_queues_in_order_behind_waiting_requests():
 def test_submit_times_out_alone_and_fails_with_the_connection():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=2)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=2)
         try:
             started = time.monotonic()
             slow = conn.submit(ApiKey.FETCH, {"i": 1, "delay_ms": 300}, timeout_ms=100)
@@ -398,8 +405,8 @@ def test_submit_times_out_alone_and_fails_with_the_connection():
 def test_a_request_cancelled_while_it_waits_for_a_slot_passes_the_slot_on():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=1)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=1)
         try:
             held = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 0, "gate": True}, timeout_ms=5000))
             await until(lambda: echo.started == [0])
@@ -422,8 +429,8 @@ def test_a_request_cancelled_while_it_waits_for_a_slot_passes_the_slot_on():
 def test_the_server_stops_reading_a_connection_at_max_in_flight_per_connection():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo, max_in_flight_per_connection=3).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=10)
+        server = await echo_server(echo, max_in_flight_per_connection=3).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=10)
         try:
             tasks = [asyncio.create_task(conn.request(ApiKey.FETCH, {"i": i, "gate": True}, timeout_ms=5000))
                      for i in range(10)]
@@ -441,8 +448,8 @@ def test_the_server_stops_reading_a_connection_at_max_in_flight_per_connection()
 def test_request_bytes_being_handled_across_connections_stay_under_queued_max_request_bytes():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo, queued_max_request_bytes=5000).start(HOST, 0)
-        conns = [await Connection.open(HOST, server.port, max_in_flight_requests=10) for _ in range(2)]
+        server = await echo_server(echo, queued_max_request_bytes=5000).start(HOST, 0)
+        conns = [await echo_connection(HOST, server.port, max_in_flight_requests=10) for _ in range(2)]
         try:
             tasks = [asyncio.create_task(conn.request(ApiKey.PRODUCE, {"i": n * 10 + i, "gate": True,
                                                                        "pad": b"x" * 2000}, timeout_ms=5000))
@@ -469,8 +476,8 @@ def test_request_bytes_being_handled_across_connections_stay_under_queued_max_re
 def test_the_server_stops_reading_while_answers_over_max_buffered_bytes_wait():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo, max_buffered_bytes_per_connection=1000).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=10)
+        server = await echo_server(echo, max_buffered_bytes_per_connection=1000).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=10)
         try:
             slow = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 0, "gate": True}, timeout_ms=5000))
             big = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 1, "pad": b"x" * 2000}, timeout_ms=5000))
@@ -490,28 +497,31 @@ def test_the_server_stops_reading_while_answers_over_max_buffered_bytes_wait():
 
 def test_idle_connections_are_closed_after_connections_max_idle_ms_but_busy_ones_are_not():
     async def main() -> None:
-        server = await Server(Echo(), idle_timeout_ms=300).start(HOST, 0)
-        idle = await Connection.open(HOST, server.port)
-        busy = await Connection.open(HOST, server.port)
+        server = await echo_server(Echo(), idle_timeout_ms=500).start(HOST, 0)
+        idle = await echo_connection(HOST, server.port)
+        busy = None
         try:
             assert (await idle.request(ApiKey.METADATA, {"i": 1}, timeout_ms=5000))[0] == 0
-            # A handler running longer than the idle timeout keeps its connection open.
-            code, body = await busy.request(ApiKey.FETCH, {"i": 2, "delay_ms": 600}, timeout_ms=5000)
+            # A handler running longer than the idle timeout keeps its connection open. Opened
+            # just before its request, so a loaded machine cannot idle it out before it asks.
+            busy = await echo_connection(HOST, server.port)
+            code, body = await busy.request(ApiKey.FETCH, {"i": 2, "delay_ms": 1200}, timeout_ms=5000)
             assert (code, body["i"]) == (0, 2)
             assert idle.closed and not busy.closed
             assert server.metrics.connections_closed_idle == 1
             await until(lambda: busy.closed)  # then it is idle too
         finally:
             await idle.close()
-            await busy.close()
+            if busy is not None:
+                await busy.close()
             await server.close()
     run(main())
 
 
 def test_connections_over_max_connections_are_refused_and_the_others_keep_working():
     async def main() -> None:
-        server = await Server(Echo(), max_connections=2).start(HOST, 0)
-        conns = [await Connection.open(HOST, server.port) for _ in range(3)]
+        server = await echo_server(Echo(), max_connections=2).start(HOST, 0)
+        conns = [await echo_connection(HOST, server.port) for _ in range(3)]
         try:
             await until(lambda: conns[2].closed)
             for i, conn in enumerate(conns[:2]):
@@ -529,13 +539,13 @@ def test_a_response_for_the_wrong_correlation_id_closes_the_client_connection():
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             header = await reader.readexactly(4)
             await reader.readexactly(struct.unpack(">I", header)[0])
-            writer.write(encode_response(12345, 0, {}))  # not the id the client sent
+            writer.write(echo_answer_frame(ApiKey.METADATA, 12345, {"i": 1}))  # not the id the client sent
             await writer.drain()
             await asyncio.sleep(1)
             writer.close()
         fake = await asyncio.start_server(serve, HOST, 0)
         port = fake.sockets[0].getsockname()[1]
-        conn = await Connection.open(HOST, port)
+        conn = await echo_connection(HOST, port)
         try:
             with pytest.raises(NetworkExceptionError, match="correlation id 12345"):
                 await conn.request(ApiKey.METADATA, {}, timeout_ms=5000)
@@ -546,13 +556,15 @@ def test_a_response_for_the_wrong_correlation_id_closes_the_client_connection():
     run(main())
 
 
-def test_a_body_that_msgpack_cannot_encode_raises_frame_error_and_the_connection_survives():
+def test_a_body_its_declaration_cannot_encode_raises_frame_error_and_the_connection_survives():
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(Echo()).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
             with pytest.raises(FrameError):
-                await conn.request(ApiKey.METADATA, {"i": object()}, timeout_ms=5000)
+                await conn.request(ApiKey.METADATA, {"i": "not an int32"}, timeout_ms=5000)
+            with pytest.raises(FrameError):
+                await conn.request(ApiKey.METADATA, {"i": 2**31}, timeout_ms=5000)
             assert (await conn.request(ApiKey.METADATA, {"i": 1}, timeout_ms=5000))[1]["i"] == 1
         finally:
             await conn.close()
@@ -560,16 +572,16 @@ def test_a_body_that_msgpack_cannot_encode_raises_frame_error_and_the_connection
     run(main())
 
 
-def test_an_answer_msgpack_cannot_encode_is_sent_as_unknown_server_error():
+def test_an_answer_its_declaration_cannot_encode_is_sent_as_unknown_server_error():
     async def main() -> None:
         async def handler(request: Request) -> Response:
-            return Response(0, {"bad": object()} if request.body.get("bad") else {"ok": True})
-        server = await Server(handler).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+            return Response(0, {"i": "not an int32"} if request.body["gate"] else {"i": 5})
+        server = await echo_server(handler).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
-            code, body = await conn.request(ApiKey.METADATA, {"bad": True}, timeout_ms=5000)
-            assert code == errors.UNKNOWN_SERVER_ERROR and "encode" in body["error_message"]
-            assert await conn.request(ApiKey.METADATA, {}, timeout_ms=5000) == (0, {"ok": True})
+            _, body = await conn.request(ApiKey.METADATA, {"gate": True}, timeout_ms=5000)
+            assert body["error_code"] == errors.UNKNOWN_SERVER_ERROR and "encode" in body["error_message"]
+            assert (await conn.request(ApiKey.METADATA, {}, timeout_ms=5000))[1]["i"] == 5
         finally:
             await conn.close()
             await server.close()
@@ -578,8 +590,8 @@ def test_an_answer_msgpack_cannot_encode_is_sent_as_unknown_server_error():
 
 def test_an_answer_over_the_client_max_frame_bytes_closes_the_client_connection():
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_frame_bytes=1000)
+        server = await echo_server(Echo()).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_frame_bytes=1000)
         try:
             with pytest.raises(NetworkExceptionError, match="socket.request.max.bytes"):
                 await conn.request(ApiKey.FETCH, {"i": 1, "pad": b"x" * 5000}, timeout_ms=5000)
@@ -593,8 +605,8 @@ def test_an_answer_over_the_client_max_frame_bytes_closes_the_client_connection(
 def test_a_request_without_an_answer_sent_just_before_close_still_reaches_the_server():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
             assert await conn.request(ApiKey.PRODUCE, {"i": 7, "no_answer": True},
                                       expect_response=False) == (0, None)
@@ -607,13 +619,13 @@ def test_a_request_without_an_answer_sent_just_before_close_still_reaches_the_se
 
 def test_a_client_that_never_reads_its_answers_is_closed_after_connections_max_idle_ms():
     async def main() -> None:
-        server = await Server(Echo(), idle_timeout_ms=300, max_buffered_bytes_per_connection=65536,
+        server = await echo_server(Echo(), idle_timeout_ms=300, max_buffered_bytes_per_connection=65536,
                               max_frame_bytes=64 << 20).start(HOST, 0)
         reader, writer = await asyncio.open_connection(HOST, server.port)
         try:
             # Ask for 48 MiB of answers and read none of them: more than the socket buffers hold.
             for i in range(12):
-                writer.write(encode_request(ApiKey.FETCH, 0, i, "c", {"i": i, "pad": b"x" * (4 << 20)}))
+                writer.write(echo_frame(ApiKey.FETCH, i, {"i": i, "pad": b"x" * (4 << 20)}))
             try:
                 await asyncio.wait_for(writer.drain(), WAIT_S)
             except ConnectionError:
@@ -628,8 +640,8 @@ def test_a_client_that_never_reads_its_answers_is_closed_after_connections_max_i
 
 def test_answers_far_larger_than_max_buffered_bytes_still_all_arrive():
     async def main() -> None:
-        server = await Server(Echo(), max_buffered_bytes_per_connection=4096, idle_timeout_ms=2000).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=20)
+        server = await echo_server(Echo(), max_buffered_bytes_per_connection=4096, idle_timeout_ms=2000).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=20)
         try:
             results = await asyncio.gather(*(
                 conn.request(ApiKey.FETCH, {"i": i, "pad": b"x" * 200_000}, timeout_ms=5000) for i in range(20)))
@@ -644,8 +656,8 @@ def test_answers_far_larger_than_max_buffered_bytes_still_all_arrive():
 def test_closing_the_server_cancels_running_handlers_and_returns_promptly():
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(echo).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         task = asyncio.create_task(conn.request(ApiKey.FETCH, {"i": 1, "gate": True}, timeout_ms=5000))
         await until(lambda: echo.started == [1])
         assert server.request_queue_depth == 1 and server.connection_count == 1
@@ -663,8 +675,8 @@ def test_closing_the_server_cancels_running_handlers_and_returns_promptly():
 
 def test_correlation_ids_wrap_before_int32_overflow():
     async def main() -> None:
-        server = await Server(Echo()).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port)
+        server = await echo_server(Echo()).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
         try:
             conn._next_correlation_id = CORRELATION_ID_MAX - 2
             results = await asyncio.gather(*(conn.request(ApiKey.METADATA, {"i": i}, timeout_ms=5000)
@@ -692,8 +704,8 @@ def test_a_seeded_random_mix_of_slow_failing_silent_and_timed_out_requests_keeps
 
     async def main() -> None:
         echo = Echo()
-        server = await Server(echo, max_in_flight_per_connection=16).start(HOST, 0)
-        conns = [await Connection.open(HOST, server.port, max_in_flight_requests=8) for _ in plans]
+        server = await echo_server(echo, max_in_flight_per_connection=16).start(HOST, 0)
+        conns = [await echo_connection(HOST, server.port, max_in_flight_requests=8) for _ in plans]
         completed: set[int] = set()
         try:
             async def one(conn: Connection, plan: dict) -> None:
@@ -708,9 +720,9 @@ def test_a_seeded_random_mix_of_slow_failing_silent_and_timed_out_requests_keeps
                 if plan["no_answer"]:
                     assert (code, answer) == (0, None)
                 elif plan["fail"] == "bug":
-                    assert code == errors.UNKNOWN_SERVER_ERROR, f"seed {seed}"
+                    assert answer["error_code"] == errors.UNKNOWN_SERVER_ERROR, f"seed {seed}"
                 elif plan["fail"] == "typed":
-                    assert code == errors.NOT_LEADER_OR_FOLLOWER, f"seed {seed}"
+                    assert answer["error_code"] == errors.NOT_LEADER_OR_FOLLOWER, f"seed {seed}"
                 else:
                     assert (code, answer["i"]) == (0, plan["i"]), f"seed {seed}: answer misrouted"
             await asyncio.gather(*(one(conn, p) for conn, plan in zip(conns, plans) for p in plan))
@@ -731,14 +743,14 @@ def test_the_controller_rpc_adapter_serves_its_handle_and_answers_api_versions_i
     from raftka.raft_meta.controller.rpc import RpcServer
 
     async def handle(api_key: int, api_version: int, body: Any, ctx: Any) -> tuple[int, Any]:
-        return errors.NONE, {"api_key": api_key, "client_id": ctx["client_id"]}
+        return errors.NONE, {"error_message": f"{api_key} v{api_version} from {ctx['client_id']}"}
 
     async def main() -> None:
         server = await RpcServer(handle).start(HOST, 0)
         address = f"{HOST}:{server.port}"
         try:
-            assert await call(address, ApiKey.DESCRIBE_QUORUM, {}, client_id="t") == (
-                0, {"api_key": 55, "client_id": "t"})
+            code, body = await call(address, ApiKey.DESCRIBE_QUORUM, {}, client_id="t")
+            assert (code, body["error_code"], body["error_message"]) == (0, 0, "55 v2 from t")
             code, body = await call(address, ApiKey.API_VERSIONS, {})
             keys = {entry["api_key"] for entry in body["api_keys"]}
             assert code == 0 and {ApiKey.FETCH, ApiKey.DESCRIBE_QUORUM, ApiKey.API_VERSIONS} <= keys
@@ -756,8 +768,8 @@ def test_round_trips_per_second_on_loopback():
     async def main() -> tuple[float, float]:
         async def handler(request: Request) -> Response:
             return Response(0, request.body)
-        server = await Server(handler).start(HOST, 0)
-        conn = await Connection.open(HOST, server.port, max_in_flight_requests=100)
+        server = await echo_server(handler).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port, max_in_flight_requests=100)
         try:
             n = 5000
             started = time.perf_counter()

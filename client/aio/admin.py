@@ -1,10 +1,11 @@
 """The asyncio admin client: topics, configs, the cluster's brokers, consumer groups.
 
-CreateTopics, DeleteTopics, DescribeConfigs and AlterConfigs go to any broker, which forwards
-them to the active controller (docs/protocol.md); NOT_CONTROLLER and lost connections are
-retried on another broker within ``request_timeout_ms``. Group requests go to the group's
-coordinator (FindCoordinator); ListGroups to every broker (each knows the groups it
-coordinates). A coordinator that moved or is loading is retried within ``request_timeout_ms``.
+CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs, AlterConfigs and
+IncrementalAlterConfigs go to any broker, which forwards them to the active controller
+(docs/protocol.md); NOT_CONTROLLER and lost connections are retried on another broker within
+``request_timeout_ms``. Group requests go to the group's coordinator (FindCoordinator);
+ListGroups to every broker (each knows the groups it coordinates). A coordinator that moved or
+is loading is retried within ``request_timeout_ms``.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from raftka.client.errors import ConfigError, KafkaTimeoutError
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
-from raftka.client.structs import ConfigEntry, ConfigResource, NewTopic, OffsetAndMetadata, TopicPartition
+from raftka.client.structs import (AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
+                                   OffsetAndMetadata, TopicPartition)
 
 DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
@@ -47,6 +49,13 @@ def _raise_or_collect(results: dict[str, RaftkaError | None], raise_errors: bool
             if error is not None:
                 raise error
     return results
+
+
+def _config_results(answer: dict[str, Any]) -> dict[str, RaftkaError | None]:
+    """{resource name: None or its error} of an AlterConfigs or IncrementalAlterConfigs answer."""
+    return {r["resource_name"]: (errors.error_for(r["error_code"], r.get("error_message"), topic=r["resource_name"])
+                                 if r.get("error_code") else None)
+            for r in answer.get("responses") or []}
 
 
 def _config_value(value: Any) -> Any:
@@ -119,6 +128,35 @@ class AdminClient:
                                   timeout_ms)
         results: dict[str, RaftkaError | None] = {}
         for t in answer.get("responses") or []:
+            code = t.get("error_code", 0) or 0
+            results[t["name"]] = (errors.error_for(code, t.get("error_message"), topic=t["name"])
+                                  if code else None)
+        return _raise_or_collect(results, raise_errors)
+
+    async def create_partitions(self, topic_partitions: dict[str, NewPartitions | int], timeout_ms: int | None = None,
+                                validate_only: bool = False, raise_errors: bool = True
+                                ) -> dict[str, RaftkaError | None]:
+        """Add partitions to existing topics (CreatePartitions, kafka-python's shape): {topic:
+        NewPartitions(total_count, new_assignments=None)} or {topic: total_count}; ``total_count``
+        is the new partition count in all, ``new_assignments`` one replica list per added
+        partition (None: the controller places them). Returns {topic: None or the error}; with
+        ``raise_errors`` (default) the first error is raised instead: InvalidPartitionsError for a
+        count not above the current one, InvalidReplicaAssignmentError, UnknownTopicOrPartitionError.
+        Producers and consumers see the new partitions at their next metadata refresh."""
+        topics = []
+        for name, wanted in topic_partitions.items():
+            new = NewPartitions(wanted) if isinstance(wanted, int) and not isinstance(wanted, bool) else wanted
+            if not isinstance(new, NewPartitions):
+                raise TypeError(f"topic {name!r}: give NewPartitions(total_count, new_assignments) or a total "
+                                f"count, not {type(wanted).__name__}")
+            assignments = (None if new.new_assignments is None
+                           else [{"broker_ids": list(replicas)} for replicas in new.new_assignments])
+            topics.append({"name": name, "count": new.total_count, "assignments": assignments})
+        body = {"topics": topics, "timeout_ms": timeout_ms or self.config["request_timeout_ms"],
+                "validate_only": validate_only}
+        answer = await self._call(ApiKey.CREATE_PARTITIONS, body, timeout_ms)
+        results: dict[str, RaftkaError | None] = {}
+        for t in answer.get("results") or []:
             code = t.get("error_code", 0) or 0
             results[t["name"]] = (errors.error_for(code, t.get("error_message"), topic=t["name"])
                                   if code else None)
@@ -197,18 +235,36 @@ class AdminClient:
     async def alter_configs(self, config_resources: Iterable[ConfigResource],
                             timeout_ms: int | None = None, raise_errors: bool = True
                             ) -> dict[str, RaftkaError | None]:
-        """Set (or, with a None value, remove) topic config overrides; {topic: None or error}."""
+        """Kafka's AlterConfigs: each resource's ``configs`` becomes its WHOLE set of overrides;
+        a key left out (or given None) goes back to its default, as with kafka-python and Kafka's
+        tools. To change only some keys, use incremental_alter_configs. {topic: None or error}."""
         body = {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": r.name,
                                "configs": [{"name": k, "value": _config_value(v)}
                                            for k, v in (r.configs or {}).items()]}
                               for r in self._resources(config_resources)]}
-        answer = await self._call(API_ALTER_CONFIGS, body, timeout_ms)
-        results: dict[str, RaftkaError | None] = {}
-        for r in answer.get("responses") or []:
-            code = r.get("error_code", 0) or 0
-            results[r["resource_name"]] = (errors.error_for(code, r.get("error_message"),
-                                                            topic=r["resource_name"]) if code else None)
-        return _raise_or_collect(results, raise_errors)
+        return _raise_or_collect(_config_results(await self._call(API_ALTER_CONFIGS, body, timeout_ms)),
+                                 raise_errors)
+
+    async def incremental_alter_configs(self, config_resources: Iterable[ConfigResource],
+                                        timeout_ms: int | None = None, raise_errors: bool = True
+                                        ) -> dict[str, RaftkaError | None]:
+        """Kafka's IncrementalAlterConfigs: apply each resource's ``incremental_configs``
+        (AlterConfigOp: SET, DELETE, and APPEND / SUBTRACT for list configs); keys not named
+        keep their value. Each topic's changes apply all or none. {topic: None or error}."""
+        resources = []
+        for r in self._resources(config_resources):
+            configs = []
+            for op in r.incremental_configs:
+                try:
+                    op_type = AlterConfigOpType(op.op_type)
+                except ValueError:
+                    raise ConfigError(op.name, f"op_type must be one of {[t.name for t in AlterConfigOpType]}, "
+                                               f"got {op.op_type!r}") from None
+                configs.append({"name": op.name, "config_operation": int(op_type),
+                                "value": _config_value(op.value)})
+            resources.append({"resource_type": RESOURCE_TOPIC, "resource_name": r.name, "configs": configs})
+        answer = await self._call(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": resources}, timeout_ms)
+        return _raise_or_collect(_config_results(answer), raise_errors)
 
     # -- consumer groups -------------------------------------------------------------------------
 

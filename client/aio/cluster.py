@@ -316,7 +316,7 @@ class Cluster:
         left_ms = max(1, int((deadline - time.monotonic()) * 1000))
         try:
             return await wait_for(
-                conn.request(api_key, body, 0, timeout_ms=left_ms, expect_response=expect_response),
+                conn.request(api_key, body, timeout_ms=left_ms, expect_response=expect_response),
                 left_ms / 1000 + 0.5)
         except asyncio.TimeoutError:
             await self._drop(address)
@@ -344,7 +344,7 @@ class Cluster:
         submit = getattr(conn, "submit", None)
         if submit is None or getattr(conn, "closed", False):
             return None
-        return submit(api_key, body, 0, timeout_ms=timeout_ms or self.request_timeout_ms)
+        return submit(api_key, body, timeout_ms=timeout_ms or self.request_timeout_ms)
 
     async def submit_connected(self, node_id: int, api_key: int, body: Any, *,
                                timeout_ms: int | None = None) -> "asyncio.Future[tuple[int, Any]] | None":
@@ -360,7 +360,7 @@ class Cluster:
         if submit is None:
             return None
         try:
-            return submit(api_key, body, 0, timeout_ms=timeout_ms)
+            return submit(api_key, body, timeout_ms=timeout_ms)
         except NetworkExceptionError:
             self.connection_failed(node_id)
             raise

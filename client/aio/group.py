@@ -207,7 +207,7 @@ class Coordinator:
             if conn is None or getattr(conn, "closed", False):
                 conn = await wait_for(self.factory(node[1], node[2], self.client_id), timeout_ms / 1000)
                 self._connections[lane] = conn
-            code, answer = await conn.request(api_key, body, 0, timeout_ms=int(timeout_ms))
+            code, answer = await conn.request(api_key, body, timeout_ms=int(timeout_ms))
         except (NetworkExceptionError, RequestTimedOutError, OSError, ConnectionError, asyncio.TimeoutError) as error:
             self._close(lane)  # a late answer would hold up the next one on this connection
             self.mark_dead(str(error))

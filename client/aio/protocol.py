@@ -2,9 +2,8 @@
 
 Every API the client sends is listed: it goes out in Kafka's encoding at that version
 (common/transport.py encodes it from the declarations in common/messages/), and the client builds
-its bodies in that version's shape. Nothing the client sends is a msgpack frame any more
-(#kafka-protocol); tests/test_client_protocol_versions.py holds every api key the client uses to
-this table.
+its bodies in that version's shape (an API not listed would go at the newest declared version);
+tests/test_client_protocol_versions.py holds every api key the client uses to this table.
 
 Versions are the newest the Raftka broker serves whose shape this client builds; a Kafka broker
 serves them too (all are within Kafka 4's ranges). One Raftka extension rides along: Heartbeat v4's
@@ -25,6 +24,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_CLUSTER: 2,  # v2: fenced brokers too, with is_fenced (KIP-1073)
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
+    ApiKey.CREATE_PARTITIONS: 3,
     ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 4,
     # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them). Heartbeat v4 is
@@ -42,4 +42,5 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.OFFSET_DELETE: 0,  # Kafka's only version
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
 }

@@ -14,8 +14,8 @@ Version ranges are Kafka 4's, each up to the newest version Kafka defines today:
 - AlterConfigs (33) 0-2: none dropped; 2 turns flexible.
 - IncrementalAlterConfigs (44) 0-1: none dropped; 1 turns flexible.
 
-Configs and replica assignments are arrays of structs, as on Kafka's wire (the msgpack bodies used
-maps). ``resource_type`` is Kafka's int8 (2: topic, 4: broker).
+Configs and replica assignments are arrays of structs, as on Kafka's wire. ``resource_type`` is
+Kafka's int8 (2: topic, 4: broker).
 """
 from __future__ import annotations
 
@@ -27,10 +27,17 @@ from raftka.common.schema import ZERO_UUID, Array, Field, Message, Struct
 
 # Values of the fields below (Kafka's ConfigResource.Type and DescribeConfigs' ConfigSource).
 RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
 CONFIG_SOURCE_TOPIC: Final = 1  # a topic's own override (DYNAMIC_TOPIC_CONFIG)
 CONFIG_SOURCE_DEFAULT: Final = 5  # the default (DEFAULT_CONFIG)
-
-# Api keys common/api.py does not name yet.
+# IncrementalAlterConfigs' config_operation (Kafka's AlterConfigOp.OpType). APPEND and SUBTRACT
+# add or remove items of a list-type config; the others are for any config.
+CONFIG_OP_SET: Final = 0
+CONFIG_OP_DELETE: Final = 1
+CONFIG_OP_APPEND: Final = 2
+CONFIG_OP_SUBTRACT: Final = 3
+CONFIG_OP_NAMES: Final = {CONFIG_OP_SET: "SET", CONFIG_OP_DELETE: "DELETE", CONFIG_OP_APPEND: "APPEND",
+                          CONFIG_OP_SUBTRACT: "SUBTRACT"}
 
 RESOURCES_MAX: Final = TOPICS_MAX  # config resources in one request: topics, plus a few brokers
 

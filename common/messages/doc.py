@@ -21,7 +21,7 @@ _NAMES: Final = {21: "DeleteRecords", 37: "CreatePartitions", 44: "IncrementalAl
 
 
 # Declared, not served yet (#kafka-protocol, #operations): ApiVersions does not list them.
-NOT_SERVED_YET: Final = frozenset({37, 44})
+NOT_SERVED_YET: Final[frozenset[int]] = frozenset()
 
 
 def _flexible_from(text: str) -> str:

@@ -1,11 +1,11 @@
 """The active controller's decisions: validate a request, build typed records, commit, answer.
 
 ``QuorumController(service)`` adds the metadata RPC handlers (BrokerRegistration,
-BrokerHeartbeat, UnregisterBroker, CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs,
-AlterPartition, InitProducerId, AllocateProducerIds, Metadata) to a ``ControllerService`` and
-starts the active controller's periodic duties. Request and response bodies are in
-docs/controller.md; the broker-controller APIs take and answer Kafka's shapes
-(common/messages/controller.py).
+BrokerHeartbeat, UnregisterBroker, CreateTopics, CreatePartitions, DeleteTopics,
+DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, AlterPartition, InitProducerId,
+AllocateProducerIds, Metadata) to a ``ControllerService`` and starts the active controller's
+periodic duties. Request and response bodies are in docs/controller.md; the broker-controller
+APIs take and answer Kafka's shapes (common/messages/controller.py).
 
 Every decision is read from the committed image (``service.state.metadata.image``), turned into
 records (raft_meta/metadata/records.py) and committed as one atomic entry before the answer goes
@@ -36,6 +36,7 @@ Periodic duties (every ``ELECTION_CHECK_INTERVAL_MS`` while active):
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import re
 import time
@@ -43,21 +44,24 @@ import uuid
 from typing import Any, Iterable
 
 from raftka.common import errors
-from raftka.common.configs import TOPIC_CONFIGS
+from raftka.common.configs import TOPIC_CONFIGS, ConfigDef
 from raftka.common.schema import ZERO_UUID
-from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC
+from raftka.common.messages.admin import (
+    CONFIG_OP_APPEND, CONFIG_OP_DELETE, CONFIG_OP_NAMES, CONFIG_OP_SET, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
+)
 from raftka.common.messages.admin import RESOURCE_TOPIC as RESOURCE_TYPE_TOPIC  # Kafka's int8, not the record's
 from raftka.common.errors import (
-    ConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError,
-    InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+    ConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError,
+    InvalidRequestError, InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
 from raftka.raft_meta.controller import elections, placement
 from raftka.raft_meta.controller import service as svc
 from raftka.raft_meta.metadata.state import metadata_record
 from raftka.raft_meta.metadata.image import MetadataImage
 from raftka.raft_meta.metadata.records import (
-    RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord, MetadataRecord, PartitionChangeRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord, encode_entry,
+    RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord,
+    ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord,
+    UnregisterBrokerRecord, encode_entry,
 )
 
 log = logging.getLogger(__name__)
@@ -92,21 +96,20 @@ class QuorumController:
         self.disconnected_at: dict[int, float] = {}  # broker id -> monotonic time that connection closed
         self._disconnect_checks: set[asyncio.Task] = set()
         self.active_since: float | None = None
-        self.id_block: list[int] | None = None  # [next, end) of this controller's producer ids
-        self.id_block_term = -1
         self._checked_image: MetadataImage | None = None  # image of the last election pass with no work
+        self._config_lock = asyncio.Lock()  # config changes decide on the image one request at a time
         service.handlers.update({
             svc.API_BROKER_REGISTRATION: self.broker_registration,
             svc.API_BROKER_HEARTBEAT: self.broker_heartbeat,
             svc.API_UNREGISTER_BROKER: self.unregister_broker,
             svc.API_CREATE_TOPICS: self.create_topics,
+            svc.API_CREATE_PARTITIONS: self.create_partitions,
             svc.API_DELETE_TOPICS: self.delete_topics,
             svc.API_DESCRIBE_CONFIGS: self.describe_configs,
             svc.API_ALTER_CONFIGS: self.alter_configs,
+            svc.API_INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             svc.API_ALTER_PARTITION: self.alter_partition,
-            svc.API_INIT_PRODUCER_ID: self.init_producer_id,
             svc.API_ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
-            svc.API_METADATA: self.metadata,
         })
         service.background_factories.append(self.periodic_duties)
         service.connection_closed_listeners.append(self.connection_closed)
@@ -116,10 +119,12 @@ class QuorumController:
         """The committed image this controller has applied (replaced, never mutated)."""
         return self.service.state.metadata.image
 
-    async def commit(self, records: list[MetadataRecord]) -> list[dict]:
-        """Commit one atomic entry; its per-record results, or the typed error it was refused with."""
+    async def commit(self, records: list[MetadataRecord], *, timeout_ms: int | None = None) -> list[dict]:
+        """Commit one atomic entry; its per-record results, or the typed error it was refused with.
+        ``timeout_ms``: at most this long (default and cap: controller.quorum.request.timeout.ms)."""
+        limit_ms = self.service.request_timeout_ms
         result = await self.service.raft.submit(metadata_record(encode_entry(records)),
-                                                self.service.request_timeout_ms)
+                                                limit_ms if timeout_ms is None else max(1, min(timeout_ms, limit_ms)))
         if isinstance(result, dict) and "error" in result:
             raise errors.error_for(result["error"], result.get("message"))
         return result
@@ -379,6 +384,104 @@ class QuorumController:
         replicas = placement.place_replicas(live, led, partitions, rf)
         return TopicRecord(name=name, topic_id=uuid.uuid4().hex, partitions=tuple(replicas), configs=configs)
 
+    async def create_partitions(self, version: int, body: dict) -> tuple[int, dict]:
+        """Kafka's CreatePartitions (v3 shape; a broker forwards its client's request re-encoded at v3).
+
+        Per topic, ``count`` is the new total (INVALID_PARTITIONS unless it is more than the topic
+        has, and at most PARTITIONS_MAX). The new partitions take the topic's replication factor
+        (its partition 0's) and are placed as a new topic's are (placement.py), or take
+        ``assignments``: one replica list per new partition, each of that many distinct
+        registered brokers (else INVALID_REPLICA_ASSIGNMENT, as Kafka checks them). A new
+        partition starts with ISR = its unfenced replicas, leader = the first of them (the first
+        replica when all are unfenced), epochs 0. Each topic is decided and committed on its own,
+        as one entry of PartitionRecords; ``validate_only`` decides and commits nothing.
+        ``timeout_ms`` > 0 bounds the whole request: a topic not committed by then answers
+        REQUEST_TIMED_OUT (its partitions may still be added). A name given twice answers
+        INVALID_REQUEST once, as Kafka's controller does.
+        """
+        topics = body["topics"]
+        if len(topics) > TOPICS_PER_REQUEST_MAX:
+            raise InvalidRequestError(f"{len(topics)} topics in one request; at most {TOPICS_PER_REQUEST_MAX}")
+        timeout_ms = body["timeout_ms"]
+        deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms > 0 else None
+        counts = collections.Counter(t["name"] for t in topics)
+        duplicates = {name for name, count in counts.items() if count > 1}
+        results = [{"name": name, "error_code": errors.INVALID_REQUEST, "error_message": "Duplicate topic name."}
+                   for name in sorted(duplicates)]
+        for topic in topics:
+            name = topic["name"]
+            if name in duplicates:
+                continue
+            try:
+                await self._create_partitions(topic, body["validate_only"], deadline)
+                results.append({"name": name, "error_code": errors.NONE, "error_message": None})
+            except errors.NotControllerError:
+                raise
+            except RaftkaError as error:
+                results.append({"name": name, "error_code": error.code, "error_message": error.message})
+        return errors.NONE, {"results": results}
+
+    async def _create_partitions(self, topic: dict, validate_only: bool, deadline: float | None) -> None:
+        """Decide one topic's new partitions and commit them, deciding again when the image moved
+        on under the decision (another change of the topic committed first)."""
+        for _ in range(DECISION_ATTEMPTS_MAX):
+            records = self._partition_records(topic)
+            if validate_only:
+                return
+            timeout_ms = None
+            if deadline is not None:
+                timeout_ms = int((deadline - time.monotonic()) * 1000)
+                if timeout_ms <= 0:
+                    raise errors.RequestTimedOutError(f"topic {topic['name']!r}: the request's timeout_ms passed "
+                                                      "before its partitions were committed")
+            try:
+                await self.commit(records, timeout_ms=timeout_ms)
+                return
+            except (errors.InvalidUpdateVersionError, errors.UnknownTopicIdError):
+                continue  # refused at replay: the topic changed (or went) meanwhile; decide again
+        raise errors.RequestTimedOutError(f"topic {topic['name']!r}: adding partitions kept racing with other "
+                                          "changes of the topic; retry")
+
+    def _partition_records(self, topic: dict) -> list[PartitionRecord]:
+        """The PartitionRecords of one CreatePartitions topic, decided on the current image."""
+        name, count, assignments = topic["name"], topic["count"], topic["assignments"]
+        image = self.image
+        current = image.topics.get(name)
+        if current is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        have = len(current.partitions)
+        if count < have:
+            raise InvalidPartitionsError(f"Topic currently has {have} partitions, which is higher than "
+                                         f"the requested {count}.")
+        if count == have:
+            raise InvalidPartitionsError(f"Topic already has {have} partitions.")
+        if count > PARTITIONS_MAX:
+            raise InvalidPartitionsError(f"topic {name!r}: {count} partitions requested; at most {PARTITIONS_MAX} "
+                                         "per topic")
+        added = count - have
+        rf = len(current.partitions[0].replicas)
+        if assignments is None:
+            live = [b for b in image.brokers.values() if not b.fenced]
+            if rf > len(live):
+                raise InvalidReplicationFactorError(f"Unable to replicate the partition {rf} time(s): only "
+                                                    f"{len(live)} broker(s) are unfenced")
+            placed = placement.place_replicas(live, placement.leader_counts(image), added, rf)
+        else:
+            if len(assignments) != added:
+                raise InvalidReplicaAssignmentError(f"Attempted to add {added} additional partition(s), but "
+                                                    f"{len(assignments)} assignment(s) were specified.")
+            placed = [tuple(a["broker_ids"]) for a in assignments]
+            for index, replicas in enumerate(placed, start=have):
+                _check_assignment(image, index, replicas, rf)
+        records = []
+        for index, replicas in enumerate(placed, start=have):
+            isr = tuple(b for b in replicas if image.is_live(b))
+            if not isr:
+                raise InvalidReplicaAssignmentError(f"All brokers specified in the manual partition assignment "
+                                                    f"for partition {index} are fenced.")
+            records.append(PartitionRecord(current.topic_id, index, replicas, isr, leader=isr[0]))
+        return records
+
     async def delete_topics(self, version: int, body: dict) -> tuple[int, dict]:
         """Kafka's DeleteTopics (v6 shape: topics named by name or by topic id; a broker turns an
         older client's ``topic_names`` into that). Answered per topic, with its name and id."""
@@ -425,38 +528,77 @@ class QuorumController:
         return errors.NONE, {"results": out}
 
     async def alter_configs(self, version: int, body: dict) -> tuple[int, dict]:
-        """Kafka's AlterConfigs (v2 shape) for topics: each named key is set, a null value removes
-        the override; keys left out keep their value (Raftka's reading: Kafka's legacy API would
-        reset them). ``validate_only`` checks and commits nothing."""
-        out = []
-        for resource in body["resources"]:
-            name, kind = resource["resource_name"], resource["resource_type"]
-            try:
-                if kind != RESOURCE_TYPE_TOPIC:
-                    raise InvalidRequestError(f"resource type {kind} of {name!r}: only topics "
-                                              f"({RESOURCE_TYPE_TOPIC}) are altered here")
-                if name not in self.image.topics:
-                    raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-                changes = {c["name"]: c["value"] for c in resource["configs"]}
-                parsed = TOPIC_CONFIGS.parse({k: v for k, v in changes.items() if v is not None},
-                                             fill_defaults=False)
-                unknown = [k for k, v in changes.items() if v is None and k not in TOPIC_CONFIGS]
-                if unknown:
-                    raise ConfigError(unknown[0], "unknown configuration key")
-                parsed.update({k: None for k, v in changes.items() if v is None})
-                if not body["validate_only"]:
-                    await self.commit([ConfigRecord(RESOURCE_TOPIC, name, parsed)])
-                out.append({"resource_type": kind, "resource_name": name, "error_code": errors.NONE,
-                            "error_message": None})
-            except ConfigError as error:
-                out.append({"resource_type": kind, "resource_name": name, "error_code": errors.INVALID_CONFIG,
-                            "error_message": error.message})
-            except errors.NotControllerError:
-                raise
-            except RaftkaError as error:
-                out.append({"resource_type": kind, "resource_name": name, "error_code": error.code,
-                            "error_message": error.message})
-        return errors.NONE, {"responses": out}
+        """Kafka's legacy AlterConfigs (v2 shape) for topics: the request names a topic's whole
+        set of overrides, as in Kafka: keys left out (or given a null value) go back to their
+        defaults. IncrementalAlterConfigs changes only the keys it names."""
+        def replace(overrides: dict[str, Any], configs: list[dict]) -> dict[str, Any]:
+            names = [c["name"] for c in configs]
+            if len(set(names)) != len(names):
+                raise InvalidRequestError("a config key appears more than once")
+            wanted = TOPIC_CONFIGS.parse({c["name"]: c["value"] for c in configs if c["value"] is not None},
+                                         fill_defaults=False)
+            unknown = [n for n in names if n not in TOPIC_CONFIGS]
+            if unknown:
+                raise ConfigError(unknown[0], "unknown configuration key")
+            return {**{k: None for k in overrides if k not in wanted}, **wanted}
+        return errors.NONE, {"responses": await self._alter_resources(body, replace)}
+
+    async def incremental_alter_configs(self, version: int, body: dict) -> tuple[int, dict]:
+        """Kafka's IncrementalAlterConfigs (v1 shape) for topics: each named key is SET, DELETEd
+        (back to its default), or for a list-type key has items APPENDed or SUBTRACTed; keys
+        left out keep their value."""
+        def apply(overrides: dict[str, Any], configs: list[dict]) -> dict[str, Any]:
+            return incremental_changes(TOPIC_CONFIGS, overrides, configs)
+        return errors.NONE, {"responses": await self._alter_resources(body, apply)}
+
+    async def _alter_resources(self, body: dict, decide: Any) -> list[dict]:
+        """Both AlterConfigs: ``decide(overrides, configs)`` turns a topic's current overrides and
+        the request's configs into {key: typed value, or None to remove the override}. Each
+        resource is answered on its own (INVALID_REQUEST for a resource type other than topic or
+        named twice, UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG with the key and the problem);
+        the accepted ones' changes commit as one entry, one ConfigRecord per topic whose overrides
+        change. ``validate_only`` checks and commits nothing. Decisions are taken one request at
+        a time (``_config_lock``): two concurrent APPENDs to one key both count."""
+        resources = body["resources"]
+        seen = [(r["resource_type"], r["resource_name"]) for r in resources]
+        answers: list[dict] = []
+        records: list[ConfigRecord] = []
+        committed: list[dict] = []  # the answers of the resources in ``records``
+        async with self._config_lock:
+            for resource in resources:
+                kind, name = resource["resource_type"], resource["resource_name"]
+                answer = {"resource_type": kind, "resource_name": name, "error_code": errors.NONE,
+                          "error_message": None}
+                answers.append(answer)
+                try:
+                    if kind != RESOURCE_TYPE_TOPIC:
+                        raise InvalidRequestError(f"resource type {kind} of {name!r}: only topics "
+                                                  f"({RESOURCE_TYPE_TOPIC}) are altered here; broker configs "
+                                                  "are read from each server's properties")
+                    if seen.count((kind, name)) > 1:
+                        raise InvalidRequestError(f"topic {name!r} appears more than once in the request")
+                    topic = self.image.topics.get(name)
+                    if topic is None:
+                        raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+                    overrides = dict(topic.configs)
+                    # Only what changes: removing an absent override or setting the same value is no record.
+                    changes = {k: v for k, v in decide(overrides, resource["configs"]).items()
+                               if ((k in overrides) if v is None else overrides.get(k) != v)}
+                except RaftkaError as error:
+                    answer.update(error_code=error.code, error_message=error.message)
+                    continue
+                if changes and not body["validate_only"]:
+                    records.append(ConfigRecord(RESOURCE_TOPIC, name, changes))
+                    committed.append(answer)
+            if records:
+                try:
+                    await self.commit(records)
+                except RaftkaError as error:
+                    if error.retriable:  # NOT_CONTROLLER, REQUEST_TIMED_OUT: the whole request is retried
+                        raise
+                    for answer in committed:  # refused at replay or too large: nothing was applied
+                        answer.update(error_code=error.code, error_message=error.message)
+        return answers
 
     # -- partitions ------------------------------------------------------------------------
 
@@ -553,41 +695,64 @@ class QuorumController:
         first, size = await self._allocate_block(broker_id, broker.broker_epoch, PRODUCER_ID_BLOCK_SIZE)
         return errors.NONE, {"producer_id_start": first, "producer_id_len": size}
 
-    async def init_producer_id(self, version: int, body: dict) -> tuple[int, dict]:
-        """InitProducerId {} -> {producer_id, producer_epoch}: ids from a block this controller
-        allocated (a new active controller starts a new block; ids left in an old one are
-        skipped, never reused)."""
-        term = self.service.raft.term
-        if self.id_block is None or self.id_block[0] >= self.id_block[1] or self.id_block_term != term:
-            first, size = await self._allocate_block(self.node_id, -1, PRODUCER_ID_BLOCK_SIZE)
-            self.id_block = [first, first + size]
-            self.id_block_term = term
-        producer_id = self.id_block[0]
-        self.id_block[0] += 1
-        return errors.NONE, {"producer_id": producer_id, "producer_epoch": 0}
 
-    # -- Metadata (3) ----------------------------------------------------------------------
+def incremental_changes(config_def: ConfigDef, overrides: dict[str, Any], configs: list[dict]) -> dict[str, Any]:
+    """IncrementalAlterConfigs' ``configs`` ({name, config_operation, value}) on a resource with
+    ``overrides``: {key: typed value, or None to remove the override}. As Kafka: a key named twice,
+    an unknown operation or a null value with other than DELETE is InvalidRequestError; an
+    unknown key, APPEND or SUBTRACT on a key that is not a list, or a value the key's validator
+    refuses is ConfigError (INVALID_CONFIG). APPEND and SUBTRACT start from the override, else the
+    default; APPEND adds only items not there yet."""
+    changes: dict[str, Any] = {}
+    for config in configs:
+        name, operation, value = config["name"], config["config_operation"], config["value"]
+        if name in changes:
+            raise InvalidRequestError(f"config key {name!r} appears more than once")
+        if operation not in CONFIG_OP_NAMES:
+            raise InvalidRequestError(f"{name}: unknown config_operation {operation} "
+                                      "(0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)")
+        key = config_def.keys.get(name)
+        if key is None:
+            raise ConfigError(name, "unknown configuration key")
+        if operation == CONFIG_OP_DELETE:
+            changes[name] = None
+            continue
+        if value is None:
+            raise InvalidRequestError(f"{name}: a null value is only allowed with DELETE")
+        if operation == CONFIG_OP_SET:
+            changes[name] = key.parse(value)
+            continue
+        if key.type != "list":
+            raise ConfigError(name, f"{CONFIG_OP_NAMES[operation]} is only for list configs; this is a {key.type}")
+        items = key.parse(value)
+        current = list(overrides.get(name, key.default) or [])
+        if operation == CONFIG_OP_APPEND:
+            changed = current
+            for item in items:
+                if item not in changed:
+                    changed.append(item)
+        else:
+            changed = [item for item in current if item not in items]
+        changes[name] = key.parse(changed)  # the key's validator sees the resulting list
+    return changes
 
-    async def metadata(self, version: int, body: dict) -> tuple[int, dict]:
-        """Metadata {topics: [...] or None}: brokers and topics as the committed image says."""
-        wanted = body.get("topics")
-        image = self.image
-        topics = []
-        for name, topic in sorted(image.topics.items()):
-            if wanted is not None and name not in wanted:
-                continue
-            topics.append({"name": name, "topic_id": topic.topic_id, "error_code": errors.NONE,
-                           "partitions": [{"partition_index": i, "leader_id": p.leader,
-                                           "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas),
-                                           "isr_nodes": list(p.isr), "partition_epoch": p.partition_epoch}
-                                          for i, p in enumerate(topic.partitions)]})
-        for name in wanted or []:
-            if name not in image.topics:
-                topics.append({"name": name, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION, "partitions": []})
-        brokers = [{"node_id": b, "endpoints": dict(reg.endpoints), "rack": reg.rack, "fenced": reg.fenced,
-                    "broker_epoch": reg.broker_epoch} for b, reg in sorted(image.brokers.items())]
-        return errors.NONE, {"brokers": brokers, "topics": topics, "controller_id": self.node_id,
-                             "metadata_offset": self.service.state.offset}
+
+def _check_assignment(image: MetadataImage, index: int, replicas: tuple[int, ...], rf: int) -> None:
+    """A manual replica list for new partition ``index``, checked as Kafka's controller does."""
+    if not replicas:
+        raise InvalidReplicaAssignmentError(f"partition {index}: the manual partition assignment includes "
+                                            "an empty replica list.")
+    for broker_id in replicas:
+        if broker_id not in image.brokers:
+            raise InvalidReplicaAssignmentError(f"partition {index}: the manual partition assignment includes "
+                                                f"broker {broker_id}, but no such broker is registered.")
+    if len(set(replicas)) != len(replicas):
+        twice = next(b for b in replicas if replicas.count(b) > 1)
+        raise InvalidReplicaAssignmentError(f"partition {index}: the manual partition assignment includes "
+                                            f"the broker {twice} more than once.")
+    if len(replicas) != rf:
+        raise InvalidReplicaAssignmentError(f"partition {index}: the manual partition assignment has "
+                                            f"{len(replicas)} replica(s), but the topic's partitions have {rf}.")
 
 
 def _config_text(value: Any) -> str | None:

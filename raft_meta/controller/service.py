@@ -4,15 +4,14 @@ Every controller answers DescribeQuorum (Kafka's v0-2, from its own view of the 
 ``nodes`` lists each voter's CONTROLLER listener), and Fetch and FetchSnapshot of the committed
 metadata log (``fetch_metadata``, ``fetch_snapshot``). Every other API is served by the **active
 controller** only (the Raft leader, once it has applied the log it inherited); any other
-controller answers NOT_CONTROLLER. A msgpack answer's body carries
-``{"controller_id": id or -1, "controller_endpoint": "host:port" or None}``; Kafka's answers have
-no field for it, so a Kafka caller (broker/controller_channel.py) asks the controller that
-refused for DescribeQuorum and goes on to the leader's CONTROLLER listener.
+controller answers NOT_CONTROLLER. Kafka's answers have no field naming the active controller,
+so a caller (broker/controller_channel.py) asks the controller that refused for DescribeQuorum
+and goes on to the leader's CONTROLLER listener.
 
-The broker-controller APIs (KAFKA_ONLY_APIS: BrokerRegistration, BrokerHeartbeat, AlterPartition,
-UnregisterBroker, AllocateProducerIds, DescribeQuorum), the metadata-log Fetch and FetchSnapshot,
-and the admin APIs brokers forward (CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs) are
-served in Kafka's protocol only.
+Every API is served in Kafka's protocol (common/messages/): the broker-controller APIs
+(BrokerRegistration, BrokerHeartbeat, AlterPartition, UnregisterBroker, AllocateProducerIds,
+DescribeQuorum), the metadata-log Fetch and FetchSnapshot, and the admin APIs brokers forward
+(CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs).
 
 A decision is a committed record: the metadata handlers (``QuorumController`` in
 quorum_controller.py, attached by server.py) build typed metadata records, commit them through Raft (``RaftClient.submit``) and answer only after the commit. A leader
@@ -43,12 +42,12 @@ log = logging.getLogger(__name__)
 
 # Kafka's API keys (the wire helper's ApiKey enum carries the same numbers).
 API_FETCH = 1
-API_METADATA = 3
 API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
-API_INIT_PRODUCER_ID = 22
 API_DESCRIBE_CONFIGS = 32
 API_ALTER_CONFIGS = 33
+API_CREATE_PARTITIONS = 37
+API_INCREMENTAL_ALTER_CONFIGS = 44
 API_DESCRIBE_QUORUM = 55
 API_ALTER_PARTITION = 56
 API_FETCH_SNAPSHOT = 59
@@ -71,16 +70,10 @@ REGISTER_ATTEMPTS_MAX = 1000  # ~ minutes of retrying while no leader exists
 
 # Every API the controller listener serves (some only once the metadata handlers are attached).
 CONTROLLER_APIS = frozenset({
-    API_FETCH, API_METADATA, API_CREATE_TOPICS, API_DELETE_TOPICS, API_INIT_PRODUCER_ID,
-    API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION, API_FETCH_SNAPSHOT,
+    API_FETCH, API_CREATE_TOPICS, API_CREATE_PARTITIONS, API_DELETE_TOPICS,
+    API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_INCREMENTAL_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION,
+    API_FETCH_SNAPSHOT,
     API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
-})
-# Served in Kafka's protocol only: their handlers read and answer Kafka's shapes
-# (common/messages/controller.py); a msgpack frame for one is refused before any handler runs.
-KAFKA_ONLY_APIS = frozenset({
-    API_FETCH, API_FETCH_SNAPSHOT, API_CREATE_TOPICS, API_DELETE_TOPICS, API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS,
-    API_DESCRIBE_QUORUM, API_ALTER_PARTITION, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT,
-    API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
 })
 # DescribeQuorum v2 lists each voter's CONTROLLER listener (as Kafka) and its Raft port under this name.
 RAFT_LISTENER = "RAFT"
@@ -172,11 +165,9 @@ class ControllerService:
         return self.raft.is_leader
 
     def not_controller(self) -> tuple[int, dict]:
+        # Kafka's answers have no field for the active controller: DescribeQuorum names it.
         leader = self.raft.leader_id
-        endpoint = self.state.controllers.get(leader) if leader is not None else None
         return errors.NOT_CONTROLLER, {
-            "controller_id": leader if leader is not None else -1,
-            "controller_endpoint": f"{endpoint[0]}:{endpoint[1]}" if endpoint else None,
             "error_message": (f"controller {self.config.node_id} is not the active controller"
                               + (f"; controller {leader} is" if leader is not None else "; none elected yet")),
         }
@@ -194,11 +185,7 @@ class ControllerService:
             REQUEST_CONNECTION.set(ctx["connection_id"])
         if api_key in CONTROLLER_APIS:  # bounded key set: unknown keys are not counted
             self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        if api_key in KAFKA_ONLY_APIS and not (isinstance(ctx, dict) and ctx.get("kafka")):
-            code, out = errors.UNSUPPORTED_VERSION, {
-                "error_message": f"api key {api_key} is served in Kafka's wire protocol only"}
-        else:
-            code, out = await self._handle(api_key, api_version, body)
+        code, out = await self._handle(api_key, api_version, body)
         if code != errors.NONE and api_key in CONTROLLER_APIS:
             self.error_counts[api_key] = self.error_counts.get(api_key, 0) + 1
         return code, out

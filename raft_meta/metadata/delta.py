@@ -28,8 +28,8 @@ from raftka.raft_meta.metadata.image import (
 )
 from raftka.raft_meta.metadata.records import (
     PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord,
-    MetadataRecord, MetadataRecordError, PartitionChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
+    MetadataRecord, MetadataRecordError, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
 )
 
 log = logging.getLogger(__name__)
@@ -342,6 +342,36 @@ class MetadataDelta:
                                            configs=frozen_map(configs)))
         return {"topic_id": r.topic_id}
 
+    def _replay_partition(self, r: PartitionRecord, offset: int) -> dict:
+        name = self.topic_name_by_id(r.topic_id)
+        if name is None:
+            raise _refuse(errors.UNKNOWN_TOPIC_ID, f"partition {r.partition}: unknown topic id {r.topic_id}")
+        topic = self.topic(name)
+        assert topic is not None  # found by its id just above
+        where = f"{name}-{r.partition}"
+        replicas, isr = tuple(r.replicas), tuple(r.isr)
+        if not replicas or len(set(replicas)) != len(replicas) or min(replicas) < 0:
+            raise _refuse(errors.INVALID_REPLICA_ASSIGNMENT, f"replicas {list(replicas)} of {where}: "
+                                                             "need distinct broker ids >= 0")
+        if not isr or len(set(isr)) != len(isr) or not set(isr) <= set(replicas) or r.leader not in isr:
+            raise _refuse(errors.INVALID_REQUEST, f"{where}: ISR {list(isr)} must be distinct replicas of "
+                                                  f"{list(replicas)} and hold the leader {r.leader}")
+        if r.leader_epoch < 0 or r.partition_epoch < 0:
+            raise _refuse(errors.INVALID_REQUEST, f"{where}: epochs must be >= 0")
+        partition = PartitionRegistration(replicas=replicas, isr=isr, leader=r.leader,
+                                          leader_epoch=r.leader_epoch, partition_epoch=r.partition_epoch)
+        result = {"topic": name, "partition": r.partition}
+        count = len(topic.partitions)
+        if r.partition < count:
+            if topic.partitions[r.partition] == partition:
+                return result  # a retried commit of the same partition
+            raise _refuse(errors.INVALID_UPDATE_VERSION,
+                          f"partition {where} already exists as {topic.partitions[r.partition]}")
+        if r.partition > count:
+            raise _refuse(errors.INVALID_REQUEST, f"partition {where} does not follow the topic's {count} partition(s)")
+        self._set_topic(name, replace(topic, partitions=topic.partitions + (partition,)))
+        return result
+
     def _replay_remove_topic(self, r: RemoveTopicRecord, offset: int) -> dict:
         existing = self.topic(r.name)
         if existing is not None and existing.topic_id == r.topic_id:
@@ -419,6 +449,7 @@ _HANDLERS = {
     UnfenceBrokerRecord: MetadataDelta._replay_unfence_broker,
     UnregisterBrokerRecord: MetadataDelta._replay_unregister_broker,
     TopicRecord: MetadataDelta._replay_topic,
+    PartitionRecord: MetadataDelta._replay_partition,
     RemoveTopicRecord: MetadataDelta._replay_remove_topic,
     PartitionChangeRecord: MetadataDelta._replay_partition_change,
     ConfigRecord: MetadataDelta._replay_config,

@@ -12,7 +12,8 @@ tagged field with a Raftka tag (>= 10000), so Kafka's own tags stay free:
                                                      is the record's offset, known at replay)
     2        TopicRecord                      10000 partitions [{replicas}] (log only: Kafka
                                                      writes PartitionRecords), 10001 configs
-    3        PartitionRecord                  -     (snapshots only)
+    3        PartitionRecord                  -     (snapshots: every partition; the log: the
+                                                     partitions CreatePartitions adds)
     4        ConfigRecord                     the resource's changed keys as ``configs``
                                                      [{name, value, 10000 value_type}], one
                                                      record per resource (Kafka: one per key)

@@ -22,6 +22,12 @@ change and callers retry, so the same record may be committed twice):
                            creates the topic; leader = first replica, ISR = replicas, epochs 0.
                            The same topic id again is a no-op; another id for a taken name is
                            refused.
+    PartitionRecord        {topic_id, partition, replicas, isr, leader, leader_epoch,
+                           partition_epoch}  a new partition of an existing topic
+                           (CreatePartitions): its index must be the topic's partition count.
+                           The same index again is a no-op when the partition is exactly what
+                           the record describes (a retried commit), else refused
+                           INVALID_UPDATE_VERSION (decided on an image that moved on).
     RemoveTopicRecord      {name, topic_id}  no-op when that topic id is already gone
     PartitionChangeRecord  {topic, topic_id, partition, expected_partition_epoch, leader, isr}
                            leader / isr None = unchanged, leader -1 = offline. Refused unless the
@@ -205,6 +211,34 @@ class TopicRecord(MetadataRecord):
 
 
 @dataclass(frozen=True)
+class PartitionRecord(MetadataRecord):
+    """A partition added to an existing topic (CreatePartitions); also the snapshot's record of
+    every partition (image.py writes those bodies itself)."""
+
+    SCHEMA: ClassVar[Any] = schemas.PARTITION
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+    def to_body(self) -> dict:
+        return {"partition_id": self.partition,
+                "topic_id": _uuid(self.topic_id, f"partition {self.partition}: topic_id"),
+                "replicas": self.replicas, "isr": self.isr, "leader": self.leader,
+                "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "PartitionRecord":
+        if body["removing_replicas"] or body["adding_replicas"]:
+            raise _bad(f"PartitionRecord {body['partition_id']}: replica reassignment is not supported")
+        return cls(body["topic_id"], body["partition_id"], tuple(body["replicas"]), tuple(body["isr"]),
+                   body["leader"], body["leader_epoch"], body["partition_epoch"])
+
+
+@dataclass(frozen=True)
 class RemoveTopicRecord(MetadataRecord):
     """A topic (this topic id) is deleted."""
 
@@ -314,11 +348,10 @@ def _config_values(entries: list[dict]) -> Mapping[str, Any]:
         raise _bad(str(error)) from None
 
 
-# Records a log entry may hold, by api key (a snapshot's PartitionRecord and the controller's own
-# records are not among them).
+# Records a log entry may hold, by api key (the controller's own records are not among them).
 RECORD_TYPES: Mapping[int, type[MetadataRecord]] = MappingProxyType({
     cls.SCHEMA.api_key: cls for cls in (RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord,
-                                        UnregisterBrokerRecord, TopicRecord, RemoveTopicRecord,
+                                        UnregisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord,
                                         PartitionChangeRecord, ConfigRecord, ProducerIdsRecord)})
 
 

@@ -5,8 +5,8 @@ over the wire (this process heartbeats for them, as broker processes would), the
 
 1. failover: kill -9 of the active controller -> the next CreateTopics committed (median).
 2. create: N topics x P partitions, RF R over the registered brokers (CreateTopics batches).
-3. restart: kill -9 every controller, start them again -> an active controller answers
-   Metadata with every topic.
+3. restart: kill -9 every controller, start them again -> the controllers serve a metadata
+   log with every topic (read as a broker reads it, with Fetch).
 
 Phase B starts a real cluster (controller processes and broker processes) and measures:
 
@@ -16,7 +16,7 @@ Phase B starts a real cluster (controller processes and broker processes) and me
    brokers this process registers and heartbeats for, so leadership can be moved at will
    (controlled shutdown of the leader, then preferred-leader election when it rejoins the ISR)
    without stopping a real broker; the broker processes only follow the metadata log. Timed
-   from the active controller's own Metadata first showing the change (commit) and, for
+   from the change first showing in the active controller's committed log (commit) and, for
    controlled shutdowns, from the request being sent (commit included).
 
 Prints one line per figure and, with --json, a JSON object (with the load average at start and
@@ -36,6 +36,7 @@ import uuid
 from typing import Any
 
 from raftka.common import errors
+from raftka.common.api import ApiKey
 
 
 def register(perf: argparse._SubParsersAction) -> None:
@@ -67,6 +68,44 @@ def _ok(cluster: Any, api_key: int, body: Any, timeout_s: float = 60.0) -> Any:
         if not errors.for_code(code).retriable or time.monotonic() > deadline:
             raise errors.error_for(code, (out or {}).get("error_message"))
         time.sleep(0.02)
+
+
+class _Committed:
+    """The committed metadata image, read from the controllers' metadata log the way a broker
+    reads it (raft_meta/metadata/fetcher.py), where the bench asks "what has the quorum
+    committed": each call fetches the entries since the previous one, up to the log end."""
+
+    def __init__(self, cluster: Any) -> None:
+        from raftka.raft_meta.metadata.loader import MetadataLoader
+        from raftka.raft_meta.metadata.state import ControllerStateMachine
+        self.bootstrap = cluster.bootstrap_controllers.split(",")
+        self.state = ControllerStateMachine(MetadataLoader())
+
+    def image(self, timeout_s: float = 5.0) -> Any:
+        """The committed MetadataImage; a RaftkaError when no controller answered."""
+        return asyncio.run(asyncio.wait_for(self._catch_up(), timeout_s))
+
+    async def _catch_up(self) -> Any:
+        from raftka.raft_meta.metadata.fetcher import MetadataFetcher
+        errors_left = len(self.bootstrap)
+        while True:
+            # A fetcher per call (its connection belongs to this call's event loop), on the
+            # state the previous calls built: only new entries are fetched.
+            fetcher = MetadataFetcher(self.bootstrap[-errors_left:], self.state, max_wait_ms=0)
+            try:
+                while await fetcher.fetch_once():  # an answer holds at most metadata.fetch.max.records
+                    pass
+                return fetcher.image
+            except errors.RaftkaError:
+                errors_left -= 1  # any controller serves the same committed log: ask the next
+                if not errors_left:
+                    raise
+            finally:
+                await fetcher.close()
+
+
+def _unfenced(committed: _Committed) -> set[int]:
+    return {broker_id for broker_id, b in committed.image().brokers.items() if not b.fenced}
 
 
 class _Heartbeats:
@@ -126,9 +165,9 @@ def _controller_phase(args: argparse.Namespace, results: dict[str, Any]) -> None
             ControllerCluster.start(root, voters=args.voters, configs=configs) as cluster:
         cluster.wait_for_leader(timeout_s=30)
         beats = _Heartbeats(cluster, list(range(1, args.brokers + 1)))
+        committed = _Committed(cluster)
         try:
-            wait_until(lambda: sum(not b["fenced"] for b in _ok(cluster, 3, {})["brokers"]) == args.brokers,
-                       30, what="brokers unfenced")
+            wait_until(lambda: len(_unfenced(committed)) == args.brokers, 30, what="brokers unfenced")
             # 1. failover
             samples = []
             for round_ in range(args.kills):
@@ -167,26 +206,29 @@ def _controller_phase(args: argparse.Namespace, results: dict[str, Any]) -> None
             started = time.monotonic()
             for node_id in cluster.nodes:
                 cluster.launch(node_id)
-            wait_until(lambda: len(_ok(cluster, 3, {}, timeout_s=5)["topics"]) >= args.topics, 120,
+            wait_until(lambda: len(committed.image().topics) >= args.topics, 120,
                        interval_s=0.02, what="metadata served after restart")
             restart_s = time.monotonic() - started
             results["restart_s"] = restart_s
-            _say(args, f"restart every controller -> Metadata with all {args.topics} topics: {restart_s:.2f} s")
+            _say(args, f"restart every controller -> metadata log with all {args.topics} topics served: "
+                       f"{restart_s:.2f} s")
         finally:
             beats.close()
 
 
 class _ImageWatch:
-    """Polls Metadata for one partition on every broker process and on the active controller
-    (each on its own connection, in a thread with its own event loop) and keeps, per node, the
-    first time each leader epoch was seen. A broker answers Metadata from its metadata image."""
+    """Polls Metadata for one partition on every broker process (each on its own connection) and
+    follows the active controller's committed metadata log (``controller``, long-polling as a
+    broker does), in a thread with its own event loop, and keeps, per node, the first time each
+    leader epoch was seen ("controller" for the log). A broker answers Metadata from its image."""
 
     POLL_INTERVAL_S = 0.001
 
-    def __init__(self, addresses: dict[str, str], topic: str, partition: int) -> None:
+    def __init__(self, addresses: dict[str, str], topic: str, partition: int, controller: str) -> None:
         self.addresses = addresses  # name -> host:port
+        self.controller = controller
         self.topic, self.partition = topic, partition
-        self.first_seen: dict[str, dict[int, float]] = {name: {} for name in addresses}
+        self.first_seen: dict[str, dict[int, float]] = {name: {} for name in (*addresses, "controller")}
         self.latest: dict[str, tuple[int, int]] = {}  # name -> (leader_id, leader_epoch)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -200,7 +242,24 @@ class _ImageWatch:
         self._thread.join(10)
 
     async def _main(self) -> None:
-        await asyncio.gather(*(self._poll(name, address) for name, address in self.addresses.items()))
+        await asyncio.gather(self._follow(), *(self._poll(name, address) for name, address in self.addresses.items()))
+
+    async def _follow(self) -> None:
+        from raftka.raft_meta.metadata.fetcher import MetadataFetcher
+
+        def seen(delta: Any, image: Any) -> None:
+            p = image.partition(self.topic, self.partition)
+            if p is not None:
+                self.latest["controller"] = (p.leader, p.leader_epoch)
+                self.first_seen["controller"].setdefault(p.leader_epoch, time.monotonic())
+        fetcher = MetadataFetcher([self.controller], on_metadata_update=seen, max_wait_ms=100)
+        task = asyncio.create_task(fetcher.run())
+        try:
+            while not self._stop.is_set():
+                await asyncio.sleep(0.01)
+        finally:
+            await fetcher.close()
+            task.cancel()
 
     async def _poll(self, name: str, address: str) -> None:
         from raftka.common.transport import Connection
@@ -211,9 +270,11 @@ class _ImageWatch:
                 if connection is None or connection.closed:
                     connection = await Connection.open(host, int(port), client_id="perf-metadata",
                                                        connect_timeout_ms=2000)
-                code, body = await connection.request(3, {"topics": [self.topic]}, timeout_ms=2000)
+                _, body = await connection.request(ApiKey.METADATA, {"topics": [{"name": self.topic}]},
+                                                   timeout_ms=2000)
                 now = time.monotonic()
-                parts = body["topics"][0]["partitions"] if code == errors.NONE and body.get("topics") else []
+                topic = body["topics"][0] if body["topics"] else None
+                parts = topic["partitions"] if topic is not None and topic["error_code"] == errors.NONE else []
                 if len(parts) > self.partition:
                     p = parts[self.partition]
                     self.latest[name] = (p["leader_id"], p["leader_epoch"])
@@ -249,10 +310,10 @@ def _broker_phase(args: argparse.Namespace) -> dict[str, Any]:
             Cluster.start(root, controllers=args.voters, brokers=args.brokers, configs=configs) as cluster:
         stand_ins = [max(cluster.broker_ids) + 100, max(cluster.broker_ids) + 101]
         beats = _Heartbeats(cluster, stand_ins)
+        committed = _Committed(cluster)
         try:
             live = set(cluster.broker_ids) | set(stand_ins)
-            wait_until(lambda: {b["node_id"] for b in _ok(cluster, 3, {})["brokers"] if not b["fenced"]} >= live,
-                       30, what="brokers unfenced")
+            wait_until(lambda: _unfenced(committed) >= live, 30, what="brokers unfenced")
             for i in range(0, args.broker_topics, args.topics_per_request):  # background metadata
                 names = [f"bg-{j:05d}" for j in range(i, min(i + args.topics_per_request, args.broker_topics))]
                 _ok(cluster, 19, {"topics": [{"name": n, "num_partitions": args.partitions,
@@ -261,42 +322,40 @@ def _broker_phase(args: argparse.Namespace) -> dict[str, Any]:
             # as brokers, one partition has exactly the two stand-ins as replicas.
             topic = "leader-moves"
             _ok(cluster, 19, {"topics": [{"name": topic, "num_partitions": len(live), "replication_factor": 2}]})
-            described = _ok(cluster, 3, {"topics": [topic]})["topics"][0]
-            topic_id, parts = described["topic_id"], described["partitions"]
-            index = next(i for i, p in enumerate(parts) if set(p["replica_nodes"]) == set(stand_ins))
+            described = wait_until(lambda: committed.image().topics.get(topic), 30, what=f"{topic} committed")
+            topic_id, parts = described.topic_id, described.partitions
+            index = next(i for i, p in enumerate(parts) if set(p.replicas) == set(stand_ins))
             active = cluster.wait_for_leader(timeout_s=30, among=cluster.controller_ids)
             addresses = {f"broker-{b}": cluster.broker_address(b) for b in cluster.broker_ids}
-            addresses["controller"] = "%s:%d" % cluster.controller_address(active)
-            brokers = [n for n in addresses if n != "controller"]
+            brokers = list(addresses)
             from_commit: list[float] = []
             from_request: list[float] = []
-            with _ImageWatch(addresses, topic, index) as watch:
-                wait_until(lambda: all(n in watch.latest for n in addresses), 30, what="first Metadata answers")
+            with _ImageWatch(addresses, topic, index, "%s:%d" % cluster.controller_address(active)) as watch:
+                wait_until(lambda: all(n in watch.latest for n in (*addresses, "controller")), 30,
+                           what="first Metadata answers")
                 while len(from_commit) < args.changes:
-                    p = _ok(cluster, 3, {"topics": [topic]})["topics"][0]["partitions"][index]
-                    preferred, other = p["replica_nodes"]
-                    if p["leader_id"] == preferred and len(p["isr_nodes"]) == 2:
+                    p = committed.image().partition(topic, index)
+                    preferred, other = p.replicas
+                    if p.leader == preferred and len(p.isr) == 2:
                         # controlled shutdown of the leader: leadership moves to the other replica
                         sent = time.monotonic()
                         _ok(cluster, 63, {"broker_id": preferred, "broker_epoch": beats.epochs[preferred],
                                           "current_metadata_offset": 1 << 40, "want_shut_down": True})
-                        seen = watch.wait_epoch(brokers + ["controller"], p["leader_epoch"] + 1)
+                        seen = watch.wait_epoch(brokers + ["controller"], p.leader_epoch + 1)
                         from_request.append((max(seen[b] for b in brokers) - sent) * 1000)
-                    elif p["leader_id"] == other and preferred not in p["isr_nodes"]:
+                    elif p.leader == other and preferred not in p.isr:
                         # the preferred replica rejoins the ISR (once its heartbeats unfenced it);
                         # preferred-leader election then gives it leadership back
-                        wait_until(lambda: not next(b for b in _ok(cluster, 3, {})["brokers"]
-                                                    if b["node_id"] == preferred)["fenced"], 10,
-                                   what="stand-in unfenced")
+                        wait_until(lambda: preferred in _unfenced(committed), 10, what="stand-in unfenced")
                         isr = [{"broker_id": b, "broker_epoch": beats.epochs[b]} for b in (other, preferred)]
                         out = _ok(cluster, 56, {"broker_id": other, "broker_epoch": beats.epochs[other], "topics": [{
                             "topic_id": topic_id, "partitions": [{
-                                "partition_index": index, "leader_epoch": p["leader_epoch"],
-                                "partition_epoch": p["partition_epoch"], "new_isr_with_epochs": isr}]}]})
+                                "partition_index": index, "leader_epoch": p.leader_epoch,
+                                "partition_epoch": p.partition_epoch, "new_isr_with_epochs": isr}]}]})
                         code = out["topics"][0]["partitions"][0]["error_code"]
                         if code != errors.NONE:
                             raise errors.error_for(code, f"AlterPartition of {topic}-{index} refused")
-                        seen = watch.wait_epoch(brokers + ["controller"], p["leader_epoch"] + 1)
+                        seen = watch.wait_epoch(brokers + ["controller"], p.leader_epoch + 1)
                     else:
                         time.sleep(0.05)  # an election in progress
                         continue

@@ -1,9 +1,10 @@
 """Blocking helpers to talk to controllers from tools, tests and the cluster API.
 
-The broker-controller APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition,
-UnregisterBroker, AllocateProducerIds, DescribeQuorum) go in Kafka's protocol at the versions
-in ``KAFKA_VERSIONS``; their answers are Kafka's bodies, and the code returned with one is its
-whole-request error (common/messages/controller.py ``answer_error``). Other APIs go as msgpack.
+Requests go in Kafka's protocol: the broker-controller APIs (BrokerRegistration,
+BrokerHeartbeat, AlterPartition, UnregisterBroker, AllocateProducerIds, DescribeQuorum) and the
+admin APIs at the versions in ``KAFKA_VERSIONS``, any other at its newest declared version. The
+answers are Kafka's bodies; the code returned with one is its whole-request error
+(common/messages/controller.py ``answer_error``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     **NEWEST_VERSIONS,
     # the admin APIs a broker forwards, at the versions it forwards them (broker/controller_channel.py)
     ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 6, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
 }
 RAFT_LISTENER: Final = "RAFT"  # the listener name under which DescribeQuorum's nodes list the Raft port
 CLIENT_ID: Final = "raftka-tool"
@@ -35,10 +37,10 @@ async def _call(address: str, api_key: int, body: Any, timeout_ms: int) -> tuple
                                        max_in_flight_requests=1, kafka_versions=KAFKA_VERSIONS)
     try:
         left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        code, out = await connection.request(api_key, body, timeout_ms=left_ms)
+        _, out = await connection.request(api_key, body, timeout_ms=left_ms)
     finally:
         await connection.close()
-    return (answer_error(out) if api_key in KAFKA_VERSIONS else code), out
+    return answer_error(out), out
 
 
 def call_controller(address: str, api_key: int, body: Any, *, timeout_ms: int = 5000) -> tuple[int, Any]:
@@ -93,9 +95,9 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
     """Send a request to the active controller, following NOT_CONTROLLER answers.
 
     ``bootstrap`` is "host:port,..." of controllers' RPC listeners. Returns (error_code, body) of
-    the active controller's answer, or of the last answer when every attempt failed. A msgpack
-    NOT_CONTROLLER names the active controller's endpoint; after a Kafka one, the controller
-    that refused is asked for DescribeQuorum, whose ``nodes`` give the leader's listener.
+    the active controller's answer, or of the last answer when every attempt failed. After a
+    NOT_CONTROLLER answer, the controller that refused is asked for DescribeQuorum, whose
+    ``nodes`` give the leader's listener.
     """
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     deadline = time.monotonic() + timeout_s
@@ -116,12 +118,10 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
         if code != errors.NOT_CONTROLLER:
             return code, out
         last = (code, out)
-        target = (out or {}).get("controller_endpoint") if isinstance(out, dict) else None
-        if target is None and api_key in KAFKA_VERSIONS:
-            try:
-                target = describe_quorum(address, timeout_s=min(remaining_ms, 5000) / 1000)["leader_endpoint"]
-            except RaftkaError:
-                target = None
+        try:
+            target = describe_quorum(address, timeout_s=min(remaining_ms, 5000) / 1000)["leader_endpoint"]
+        except RaftkaError:
+            target = None
         if not target:
             time.sleep(0.1)
     return last

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
-from raftka.common.server import Request, Response, Server
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the echo API's declaration
+from echo_api import echo_server  # noqa: E402
+
+from raftka.common.server import Request, Response  # noqa: E402
 
 REPORT_INTERVAL_S = 0.05
 
 
 async def answer(request: Request) -> Response:
-    body = request.body or {}
-    return Response(0, {"i": body.get("i"), "pad": b"x" * body.get("answer_bytes", 0)})
+    return Response(0, {"i": request.body["i"], "pad": b"x" * request.body["answer_bytes"]})
 
 
 def rss_bytes() -> int:
@@ -29,7 +32,7 @@ def rss_bytes() -> int:
 
 
 async def main() -> None:
-    server = await Server(answer, request_frame_timeout_ms=int(sys.argv[1])).start("127.0.0.1", 0)
+    server = await echo_server(answer, request_frame_timeout_ms=int(sys.argv[1])).start("127.0.0.1", 0)
     print(f"ready {server.port} {server.queued_max_request_bytes}", flush=True)
     loop = asyncio.get_running_loop()
     stdin_closed = loop.run_in_executor(None, sys.stdin.read)

@@ -3,6 +3,7 @@
     raftka topics create orders --partitions 6 --replication-factor 3 --config min.insync.replicas=2
     raftka topics describe orders
     raftka topics alter orders --config retention.ms=3600000 --delete-config segment.bytes
+    raftka topics alter orders --partitions 12        (kafka-topics --alter --partitions: only grows)
 """
 from __future__ import annotations
 
@@ -53,8 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.add_argument("--if-exists", action="store_true", help="no error when the topic does not exist")
     delete.set_defaults(func=run_delete)
 
-    alter = action("alter", "set or remove topic config overrides")
-    alter.add_argument("--config", action="append", metavar="KEY=VALUE", help="set a config, repeatable")
+    alter = action("alter", "add partitions, set or remove topic config overrides")
+    alter.add_argument("--partitions", type=int, metavar="N",
+                       help="the partition count in all (CreatePartitions; more than the topic has)")
+    alter.add_argument("--config", "--add-config", dest="config", action="append", metavar="KEY=VALUE",
+                       help="set a config, repeatable (other overrides stay)")
     alter.add_argument("--delete-config", action="append", metavar="KEY", help="remove an override, repeatable")
     alter.set_defaults(func=run_alter)
 
@@ -95,14 +99,16 @@ def run_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def wait_for_leaders(admin: Any, name: str, timeout_s: float) -> dict[str, Any] | None:
-    """Wait until every partition of ``name`` has a leader in the brokers' metadata (so the next
-    produce finds it); returns the description, None if it did not happen in time."""
+def wait_for_leaders(admin: Any, name: str, timeout_s: float, partitions: int | None = None) -> dict[str, Any] | None:
+    """Wait until every partition of ``name`` (``partitions`` of them, when given) has a leader in
+    the brokers' metadata (so the next produce finds it); returns the description, None if it did
+    not happen in time."""
     deadline = time.monotonic() + timeout_s
     while True:
         [described] = admin.describe_topics([name])
         parts = described["partitions"]
-        if described["error_code"] == 0 and parts and all(p["leader"] >= 0 for p in parts):
+        if (described["error_code"] == 0 and parts and all(p["leader"] >= 0 for p in parts)
+                and partitions in (None, len(parts))):
             return described
         if time.monotonic() >= deadline:
             return None
@@ -163,18 +169,28 @@ def run_delete(args: argparse.Namespace) -> int:
 
 @one_line_errors
 def run_alter(args: argparse.Namespace) -> int:
-    from raftka.client import ConfigResource
+    from raftka.client import AlterConfigOp, AlterConfigOpType, ConfigResource, NewPartitions
     name = _topic(args)
     changes: dict[str, str | None] = dict(parse_key_values(args.config, "--config"))
     for key in args.delete_config or []:
         changes[key.strip()] = None
-    if not changes:
-        raise CommandError("topics alter: nothing to change (give --config KEY=VALUE or --delete-config KEY)")
+    if not changes and args.partitions is None:
+        raise CommandError("topics alter: nothing to change (give --partitions N, --config KEY=VALUE "
+                           "or --delete-config KEY)")
     with _admin(args) as admin:
         [described] = admin.describe_topics([name])
         if described["error_code"] != 0:
             raise _unknown(name)
-        admin.alter_configs([ConfigResource("topic", name, changes)])
+        if args.partitions is not None:
+            admin.create_partitions({name: NewPartitions(args.partitions)})  # INVALID_PARTITIONS unless it grows
+            wait_for_leaders(admin, name, LEADERS_WAIT_S, args.partitions)
+            print(f"Topic {name} now has {args.partitions} partitions.")
+        if not changes:
+            return 0
+        # IncrementalAlterConfigs, as kafka-configs.sh: overrides not named here stay.
+        ops = [AlterConfigOp(k, v, AlterConfigOpType.SET if v is not None else AlterConfigOpType.DELETE)
+               for k, v in changes.items()]
+        admin.incremental_alter_configs([ConfigResource("topic", name, incremental_configs=ops)])
     shown = ", ".join(f"{k}={v}" if v is not None else f"-{k}" for k, v in changes.items())
     print(f"Updated config of topic {name}: {shown}.")
     return 0
