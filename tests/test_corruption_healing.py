@@ -87,7 +87,8 @@ def test_a_corrupt_leader_hands_over_loses_nothing_acknowledged_and_heals_back_i
     segment, position, offset = flip_in_sealed_segment(cluster, "healing", damaged, at=100)
 
     answer = fetch(cluster.broker_address(damaged), "healing", offset)
-    assert answer["error_code"] == errors.KAFKA_STORAGE_ERROR and str(segment) in answer["error_message"]
+    # Kafka's Fetch answer has no error message: the broker's log names the file (checked below).
+    assert answer["error_code"] == errors.KAFKA_STORAGE_ERROR
     p = wait_for_partition(cluster, "healing", 0, lambda p: p["leader_id"] not in (damaged, -1))
     new_leader = p["leader_id"]
     assert damaged not in p["isr_nodes"]
