@@ -30,6 +30,13 @@ RESOURCE_TOPIC: Final = 2
 RESOURCE_BROKER: Final = 4
 CONFIG_SOURCE_TOPIC: Final = 1  # a topic's own override (DYNAMIC_TOPIC_CONFIG)
 CONFIG_SOURCE_DEFAULT: Final = 5  # the default (DEFAULT_CONFIG)
+# DescribeConfigs' config_type (Kafka's ConfigEntry.ConfigType), also how a metadata ConfigRecord
+# says what type a value was written as.
+CONFIG_TYPE_BOOLEAN: Final = 1
+CONFIG_TYPE_STRING: Final = 2
+CONFIG_TYPE_LONG: Final = 5
+CONFIG_TYPE_DOUBLE: Final = 6
+CONFIG_TYPE_LIST: Final = 7
 # IncrementalAlterConfigs' config_operation (Kafka's AlterConfigOp.OpType). APPEND and SUBTRACT
 # add or remove items of a list-type config; the others are for any config.
 CONFIG_OP_SET: Final = 0

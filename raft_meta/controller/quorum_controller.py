@@ -50,6 +50,8 @@ from raftka.common.messages.admin import (
     CONFIG_OP_APPEND, CONFIG_OP_DELETE, CONFIG_OP_NAMES, CONFIG_OP_SET, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
 )
 from raftka.common.messages.admin import RESOURCE_TOPIC as RESOURCE_TYPE_TOPIC  # Kafka's int8, not the record's
+from raftka.common.messages.admin import (CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST,
+                                          CONFIG_TYPE_LONG, CONFIG_TYPE_STRING)
 from raftka.common.errors import (
     ConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError,
     InvalidRequestError, InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
@@ -767,7 +769,8 @@ def _config_text(value: Any) -> str | None:
 
 
 # Kafka's ConfigEntry.ConfigType numbers (DescribeConfigs v3+), by the value's Python type.
-_CONFIG_TYPES = ((bool, 1), (int, 5), (float, 6), (str, 2), (list, 7), (tuple, 7))
+_CONFIG_TYPES = ((bool, CONFIG_TYPE_BOOLEAN), (int, CONFIG_TYPE_LONG), (float, CONFIG_TYPE_DOUBLE),
+                 (str, CONFIG_TYPE_STRING), (list, CONFIG_TYPE_LIST), (tuple, CONFIG_TYPE_LIST))
 
 
 def _config_type(value: Any) -> int:

@@ -50,6 +50,13 @@ import math
 from typing import Any, Final, Iterable, Iterator, Mapping
 
 from raftka.common import codec
+# Kafka's ConfigResource.Type ids (named apart from records.py's "topic"/"cluster" tags); Raftka's
+# cluster-wide overrides are Kafka's cluster-default broker configs (BROKER with an empty name).
+from raftka.common.messages.admin import RESOURCE_BROKER as RESOURCE_TYPE_BROKER
+from raftka.common.messages.admin import RESOURCE_TOPIC as RESOURCE_TYPE_TOPIC
+# Kafka's config types, used to read a value back as what was written.
+from raftka.common.messages.admin import (CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST,
+                                          CONFIG_TYPE_LONG, CONFIG_TYPE_STRING)
 from raftka.common.messages.limits import CONFIGS_MAX, LISTENERS_MAX, PARTITIONS_MAX, REPLICAS_MAX
 from raftka.common.schema import ABSENT, Array, Field, Message, Struct
 
@@ -58,16 +65,6 @@ RAFTKA_TAG_FIRST: Final = 10_000
 RAFTKA_API_KEY_FIRST: Final = 10_000
 CONTROLLERS_MAX: Final = 1_000  # controller endpoints one snapshot may hold (a quorum has 1-5)
 
-# Kafka's ConfigResource.Type ids; Raftka's cluster-wide overrides are Kafka's cluster-default
-# broker configs (BROKER with an empty name).
-RESOURCE_TYPE_TOPIC: Final = 2
-RESOURCE_TYPE_BROKER: Final = 4
-# Kafka's DescribeConfigs config types, used to read a value back as what was written.
-CONFIG_TYPE_BOOLEAN: Final = 1
-CONFIG_TYPE_STRING: Final = 2
-CONFIG_TYPE_LONG: Final = 5
-CONFIG_TYPE_DOUBLE: Final = 6
-CONFIG_TYPE_LIST: Final = 7
 # Kafka's SecurityProtocol ids by listener name; a listener of another name is PLAINTEXT.
 SECURITY_PROTOCOLS: Final = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
