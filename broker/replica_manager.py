@@ -519,12 +519,15 @@ class ReplicaManager:
         return out
 
     def offsets_for_leader_epoch(self, topic: str, request: dict) -> dict:
-        """One partition's OffsetsForLeaderEpoch answer."""
+        """One partition's OffsetsForLeaderEpoch answer: the leader-epoch cache's, as Kafka gives
+        it (storage/epoch_cache.py), (-1, -1) included for an epoch newer than ours or an empty
+        cache: Kafka's consumer then cannot place the divergence and applies auto_offset_reset.
+        (A follower's Fetch takes its diverging epoch from Partition.diverging_epoch instead.)"""
         index = request.get("partition")
         out = {"partition": index, "error_code": errors.NONE, "leader_epoch": -1, "end_offset": -1}
         try:
             partition = self.leader_partition(topic, index, request.get("current_leader_epoch"))
-            epoch, end_offset = partition.end_offset_for_epoch(request.get("leader_epoch", -1))
+            epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(request.get("leader_epoch", -1))
             out.update(leader_epoch=epoch, end_offset=end_offset)
         except RaftkaError as error:
             out.update(error_code=error.code, error_message=error.message)

@@ -2,11 +2,11 @@
 
 ``send`` serializes, partitions and appends the record to its partition's open batch on the
 caller's thread (as Kafka's Java producer does); the I/O thread only drains full or lingered
-batches. When something must be waited for (the topic's metadata, a producer id, room in
-``buffer_memory``) the record goes to the I/O thread instead and ``send`` waits for that append,
-so a missing topic or a full buffer raises from ``send`` after ``max_block_ms``, as in
-kafka-python. Either way the record is in its batch when ``send`` returns, so a thread's records
-keep their send order. On the caller's thread this uses only the asyncio core's hand-over API
+batches. When something must be waited for (the topic's metadata, metadata that has an
+explicit partition, a producer id, room in ``buffer_memory``) the record goes to the I/O thread
+instead and ``send`` waits for that append, so a missing topic or partition or a full buffer
+raises from ``send`` after ``max_block_ms``, as in Kafka's producer. Either way the record is
+in its batch when ``send`` returns, so a thread's records keep their send order. On the caller's thread this uses only the asyncio core's hand-over API
 (``closing``, ``serialize``, ``try_append``: the thread rules are in client/aio/producer.py's
 module doc); everything else runs on the I/O thread. docs/client.md describes the threads.
 """
@@ -82,8 +82,9 @@ class Producer:
              headers: Sequence[tuple[str, bytes]] | None = None, partition: int | None = None,
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Queue a record; returns a future whose ``get(timeout)`` gives RecordMetadata(topic,
-        partition, offset, timestamp). Blocks up to ``max_block_ms`` for metadata or buffer room,
-        then raises KafkaTimeoutError; a bad record raises at once."""
+        partition, offset, timestamp). Blocks up to ``max_block_ms`` for metadata (with the
+        explicit ``partition``, if any) or buffer room, then raises KafkaTimeoutError; a bad
+        record raises at once."""
         aio = self._aio
         if aio.closing or self._stopped:
             raise KafkaClosedError("the producer is closed")

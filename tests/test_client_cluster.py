@@ -108,7 +108,9 @@ def test_keyed_records_land_on_the_partition_kafkas_java_client_picks(cluster, a
             assert meta.partition == partition_for_key(key, 5), key
         explicit = producer.send(topic, b"v", key=b"21", partition=4).get(timeout=10)
         assert explicit.partition == 4
-        with pytest.raises(UnknownTopicOrPartitionError):
+    # A partition the metadata lacks is waited for up to max_block_ms (it may be new), then refused.
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, max_block_ms=2000) as producer:
+        with pytest.raises(KafkaTimeoutError, match="partition 9 does not exist"):
             producer.send(topic, b"v", partition=9)
 
 

@@ -530,12 +530,15 @@ class Cluster:
         except asyncio.TimeoutError:
             return False
 
-    async def partitions_for(self, topic: str, timeout_ms: float) -> list[int]:
-        """The partitions of ``topic``, waiting for metadata up to ``timeout_ms``; raises
-        UnknownTopicOrPartitionError (or the topic's error) or KafkaTimeoutError."""
+    async def partitions_for(self, topic: str, timeout_ms: float, partition: int | None = None) -> list[int]:
+        """The partitions of ``topic``, waiting for metadata up to ``timeout_ms``, refreshing it
+        every ``retry_backoff_ms``; with ``partition``, for metadata that has that partition
+        (Kafka's producer waits so for an explicit partition: it may have just been added by
+        CreatePartitions). Raises UnknownTopicOrPartitionError (or the topic's error) or
+        KafkaTimeoutError (naming the partition when only it is missing)."""
         self.add_topics([topic])
         parts = self.metadata.partitions_for(topic)
-        if parts is not None:
+        if parts is not None and (partition is None or partition in parts):
             return parts
         deadline = time.monotonic() + timeout_ms / 1000
         refreshes_before = self._refresh_count
@@ -545,9 +548,12 @@ class Cluster:
                 break
             await self.wait_for_update(left_ms)
             parts = self.metadata.partitions_for(topic)
-            if parts is not None:
+            if parts is not None and (partition is None or partition in parts):
                 return parts
             await asyncio.sleep(min(max(0.0, deadline - time.monotonic()), self.retry_backoff_ms / 1000))
+        if parts is not None:
+            raise KafkaTimeoutError(f"partition {partition} does not exist in the metadata after {int(timeout_ms)} ms "
+                                    f"(partition count {len(parts)})", topic=topic, partition=partition)
         info = self.metadata.topics.get(topic)
         if info is not None and info.error_code not in (errors.NONE, errors.UNKNOWN_TOPIC_OR_PARTITION,
                                                         errors.LEADER_NOT_AVAILABLE):

@@ -179,7 +179,8 @@ class Producer:
                    headers: Sequence[tuple[str, bytes]] | None = None, partition: int | None = None,
                    timestamp_ms: int | None = None) -> "asyncio.Future[RecordMetadata]":
         """Queue one record; returns a future of its RecordMetadata. Waits up to
-        ``max_block_ms`` for the topic's metadata and for room in ``buffer_memory``."""
+        ``max_block_ms`` for metadata that has the topic (and ``partition``, when given) and for
+        room in ``buffer_memory``."""
         if self.closing or self._closed:
             raise KafkaClosedError("the producer is closed")
         if value is None and key is None:
@@ -221,7 +222,10 @@ class Producer:
         await self.start()
         c = self.config
         deadline = time.monotonic() + c["max_block_ms"] / 1000
-        await self.cluster.partitions_for(topic, c["max_block_ms"])
+        # An explicit partition the metadata lacks may be new (CreatePartitions): wait for it as
+        # Kafka's producer does. A negative one never appears: _partition refuses it at once.
+        wanted = partition if partition is not None and partition >= 0 else None
+        await self.cluster.partitions_for(topic, c["max_block_ms"], wanted)
         if c["enable_idempotence"]:
             await self._sender.ensure_producer_id(max(0.0, deadline - time.monotonic()) * 1000)
         record = self.try_append(topic, key_bytes, value_bytes, header_list, partition, timestamp_ms)
@@ -245,7 +249,7 @@ class Producer:
         """Append without waiting, from any thread (the hand-over API, see the module doc): the
         record's future, or None when something
         must be waited for (metadata, a producer id, buffer room; then use ``append_waiting``).
-        Raises at once for a bad partition or a record too large. The hot path of every send:
+        Raises at once for a negative partition or a record too large. The hot path of every send:
         kept to a few calls per record."""
         if self.closing or self._loop is None:
             return None
@@ -260,8 +264,9 @@ class Producer:
         else:
             tp = self._tps.get((topic, partition)) if partition is not None else None
             if tp is None:
-                if self.cluster.metadata.partitions_for(topic) is None:
-                    return None
+                parts = self.cluster.metadata.partitions_for(topic)
+                if parts is None or (partition is not None and partition >= 0 and partition not in parts):
+                    return None  # append_waiting waits for metadata that has it
                 tp = self._partition(topic, key_bytes, partition)
         key_size = len(key_bytes) if key_bytes is not None else -1
         value_size = len(value_bytes) if value_bytes is not None else -1
