@@ -36,7 +36,7 @@ from raftka.broker.network import Request, Server
 from raftka.common.api import ApiKey
 from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
-from raftka.common import errors
+from raftka.common import errors, event_loop
 from raftka.common.errors import ConfigError, RaftkaError
 from raftka.common.messages import BROKER_API
 from raftka.common.schema import ZERO_UUID
@@ -578,7 +578,7 @@ def run_broker(config: ServerConfig, *, print_line: Callable[[str], None] | None
         stop = stop_on_signals()
         await serve_broker(config, stop, say)
         return 0
-    return asyncio.run(main())
+    return event_loop.run(main())
 
 
 def stop_on_signals() -> asyncio.Event:

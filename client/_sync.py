@@ -10,6 +10,7 @@ import weakref
 from typing import Any, Coroutine, Protocol, TypeVar
 
 from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
+from raftka.common import event_loop
 
 T = TypeVar("T")
 LOOP_START_TIMEOUT_S = 10.0
@@ -62,7 +63,7 @@ class LoopThread:
     """A daemon thread running its own event loop until ``stop()``."""
 
     def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = event_loop.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()

@@ -23,6 +23,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from raftka.common import event_loop
 from raftka.common.server_config import ServerConfig
 from raftka.raft_meta.controller.rpc import RpcServer
 from raftka.raft_meta.controller.service import ControllerService
@@ -68,7 +69,7 @@ def run_controller(config: ServerConfig, *, print_line: Callable[[str], None] | 
         await serve_controller(config, raft, state, stop, say)
         return 0
     try:
-        return asyncio.run(main())
+        return event_loop.run(main())
     finally:
         raft.close()
 

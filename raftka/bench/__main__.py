@@ -352,9 +352,12 @@ def environment() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         rev = "unknown"
     from raftka import __version__
+    from raftka.common.event_loop import event_loop_name
+    loop = event_loop_name()
+    loop_version = peers.package_version("uvloop") if loop == "uvloop" else platform.python_version()
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
             "mem_gb": mem_gb, "kernel": platform.release(), "python": platform.python_version(),
-            "raftka": f"{__version__} (git {rev})", "nats_server": peers.version_of("nats-server"),
+            "raftka": f"{__version__} (git {rev}; event loop {loop} {loop_version})", "nats_server": peers.version_of("nats-server"),
             "redis_server": peers.version_of("redis-server"), "nats_py": peers.package_version("nats-py"),
             "redis_py": peers.package_version("redis"), "hiredis": peers.package_version("hiredis"),
             "confluent_kafka": peers.package_version("confluent-kafka")}

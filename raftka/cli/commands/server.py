@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from raftka.common import event_loop
     from raftka.common.server_config import load_server_config
+    event_loop.event_loop_name()  # a bad RAFTKA_EVENT_LOOP fails before anything starts
     config = load_server_config(args.config)
     if "broker" in config.roles:
         if config.is_controller:
@@ -44,6 +46,7 @@ def run_combined(config: "ServerConfig", *, print_line: Callable[[str], None] | 
     import asyncio
 
     from raftka.broker.server import serve_broker, stop_on_signals
+    from raftka.common import event_loop
     from raftka.raft_meta.controller.server import build_raft, serve_controller
     say = print_line or (lambda line: print(line, flush=True))
     if not config["controller.quorum.bootstrap.servers"]:
@@ -62,6 +65,6 @@ def run_combined(config: "ServerConfig", *, print_line: Callable[[str], None] | 
             await controller
         return 0
     try:
-        return asyncio.run(main())
+        return event_loop.run(main())
     finally:
         raft.close()
