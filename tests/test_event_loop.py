@@ -6,11 +6,11 @@ import subprocess
 import sys
 
 import pytest
+import uvloop  # a dependency on Linux: its absence is a broken install, not a skip
 
 from raftka.common import event_loop
 from raftka.common.errors import ConfigError
 
-uvloop = pytest.importorskip("uvloop", reason="uvloop is a dependency on Linux; this venv lacks it")
 
 
 def test_uvloop_by_default(monkeypatch):
