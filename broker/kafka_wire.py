@@ -105,12 +105,6 @@ def _join_group_answer(version: int, request: dict, body: dict) -> dict:
     return body
 
 
-def _offset_commit_request(version: int, body: dict) -> dict:
-    out = dict(body)
-    out["generation_id"] = out.pop("generation_id_or_member_epoch")  # Kafka renamed it for KIP-848
-    return out
-
-
 # -- APIs whose later versions batch what a handler answers one at a time ---------------------------
 
 Handler = Callable[[dict], Awaitable[Any]]
@@ -162,7 +156,6 @@ HANDLER_WRAPPERS: Final[dict[int, Callable[[Handler, int, dict], Awaitable[Any]]
 
 REQUEST_SHIMS: Final[dict[int, Shim]] = {
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster_request,
-    ApiKey.OFFSET_COMMIT: _offset_commit_request,
     ApiKey.METADATA: _metadata_request,
     ApiKey.DELETE_TOPICS: _delete_topics_request,
 }

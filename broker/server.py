@@ -22,7 +22,6 @@ import logging
 import signal
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Callable
 
 from raftka.broker.controller_channel import ControllerChannel
@@ -37,8 +36,9 @@ from raftka.common.api import ApiKey
 from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors, event_loop
-from raftka.common.errors import ConfigError, RaftkaError
+from raftka.common.errors import RaftkaError
 from raftka.common.messages import BROKER_API
+from raftka.common.meta_properties import read_cluster_id
 from raftka.common.schema import ZERO_UUID
 from raftka.common.server_config import ServerConfig
 
@@ -47,39 +47,7 @@ log = logging.getLogger(__name__)
 
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
              ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS)
-CLUSTER_ID = "raftka"  # answered when no log dir was formatted (no meta.properties)
 INTERNAL_TOPIC_PREFIX = "__"  # __consumer_offsets: Metadata marks it is_internal, as Kafka does
-META_PROPERTIES = "meta.properties"  # per log dir, written by `raftka cluster up` (Kafka's format)
-
-
-def read_cluster_id(log_dirs: list[str] | str, node_id: int) -> str:
-    """The cluster id the log dirs were formatted with (Kafka's ``meta.properties``).
-
-    Every formatted dir must name the same cluster and this node; a dir of another cluster or
-    node is a ConfigError (serving it would mix two clusters' data). Unformatted dirs are
-    accepted: the id is then CLUSTER_ID.
-    """
-    if isinstance(log_dirs, str):
-        log_dirs = [d.strip() for d in log_dirs.split(",") if d.strip()]
-    found: dict[str, str] = {}
-    for log_dir in log_dirs:
-        path = Path(log_dir) / META_PROPERTIES
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            continue
-        values = dict(line.split("=", 1) for line in text.splitlines()
-                      if "=" in line and not line.lstrip().startswith("#"))
-        stored_node = values.get("node.id", "").strip()
-        if stored_node and stored_node != str(node_id):
-            raise ConfigError("log.dirs", f"{log_dir} was formatted for node {stored_node}, "
-                                          f"not node.id {node_id}")
-        if values.get("cluster.id", "").strip():
-            found[log_dir] = values["cluster.id"].strip()
-    if len(set(found.values())) > 1:
-        raise ConfigError("log.dirs", "the log dirs belong to different clusters: "
-                          + ", ".join(f"{d} -> {c}" for d, c in found.items()))
-    return next(iter(found.values()), CLUSTER_ID)
 REGISTER_TIMEOUT_MS = 60_000
 SECURITY_PROTOCOL_PLAINTEXT = 0  # Kafka's SecurityProtocol id of the one listener a broker registers
 ACKS_VALUES = (-1, 0, 1)

@@ -111,6 +111,10 @@ class VoterStatus:
     connected: bool | None  # None: this node itself
     match_index: int | None  # known only on the leader
     next_index: int | None
+    # Monotonic seconds of the voter's last answer to the leader's AppendEntries (a Raft
+    # follower's "fetch"; until the first one, when this leader was elected); known only on the
+    # leader, None for the leader itself.
+    last_response_monotonic: float | None = None
 
 
 @dataclass(frozen=True)
@@ -534,9 +538,12 @@ class RaftClient:
 
     def status(self) -> RaftStatus:
         raw: dict[str, Any] = {}
+        responses: dict[str, float] = {}  # voter address -> its last answer (leader only)
         for _ in range(5):  # read from another thread: a dict may change size under us
             try:
                 raw = self._node.getStatus()
+                responses = {getattr(node, "id", None): at for node, at in
+                             dict(getattr(self._node, "_SyncObj__lastResponseTime", {})).items()}
                 break
             except RuntimeError:
                 time.sleep(0.001)
@@ -554,7 +561,8 @@ class RaftClient:
             if is_self:
                 # pysyncobj tracks no match index for itself: its own log end is the answer.
                 match = self._log_end_index()
-            voters.append(VoterStatus(node_id, address, connected, match, nxt))
+            answered = responses.get(address) if role == "leader" and not is_self else None
+            voters.append(VoterStatus(node_id, address, connected, match, nxt, answered))
         observers = tuple(sorted(k[len("readonly_node_status_server_"):]
                                  for k in raw if k.startswith("readonly_node_status_server_")))
         return RaftStatus(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftka.broker.server import CLUSTER_ID, read_cluster_id
+from raftka.common.meta_properties import CLUSTER_ID, read_cluster_id
 from raftka.client import AdminClient
 from raftka.common.errors import ConfigError
 from raftka.cluster import Cluster

@@ -162,7 +162,7 @@ def test_a_broker_channel_registers_heartbeats_and_is_unregistered_in_kafkas_pro
         channel = ControllerChannel(["%s:%d" % quorum.controller_address(follower)], timeout_ms=20_000)
         try:
             incarnation = uuid.uuid4().hex
-            body = {"broker_id": 7, "cluster_id": "", "incarnation_id": incarnation,
+            body = {"broker_id": 7, "cluster_id": quorum.cluster_id, "incarnation_id": incarnation,
                     "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9, "security_protocol": 0}],
                     "rack": "r1"}
             code, out = await channel.request(ApiKey.BROKER_REGISTRATION, body)
@@ -198,6 +198,13 @@ def test_describe_quorum_v2_names_the_leader_its_listeners_and_each_voters_log_e
     assert view["leader_endpoint"] == "%s:%d" % quorum.controller_address(leader)
     assert sorted(v["node_id"] for v in view["voters"]) == sorted(list(quorum.nodes))
     assert all(isinstance(v["log_end_offset"], int) and v["raft_address"] for v in view["voters"])
+    # One scale: the leader's log end (exclusive) is at or past the high watermark (pysyncobj's own
+    # entries carry no record). Followers' fetch times are their last AppendEntries answers;
+    # the leader reports no fetch and is caught up now, as Kafka's.
+    by_id = {v["node_id"]: v for v in view["voters"]}
+    assert by_id[leader]["log_end_offset"] >= view["high_watermark"] > 0 and by_id[leader]["lag"] == 0
+    assert by_id[leader]["last_fetch_timestamp"] == -1 and by_id[leader]["last_caught_up_timestamp"] > 0
+    assert all(by_id[n]["last_fetch_timestamp"] > 0 for n in by_id if n != leader), view["voters"]
     other = describe_quorum("%s:%d" % quorum.controller_address(follower))
     assert not other["active"] and other["leader_id"] == leader and other["leader_endpoint"] == view["leader_endpoint"]
 
@@ -207,7 +214,7 @@ def test_the_cli_unregisters_a_broker_and_names_one_that_is_not_registered_in_on
     from raftka.cluster import project_env, python_argv
     from raftka.cluster.controller_client import controller_request
     code, out = controller_request(quorum.bootstrap_controllers, ApiKey.BROKER_REGISTRATION, {
-        "broker_id": 8, "incarnation_id": uuid.uuid4().hex,
+        "broker_id": 8, "cluster_id": quorum.cluster_id, "incarnation_id": uuid.uuid4().hex,
         "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9}]}, timeout_s=20)
     assert code == errors.NONE, out
 

@@ -16,6 +16,7 @@ from raftka.common.api import ApiKey
 from raftka.broker.controller_channel import KAFKA_VERSIONS
 from raftka.common.codec import CodecError, decoder, encoder
 from raftka.common.messages import KAFKA_API
+from raftka.common.meta_properties import CLUSTER_ID
 from raftka.raft_meta.controller import quorum_controller
 from raftka.common.server_config import server_config
 from raftka.raft_meta.controller.quorum_controller import QuorumController
@@ -83,7 +84,8 @@ async def ok(handler, body):
 
 
 def registration(broker_id, incarnation=None):
-    return {"broker_id": broker_id, "incarnation_id": incarnation or uuid.uuid4().hex,
+    # controller() formats no log dir: its cluster id is the default one.
+    return {"broker_id": broker_id, "cluster_id": CLUSTER_ID, "incarnation_id": incarnation or uuid.uuid4().hex,
             "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9000 + broker_id}]}
 
 

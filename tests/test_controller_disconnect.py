@@ -23,7 +23,7 @@ CONFIGS = {"broker.session.timeout.ms": SESSION_MS, "broker.heartbeat.interval.m
 
 
 def register(cluster, broker_id):
-    out = ok(cluster, 62, registration(broker_id))
+    out = ok(cluster, 62, registration(cluster, broker_id))
     return out["broker_epoch"]
 
 

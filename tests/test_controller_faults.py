@@ -41,7 +41,7 @@ def test_acknowledged_topic_creations_survive_kills_and_pauses(cluster_factory):
     try:
         cluster.wait_for_leader(timeout_s=30)
         code, out = controller_request(cluster.bootstrap_controllers, 62, {
-            "broker_id": 1, "incarnation_id": uuid.uuid4().hex,
+            "broker_id": 1, "cluster_id": cluster.cluster_id, "incarnation_id": uuid.uuid4().hex,
             "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1}]}, timeout_s=20)
         assert code == errors.NONE, out
         epoch = out["broker_epoch"]

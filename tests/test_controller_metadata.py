@@ -40,9 +40,9 @@ def ok(cluster, api_key, body, timeout_s=20.0):
         time.sleep(0.05)
 
 
-def registration(broker_id):
-    """A BrokerRegistration body (Kafka's) for a broker on a new start."""
-    return {"broker_id": broker_id, "incarnation_id": uuid.uuid4().hex, "rack": None,
+def registration(cluster, broker_id):
+    """A BrokerRegistration body (Kafka's) for a broker of ``cluster`` on a new start."""
+    return {"broker_id": broker_id, "cluster_id": cluster.cluster_id, "incarnation_id": uuid.uuid4().hex, "rack": None,
             "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 19000 + broker_id}]}
 
 
@@ -70,7 +70,7 @@ class FakeBrokers:
         self.beating = set(ids)
         self.stop = threading.Event()
         for broker_id in ids:
-            out = ok(cluster, 62, registration(broker_id))
+            out = ok(cluster, 62, registration(cluster, broker_id))
             self.epochs[broker_id] = out["broker_epoch"]
         self.thread = threading.Thread(target=self._beat, daemon=True)
         self.thread.start()

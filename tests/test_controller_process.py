@@ -255,7 +255,7 @@ def test_the_http_listener_serves_health_and_prometheus_metrics(cluster_factory)
     assert 'raftka_controller_term{node="1"}' in text and 'raftka_controller_commit_index{node="1"}' in text
     from raftka.cluster.controller_client import controller_request
     code, _ = controller_request(cluster.bootstrap_controllers, 62, {
-        "broker_id": 7, "incarnation_id": uuid.uuid4().hex,
+        "broker_id": 7, "cluster_id": cluster.cluster_id, "incarnation_id": uuid.uuid4().hex,
         "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9}]})
     assert code == errors.NONE  # a newly registered broker starts fenced
     text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()

@@ -154,7 +154,7 @@ def test_a_commit_from_a_stale_generation_or_unknown_member_is_refused():
         await c.sync_group({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"], "assignments": []})
 
         def commit(generation, member):
-            return c.offset_commit({"group_id": "g", "generation_id": generation, "member_id": member,
+            return c.offset_commit({"group_id": "g", "generation_id_or_member_epoch": generation, "member_id": member,
                                     "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                              "committed_offset": 5}]}]})
         ok = await commit(1, ja["member_id"])
@@ -220,7 +220,7 @@ def test_leaving_makes_the_group_empty_and_its_offsets_stay():
         c = await loaded(coordinator())
         ja = await (await join_new(c))
         await c.sync_group({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"], "assignments": []})
-        await c.offset_commit({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"],
+        await c.offset_commit({"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": ja["member_id"],
                                "topics": [{"name": "t", "partitions": [{"partition_index": 3,
                                                                         "committed_offset": 42}]}]})
         left = await c.leave_group({"group_id": "g", "members": [{"member_id": ja["member_id"]}]})
@@ -228,7 +228,7 @@ def test_leaving_makes_the_group_empty_and_its_offsets_stay():
         await settle()
         assert c.groups["g"].state is GroupState.EMPTY
         # now a tool may commit (generation -1, no member id): kafka-consumer-groups --reset-offsets
-        tool = await c.offset_commit({"group_id": "g", "generation_id": -1, "member_id": "",
+        tool = await c.offset_commit({"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                                       "topics": [{"name": "t", "partitions": [{"partition_index": 3,
                                                                                "committed_offset": 7}]}]})
         assert tool["topics"][0]["partitions"][0]["error_code"] == 0
@@ -305,7 +305,7 @@ def test_the_new_leader_loads_groups_and_offsets_from_the_log_and_the_old_one_an
         ja = await (await join_new(old))
         await old.sync_group({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"],
                               "assignments": [{"member_id": ja["member_id"], "assignment": b"x"}]})
-        await old.offset_commit({"group_id": "g", "generation_id": 1, "member_id": ja["member_id"],
+        await old.offset_commit({"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": ja["member_id"],
                                  "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                           "committed_offset": 9}]}]})
         old.resign(partition_for("g", 4))
@@ -325,17 +325,17 @@ def test_a_failed_write_answers_coordinator_errors_and_changes_nothing():
     async def main():
         store = FakeStore()
         c = await loaded(coordinator(store))
-        await c.offset_commit({"group_id": "g", "generation_id": -1, "member_id": "",
+        await c.offset_commit({"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                                "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                         "committed_offset": 1}]}]})
         store.fail_with = errors.NOT_ENOUGH_REPLICAS
-        out = await c.offset_commit({"group_id": "g", "generation_id": -1, "member_id": "",
+        out = await c.offset_commit({"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                                      "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                               "committed_offset": 2}]}]})
         assert out["topics"][0]["partitions"][0]["error_code"] == errors.COORDINATOR_NOT_AVAILABLE
         assert c.offsets.committed("g")[("t", 0)].offset == 1
         store.fail_with = errors.NOT_LEADER_OR_FOLLOWER
-        out = await c.offset_commit({"group_id": "g", "generation_id": -1, "member_id": "",
+        out = await c.offset_commit({"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                                      "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                               "committed_offset": 2}]}]})
         assert out["topics"][0]["partitions"][0]["error_code"] == errors.NOT_COORDINATOR
@@ -385,7 +385,7 @@ def test_offsets_of_a_long_empty_group_expire_and_live_records_are_rewritten_bef
         c.set_partition_count(4)
         await loaded(c)
         for group in ("idle", "busy"):
-            await c.offset_commit({"group_id": group, "generation_id": -1, "member_id": "",
+            await c.offset_commit({"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                                    "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                             "committed_offset": 3}]}]})
         joined = await (await join_new(c, group="busy"))
@@ -451,7 +451,7 @@ def test_a_group_dropped_while_its_commit_is_written_loses_its_offsets_with_it_a
     async def main():
         store = GatedStore()
         c = await loaded(coordinator(store))
-        body = {"group_id": "g", "generation_id": -1, "member_id": "",
+        body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                 "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 4}]}]}
         store.gate.clear()
         pending = asyncio.ensure_future(c.offset_commit(body))

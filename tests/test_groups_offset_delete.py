@@ -41,7 +41,7 @@ def commit_body(offsets: dict[tuple[str, int], int], group: str = "g") -> dict:
     topics: dict[str, list[dict]] = {}
     for (topic, index), offset in offsets.items():
         topics.setdefault(topic, []).append({"partition_index": index, "committed_offset": offset})
-    return {"group_id": group, "generation_id": -1, "member_id": "",
+    return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
 

@@ -28,7 +28,7 @@ def test_a_fetcher_follows_the_log_and_survives_the_loss_of_its_controller(contr
     cluster = controller_cluster
     cluster.wait_for_leader(timeout_s=30)
     code, out = controller_request(cluster.bootstrap_controllers, 62,
-                                   {"broker_id": 1, "incarnation_id": uuid.uuid4().hex,
+                                   {"broker_id": 1, "cluster_id": cluster.cluster_id, "incarnation_id": uuid.uuid4().hex,
                                     "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1}]})
     assert code == errors.NONE, out
     epoch = out["broker_epoch"]
@@ -212,7 +212,7 @@ def test_a_fetcher_behind_the_log_start_catches_up_through_fetch_snapshot_in_chu
             assert positions[0] == 0 and positions == sorted(positions) and len(set(positions)) == len(positions)
             assert chunks[0]["topics"][0]["partitions"][0]["snapshot_id"]["end_offset"] == raft.index + 1
             assert fetcher.image.topics.keys() == service.state.metadata.image.topics.keys()
-            assert fetcher.offset == raft.index and service.fetchers[9][0] == 1  # an observer, at its fetch offset
+            assert fetcher.offset == raft.index and service.observers[9].log_end_offset == 1  # an observer, at its fetch offset
             # Fetching on: records come as batches after the snapshot's end offset.
             await _commit_topics(raft, ["after"])
             sent.clear()

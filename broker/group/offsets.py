@@ -153,7 +153,8 @@ class OffsetManager:
             group_id = group_id_of(body)
         except RaftkaError as e:
             return everyone(e.code)
-        generation = body.get("generation_id", -1)
+        # Kafka's field name since KIP-848: a classic group's generation (-1: a commit from outside the group)
+        generation = body.get("generation_id_or_member_epoch", -1)
         member_id = body.get("member_id") or ""
         instance_id = optional_str(body.get("group_instance_id"))
         code = self.membership.owner_error(group_id)

@@ -52,6 +52,8 @@ from raftka.common.messages.admin import (
 from raftka.common.messages.admin import RESOURCE_TOPIC as RESOURCE_TYPE_TOPIC  # Kafka's int8, not the record's
 from raftka.common.messages.admin import (CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST,
                                           CONFIG_TYPE_LONG, CONFIG_TYPE_STRING)
+from raftka.common.meta_properties import read_cluster_id
+from raftka.common.ratelog import RateLimitedLog
 from raftka.common.errors import (
     ConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError,
     InvalidRequestError, InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
@@ -89,6 +91,10 @@ class QuorumController:
         self.service = service
         self.config = service.config
         self.node_id: int = self.config.node_id
+        # The id this controller's log dirs were formatted with: a broker of another cluster
+        # (its own meta.properties) is refused at registration, as Kafka's controller does.
+        self.cluster_id: str = read_cluster_id(self.config["log.dirs"], self.node_id)
+        self._refused = RateLimitedLog(log)  # a misconfigured broker retries its registration for a minute
         self.session_timeout_ms: int = self.config["broker.session.timeout.ms"]
         self.unclean_default = bool(self.config["unclean.leader.election.enable"])
         self.last_heartbeat: dict[int, float] = {}  # broker id -> monotonic seconds
@@ -154,13 +160,21 @@ class QuorumController:
     # -- brokers ---------------------------------------------------------------------------
 
     async def broker_registration(self, version: int, body: dict) -> tuple[int, dict]:
-        """BrokerRegistration (Kafka's v0-4) -> {broker_epoch}. ``incarnation_id`` is a uuid new on
-        every start of the broker: the same one again is a retry and answers the same epoch;
-        another one while the registered incarnation is unfenced and heartbeating is
-        DUPLICATE_BROKER_REGISTRATION. Listeners {name, host, port} become the registration's
-        endpoints {name: "host:port"}; ``features``, ``log_dirs`` and ``previous_broker_epoch``
-        are not used (Raftka has one metadata version and no log-directory ids)."""
+        """BrokerRegistration (Kafka's v0-4) -> {broker_epoch}. ``cluster_id`` must be this
+        cluster's (else INCONSISTENT_CLUSTER_ID: the broker's log dirs were formatted for another
+        cluster). ``incarnation_id`` is a uuid new on every start of the broker: the same one
+        again is a retry and answers the same epoch; another one while the registered
+        incarnation is unfenced and heartbeating is DUPLICATE_BROKER_REGISTRATION. Listeners
+        {name, host, port} become the registration's endpoints {name: "host:port"};
+        ``features``, ``log_dirs`` and ``previous_broker_epoch`` are not used (Raftka has one
+        metadata version and no log-directory ids)."""
         broker_id, incarnation = body["broker_id"], body["incarnation_id"]
+        if body["cluster_id"] != self.cluster_id:
+            message = (f"broker {broker_id} belongs to cluster {body['cluster_id']!r}, but this controller's "
+                       f"cluster is {self.cluster_id!r} (check the broker's meta.properties in its log.dirs)")
+            # Kafka's answer has no message field: the controller's log says which ids differ.
+            self._refused.warning(f"cluster-id-{broker_id}", "registration refused: %s", message)
+            return errors.INCONSISTENT_CLUSTER_ID, {"error_message": message}
         if broker_id < 0:
             raise InvalidRequestError(f"broker_id must be >= 0, got {broker_id}")
         if incarnation == ZERO_UUID:
@@ -196,6 +210,7 @@ class QuorumController:
         if broker.broker_epoch != epoch:
             return errors.STALE_BROKER_EPOCH, {"error_message": f"broker epoch {epoch} is stale"}
         self._heard_from(broker_id)
+        self.service.observe(broker_id, offset + 1)  # DescribeQuorum's observers: its metadata-log progress
         caught_up = offset >= broker.broker_epoch  # it has replayed its own registration
         if body["want_fence"] or body["want_shut_down"]:
             if not broker.fenced:

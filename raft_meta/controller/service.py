@@ -28,7 +28,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, NamedTuple
 
 from raftka.common import errors
 from raftka.common.errors import NotControllerError, RaftkaError
@@ -62,7 +62,7 @@ FETCH_MAX_WAIT_MS_MAX = 10_000
 # of a large cluster is tens of MiB; chunks keep each answer well under socket.request.max.bytes).
 FETCH_SNAPSHOT_CHUNK_BYTES_MAX = 8 * 1024 * 1024
 METADATA_PARTITION = 0
-# A metadata fetcher (broker) not seen for this long drops out of DescribeQuorum's observers.
+# A broker not heard from (fetch or heartbeat) for this long drops out of DescribeQuorum's observers.
 OBSERVER_EXPIRY_MS = 30_000
 OBSERVERS_MAX = 10_000
 METADATA_TOPIC = "__cluster_metadata"
@@ -79,6 +79,14 @@ CONTROLLER_APIS = frozenset({
 RAFT_LISTENER = "RAFT"
 
 Handler = Callable[[int, dict], Awaitable[tuple[int, dict]]]
+
+
+class ObserverProgress(NamedTuple):
+    """A broker following the metadata log, as DescribeQuorum lists it among the observers."""
+    log_end_offset: int  # the next offset it wants (what it fetches from, or its applied offset + 1)
+    last_fetch_monotonic: float  # when it last fetched here, or last reported its progress
+    last_caught_up_monotonic: float | None  # when it last had every committed record, None: not seen
+
 
 # The transport connection id of the request being handled (each handler runs in its own task,
 # so this is per request); None outside a request or when the caller passed no context.
@@ -104,8 +112,8 @@ class ControllerService:
         self._new_records = asyncio.Event()
         self.request_counts: dict[int, int] = {}
         self.error_counts: dict[int, int] = {}
-        # replica_id -> (last fetch_offset, monotonic seconds): fetchers shown as observers.
-        self.fetchers: dict[int, tuple[int, float]] = {}
+        # replica_id -> its progress: the brokers DescribeQuorum shows as observers.
+        self.observers: dict[int, ObserverProgress] = {}
         # Coroutine functions started with the service (e.g. the fencing timer), cancelled at close.
         self.background_factories: list[Callable[[], Awaitable[None]]] = []
         self.started_monotonic = time.monotonic()
@@ -273,9 +281,7 @@ class ControllerService:
         after = max(fetch_offset - 1, 0)  # records_since takes the last offset the fetcher has
         max_bytes = max(1, min(body["max_bytes"], wanted["partition_max_bytes"] or body["max_bytes"]))
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS_MAX)
-        replica_id = body["replica_id"]
-        if replica_id >= 0 and (replica_id in self.fetchers or len(self.fetchers) < OBSERVERS_MAX):
-            self.fetchers[replica_id] = (fetch_offset, time.monotonic())
+        self.observe(body["replica_id"], fetch_offset)
         if self.state.offset <= after and max_wait_ms > 0:
             waiter = self._new_records
             try:
@@ -329,16 +335,42 @@ class ControllerService:
 
     # -- DescribeQuorum --------------------------------------------------------------------
 
+    def observe(self, replica_id: int, log_end_offset: int) -> None:
+        """A broker's progress on the metadata log: a Fetch here (``log_end_offset`` = its fetch
+        offset) or, on the active controller, a BrokerHeartbeat (its applied offset + 1: a broker
+        may fetch from another controller, and every broker heartbeats to the active one). It
+        is caught up when it has every record this controller has applied."""
+        if replica_id < 0 or (replica_id not in self.observers and len(self.observers) >= OBSERVERS_MAX):
+            return
+        now = time.monotonic()
+        previous = self.observers.get(replica_id)
+        caught_up = previous.last_caught_up_monotonic if previous is not None else None
+        if log_end_offset > self.state.offset:
+            caught_up = now
+        self.observers[replica_id] = ObserverProgress(log_end_offset, now, caught_up)
+
     async def describe_quorum(self, api_version: int, body: dict) -> tuple[int, dict]:
         """Kafka's DescribeQuorum (v0-2) for the one partition ``__cluster_metadata``-0.
 
         The active controller answers as Kafka's Raft leader does: leader id and epoch (the Raft
-        term), high watermark (the commit index), each voter's log end offset (its match index,
-        -1 when unknown) and the brokers fetching the metadata log as observers (id, fetch
-        offset, wall-clock time of the last fetch). Any other controller answers its own view in
+        term), the high watermark, each voter's log end offset and fetch times, and the brokers
+        following the metadata log as observers. Any other controller answers its own view in
         the same shape with the partition error NOT_LEADER_OR_FOLLOWER (Kafka's answer there),
         so a tool can go on to the leader: ``nodes`` (v2) lists every voter's CONTROLLER listener
         (where requests go) and its RAFT listener (the pysyncobj port).
+
+        Every offset is on Kafka's scale, the offset after the last entry (exclusive), so that
+        ``high_watermark`` - ``log_end_offset`` is a replica's lag and a caught-up broker's is 0:
+        ``high_watermark`` = the last committed metadata record's offset + 1 (what Fetch answers
+        as its high watermark); a voter's ``log_end_offset`` = its Raft match index + 1 (a voter
+        may be ahead of the high watermark by pysyncobj's own entries, which carry no record);
+        an observer's = the offset it fetches next. Timestamps are wall-clock ms, -1 unknown:
+        a voter's ``last_fetch_timestamp`` is its last answer to the leader's AppendEntries
+        (pysyncobj's push is Kafka's follower fetch); pysyncobj keeps no append time per entry,
+        so a voter's ``last_caught_up_timestamp`` is known only when that answer acknowledged
+        the leader's whole log (it is that answer's time), else -1. The leader itself reports
+        -1 and now, as Kafka's does. An observer's times are those of its last fetch (or
+        heartbeat) and of the last one that asked for the high watermark.
         """
         topics = body.get("topics") or []
         wanted = [(t.get("topic_name"), p.get("partition_index")) for t in topics for p in t.get("partitions") or []]
@@ -347,15 +379,29 @@ class ControllerService:
                 "error_message": f"DescribeQuorum names exactly one partition, {METADATA_TOPIC}-0"}
         status = self.raft.status()
         leader_id = status.leader_id if status.leader_id is not None else -1
+        now_ms, now = int(time.time() * 1000), time.monotonic()
+
+        def wall_ms(monotonic: float | None) -> int:
+            return -1 if monotonic is None else now_ms - int((now - monotonic) * 1000)
+
+        is_leader = status.role == "leader"
+        leader_end = next((v.match_index for v in status.voters if v.node_id == self.config.node_id), None)
         voters = []
         for voter in status.voters:
-            known = status.role == "leader" or voter.node_id == self.config.node_id
-            end = voter.match_index if known and voter.match_index is not None else -1
-            voters.append({"replica_id": voter.node_id, "log_end_offset": end})
-        now_ms, now = int(time.time() * 1000), time.monotonic()
-        observers = [{"replica_id": replica_id, "log_end_offset": offset,
-                      "last_fetch_timestamp": now_ms - int((now - seen) * 1000)}
-                     for replica_id, (offset, seen) in self._fetchers()]
+            known = is_leader or voter.node_id == self.config.node_id
+            end = voter.match_index + 1 if known and voter.match_index is not None else -1
+            if voter.node_id == self.config.node_id:
+                fetched, caught_up = -1, (now_ms if is_leader else -1)
+            else:
+                fetched = wall_ms(voter.last_response_monotonic)
+                whole_log = leader_end is not None and voter.match_index is not None and voter.match_index >= leader_end
+                caught_up = fetched if whole_log else -1
+            voters.append({"replica_id": voter.node_id, "log_end_offset": end,
+                           "last_fetch_timestamp": fetched, "last_caught_up_timestamp": caught_up})
+        observers = [{"replica_id": replica_id, "log_end_offset": progress.log_end_offset,
+                      "last_fetch_timestamp": wall_ms(progress.last_fetch_monotonic),
+                      "last_caught_up_timestamp": wall_ms(progress.last_caught_up_monotonic)}
+                     for replica_id, progress in self._observers()]
         nodes = []
         for voter in status.voters:
             listeners = []
@@ -367,7 +413,7 @@ class ControllerService:
                 listeners.append({"name": RAFT_LISTENER, "host": host, "port": int(port)})
             nodes.append({"node_id": voter.node_id, "listeners": listeners})
         partition = {"partition_index": 0, "error_code": errors.NONE, "error_message": None,
-                     "leader_id": leader_id, "leader_epoch": status.term, "high_watermark": status.commit_index,
+                     "leader_id": leader_id, "leader_epoch": status.term, "high_watermark": self.state.offset + 1,
                      "current_voters": voters, "observers": observers}
         if not self.is_active:
             partition["error_code"] = errors.NOT_LEADER_OR_FOLLOWER
@@ -391,13 +437,13 @@ class ControllerService:
                 "commit_index": status.commit_index, "metadata_offset": self.state.offset,
                 "has_quorum": status.has_quorum, "voters": voters}
 
-    def _fetchers(self) -> list[tuple[int, tuple[int, float]]]:
-        """The metadata fetchers seen within OBSERVER_EXPIRY_MS: (replica id, (fetch offset, monotonic seconds))."""
+    def _observers(self) -> list[tuple[int, ObserverProgress]]:
+        """The observers heard from within OBSERVER_EXPIRY_MS, by replica id."""
         now = time.monotonic()
-        for replica_id, (_, seen) in list(self.fetchers.items()):
-            if (now - seen) * 1000 > OBSERVER_EXPIRY_MS:
-                del self.fetchers[replica_id]
-        return sorted(self.fetchers.items())
+        for replica_id, progress in list(self.observers.items()):
+            if (now - progress.last_fetch_monotonic) * 1000 > OBSERVER_EXPIRY_MS:
+                del self.observers[replica_id]
+        return sorted(self.observers.items())
 
 
 def _entry_batches(entries: list[tuple[int, bytes]], max_bytes: int) -> bytes:

@@ -116,7 +116,8 @@ class _Heartbeats:
         self.epochs: dict[int, int] = {}
         for broker_id in ids:
             # Port 9 (discard) on loopback: nothing listens, so nobody can fetch from these brokers.
-            out = _ok(cluster, 62, {"broker_id": broker_id, "incarnation_id": uuid.uuid4().hex,
+            out = _ok(cluster, 62, {"broker_id": broker_id, "cluster_id": cluster.cluster_id,
+                                    "incarnation_id": uuid.uuid4().hex,
                                     "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9}]})
             self.epochs[broker_id] = out["broker_epoch"]
         self.stop = threading.Event()

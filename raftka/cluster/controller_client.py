@@ -63,12 +63,15 @@ def quorum_view(answer: dict) -> dict[str, Any]:
 
     ``active`` (the answering controller is the active one: its partition has no error; any
     other answers NOT_LEADER_OR_FOLLOWER with its own view), ``leader_id`` (-1: none known),
-    ``leader_epoch`` (the Raft term), ``high_watermark`` (the commit index), ``leader_endpoint``
-    (the leader's CONTROLLER listener, or None), ``voters`` [{node_id, endpoint, raft_address,
-    log_end_offset (None: unknown, which it is except on the active controller), lag (leader's
-    log end offset - the voter's, or None)}] and ``observers`` (brokers following the metadata
-    log) [{replica_id, log_end_offset, lag (high watermark - its fetch offset),
-    last_fetch_timestamp (ms since the epoch)}].
+    ``leader_epoch`` (the Raft term), ``high_watermark`` (the offset after the last committed
+    metadata record), ``leader_endpoint`` (the leader's CONTROLLER listener, or None), ``voters``
+    [{node_id, endpoint, raft_address, log_end_offset (None: unknown, which it is except on the
+    active controller), lag (leader's log end offset - the voter's, or None),
+    last_fetch_timestamp, last_caught_up_timestamp}] and ``observers`` (brokers following the
+    metadata log) [{replica_id, log_end_offset (the next offset it wants), lag (high watermark -
+    its log end offset: 0 when caught up), last_fetch_timestamp, last_caught_up_timestamp}].
+    Offsets are exclusive (the offset after the last entry) on both sides of every lag;
+    timestamps are ms since the epoch, -1 unknown (service.describe_quorum says when).
     """
     partition = quorum_partition(answer)
     if partition is None:
@@ -77,13 +80,19 @@ def quorum_view(answer: dict) -> dict[str, Any]:
     ends = {v["replica_id"]: (v["log_end_offset"] if v["log_end_offset"] >= 0 else None)
             for v in partition["current_voters"]}
     leader_end = ends.get(leader)
-    voters = [{"node_id": node_id, "endpoint": node_listener(answer, node_id),
-               "raft_address": node_listener(answer, node_id, RAFT_LISTENER), "log_end_offset": end,
-               "lag": leader_end - end if leader_end is not None and end is not None else None}
-              for node_id, end in ends.items()]
+    voters = []
+    for voter in partition["current_voters"]:
+        node_id, end = voter["replica_id"], ends[voter["replica_id"]]
+        voters.append({"node_id": node_id, "endpoint": node_listener(answer, node_id),
+                       "raft_address": node_listener(answer, node_id, RAFT_LISTENER), "log_end_offset": end,
+                       "lag": leader_end - end if leader_end is not None and end is not None else None,
+                       "last_fetch_timestamp": voter["last_fetch_timestamp"],
+                       "last_caught_up_timestamp": voter["last_caught_up_timestamp"]})
+    # max(0, ...): the active controller may apply a record an instant after a broker fetched it elsewhere.
     observers = [{"replica_id": o["replica_id"], "log_end_offset": o["log_end_offset"],
                   "lag": max(0, high_watermark - o["log_end_offset"]),
-                  "last_fetch_timestamp": o["last_fetch_timestamp"]} for o in partition["observers"]]
+                  "last_fetch_timestamp": o["last_fetch_timestamp"],
+                  "last_caught_up_timestamp": o["last_caught_up_timestamp"]} for o in partition["observers"]]
     return {"active": partition["error_code"] == errors.NONE, "error_message": partition.get("error_message"),
             "leader_id": leader, "leader_epoch": partition["leader_epoch"], "high_watermark": high_watermark,
             "leader_endpoint": node_listener(answer, leader) if leader >= 0 else None,

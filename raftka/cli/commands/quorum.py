@@ -70,14 +70,17 @@ def run_status(args: argparse.Namespace) -> int:
     print(f"CurrentObservers:  {[o['replica_id'] for o in status['observers']]}")
     if not status["active"]:
         print(f"AnsweredBy:        a controller that is not the active one ({status['error_message']})")
-    rows = [("NodeId", "Role", "Endpoint", "RaftAddress", "LogEndOffset", "Lag", "LastFetchTimestamp")]
+    rows = [("NodeId", "Role", "Endpoint", "RaftAddress", "LogEndOffset", "Lag", "LastFetchTimestamp",
+             "LastCaughtUpTimestamp")]
     for voter in status["voters"]:
         role = "Leader" if voter["node_id"] == leader else "Follower"
         rows.append((str(voter["node_id"]), role, voter["endpoint"] or "-", voter["raft_address"] or "-",
-                     _opt(voter["log_end_offset"]), _opt(voter["lag"]), "-"))
+                     _opt(voter["log_end_offset"]), _opt(voter["lag"]), _time(voter["last_fetch_timestamp"]),
+                     _time(voter["last_caught_up_timestamp"])))
     for observer in status["observers"]:  # a broker following the metadata log by Fetch
         rows.append((str(observer["replica_id"]), "Observer", "-", "-", str(observer["log_end_offset"]),
-                     str(observer["lag"]), str(observer["last_fetch_timestamp"])))
+                     str(observer["lag"]), _time(observer["last_fetch_timestamp"]),
+                     _time(observer["last_caught_up_timestamp"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -99,6 +102,11 @@ def run_unregister_broker(args: argparse.Namespace) -> int:
 
 def _opt(value: object) -> str:
     return "-" if value is None else str(value)
+
+
+def _time(ms: int) -> str:
+    """A DescribeQuorum timestamp (ms since the epoch; -1 unknown)."""
+    return "-" if ms < 0 else str(ms)
 
 
 @one_line_errors
