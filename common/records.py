@@ -41,11 +41,15 @@ varint/varlong are zigzag-encoded base-128 integers, as in Protocol Buffers' sin
 Header-level functions (:func:`read_header`, :func:`validate_batch`, :func:`validate_batches`,
 :func:`iter_batches`, :func:`assign_offsets`, :func:`set_log_append_time`) never look at
 individual records: they are what the broker and the log use. :class:`BatchBuilder` (producers)
-and :func:`decode_batch` / :func:`iter_records` (consumers) handle records.
+and :func:`decode_batch` / :func:`iter_records` (consumers; :func:`records_section` gives a batch's
+records decompressed) handle records. Their per-record loops run in C when the extension is
+built (``records_ext`` below; docs/performance.md), the Python loops here being the reference.
 """
 from __future__ import annotations
 
+import os
 import struct
+from types import ModuleType
 from typing import Final, Iterator, NamedTuple
 
 import crc32c as _crc32c
@@ -58,6 +62,17 @@ from raftka.common.errors import (
 )
 
 InvalidRecordError = for_code(CODES["INVALID_RECORD"])
+
+# The per-record loops in C (common/_records_ext.c): each answers "OK, here is the result" or
+# "not OK" and builds no error; on "not OK" the pure-Python function here runs and raises its
+# exact error. RAFTKA_NO_EXTENSIONS=1 (read at import) forces the pure-Python path; an install
+# without a C compiler has no extension and takes it too.
+records_ext: ModuleType | None = None
+if os.environ.get("RAFTKA_NO_EXTENSIONS", "") in ("", "0"):
+    try:
+        from raftka.common import _records_ext as records_ext
+    except ImportError:
+        pass
 
 # --- layout -----------------------------------------------------------------------------------
 BASE_OFFSET_OFFSET: Final = 0
@@ -293,6 +308,8 @@ def _check_batch_records(buf, pos: int, header: BatchHeader, size: int, codec: i
         else:
             data = _DECOMPRESS[codec](section, pos, DECOMPRESSED_BYTES_MAX)
         section.release()
+    if records_ext is not None and records_ext.walk_records(data, header.record_count):
+        return
     where = f"record batch at position {pos} (baseOffset {header.base_offset})"
     try:
         _walk_records(data, header.record_count)
@@ -990,14 +1007,10 @@ class Record(NamedTuple):
 _new_record = tuple.__new__
 
 
-def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
-                 decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX
-                 ) -> tuple[BatchHeader, list[Record]]:
-    """Decode the batch at ``pos``: its header and its records, decompressed.
-
-    Under LogAppendTime every record's timestamp is the batch's maxTimestamp. Raises
-    CorruptRecordError for a bad batch or a malformed record inside it (never IndexError).
-    """
+def records_section(buf, pos: int = 0, *, verify_crc: bool = True,
+                    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX) -> tuple[BatchHeader, bytes]:
+    """The header of the batch at ``pos`` and its records section, decompressed: what
+    :func:`decode_batch` decodes. Raises CorruptRecordError as decode_batch does."""
     if verify_crc:
         header = validate_batch(buf, pos)
     else:
@@ -1015,6 +1028,25 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
                                      f"{codec}; Raftka reads none (0), gzip (1), snappy (2), "
                                      f"lz4 (3) and zstd (4)")
         data = decompress(data, pos, decompressed_bytes_max)
+    return header, data
+
+
+def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
+                 decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX
+                 ) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``pos``: its header and its records, decompressed.
+
+    Under LogAppendTime every record's timestamp is the batch's maxTimestamp. Raises
+    CorruptRecordError for a bad batch or a malformed record inside it (never IndexError).
+    """
+    header, data = records_section(buf, pos, verify_crc=verify_crc,
+                                   decompressed_bytes_max=decompressed_bytes_max)
+    if records_ext is not None:
+        log_append_time = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
+        found = records_ext.decode_records(Record, data, header.base_offset,
+                                           header.base_timestamp, log_append_time)
+        if found is not None and len(found) == header.record_count:
+            return header, found
     try:
         records = _decode_records(data, header.base_offset, header.base_timestamp)
     except CorruptRecordError as exc:

@@ -34,7 +34,8 @@ check_java() {
     return 0
 }
 
-# ensure_venv EXTRA: create .venv if missing and (re)install the project when pyproject.toml changed.
+# ensure_venv EXTRA: create .venv if missing and (re)install the project when pyproject.toml or a C
+# source changed.
 ensure_venv() {
     local extra="${1:-}"
     local python
@@ -48,7 +49,8 @@ ensure_venv() {
     fi
     local stamp="$VENV/.raftka-installed${extra:+-$extra}"
     local want
-    want=$(cat "$RAFTKA_ROOT/pyproject.toml" | cksum)
+    # The C extensions' sources count too: the install builds them, so a changed .c is rebuilt.
+    want=$(cat "$RAFTKA_ROOT/pyproject.toml" "$RAFTKA_ROOT"/common/*.c | cksum)
     # An install with the test extra holds everything a plain install does.
     if [ -z "$extra" ] && [ -f "$VENV/.raftka-installed-test" ] && [ "$(cat "$VENV/.raftka-installed-test")" = "$want" ]; then
         return 0

@@ -69,12 +69,15 @@ def decode_records(buf: bytes, fetch_offset: int, high_watermark: int, check_crc
     """Records of ``buf`` (whole batches) with fetch_offset <= offset < high_watermark, as
     ConsumerRecords (not deserialized); and the offset to fetch next.
 
-    Hot path of consuming: one comprehension per batch builds the records with
-    ``tuple.__new__`` (no per-record method calls)."""
+    Hot path of consuming: the C extension (common/records.py ``records_ext``) builds each
+    batch's ConsumerRecords. Without it, and for a batch it does not accept (``decode_batch``
+    then raises the error), one comprehension per batch builds them with ``tuple.__new__`` (no
+    per-record method calls)."""
     out: list[ConsumerRecord] = []
     extend = out.extend
     new = _new_tuple
     record_cls = ConsumerRecord
+    ext = rec.records_ext
     next_offset = fetch_offset
     hi = high_watermark if high_watermark >= 0 else _OFFSET_MAX
     for pos, header in rec.iter_batches(buf):
@@ -85,6 +88,15 @@ def decode_records(buf: bytes, fetch_offset: int, high_watermark: int, check_crc
         next_offset = max(next_offset, min(header.next_offset, hi))
         if header.is_control:
             continue
+        if ext is not None:
+            _header, data = rec.records_section(buf, pos, verify_crc=check_crcs)
+            found = ext.consumer_records(
+                record_cls, data, header.record_count, header.base_offset, header.base_timestamp,
+                header.max_timestamp if header.timestamp_type else None, fetch_offset, hi, topic,
+                partition, header.timestamp_type, header.partition_leader_epoch)
+            if found is not None:
+                extend(found)
+                continue
         _header, records = rec.decode_batch(buf, pos, verify_crc=check_crcs)
         if records and (records[0].offset < fetch_offset or records[-1].offset >= hi):
             records = [r for r in records if fetch_offset <= r.offset < hi]
