@@ -9,7 +9,8 @@ PID alone). Its stdout and stderr go to one of two sinks:
 - ``"log"`` (for cluster nodes): the child writes straight to ``log_path``, after a header line;
   no pipe, so the process outlives its starter (``raftka cluster up`` exits, the cluster runs
   on) and a later process adopts it by PID (``Process.attach``), reading its output back from
-  the file.
+  the file. Starting one raises this process's open-files soft limit to the hard limit first
+  (``raise_open_files_limit``), which the node inherits.
 
 Either way: ``alive``, ``paused``, ``kill`` (SIGKILL), ``pause``/``resume`` (SIGSTOP/SIGCONT),
 ``terminate``, ``stop`` (SIGTERM, then SIGKILL), ``wait_exit``, ``wait_for_line``, ``lines``,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -34,9 +36,26 @@ STOP_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 60.0  # a cold Python start on a loaded 2-core box can take seconds
 LOG_TAIL_BYTES_MAX = 4 * 1024 * 1024  # ``lines``/``output`` read at most this much of a log file
 POLL_INTERVAL_S = 0.05
+# When the hard limit is unlimited: Linux's default fs.nr_open, the most a soft limit may be.
+OPEN_FILES_UNLIMITED_SOFT = 1_048_576
 
 PIPE = "pipe"
 LOG = "log"
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit, so the nodes it starts inherit
+    it: a broker keeps one file open per log segment of every replica it holds, and 10,000
+    partitions (RF 3, 3 brokers) outgrow the common soft limit of 1,024. Returns (soft, hard)
+    after the attempt; a limit the kernel refuses is left as it was."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_UNLIMITED_SOFT if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, *, interval_s: float = 0.05,
@@ -254,6 +273,7 @@ class Process:
             self._output = _PipeOutput(name, self.popen.stdout, self.log_path)
         else:
             assert self.log_path is not None
+            raise_open_files_limit()  # a node: inherits the raised limit
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as log:
                 stamp = time.strftime("%Y-%m-%d %H:%M:%S")

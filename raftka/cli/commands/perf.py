@@ -8,7 +8,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("perf", help="benchmarks (storage, metadata, controller-stability, produce, consume, e2e, failover)")
+    parser = subparsers.add_parser("perf", help="benchmarks (storage, metadata, controller-stability, produce, consume, e2e, failover, partitions)")
     perf = parser.add_subparsers(dest="perf_command", metavar="BENCHMARK")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     register_storage(perf)
@@ -18,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stability.register(perf)
     from raftka.bench import client  # produce, consume, e2e, failover
     client.register(perf)
+    from raftka.bench import partitions  # the partitions curve
+    partitions.register(perf)
 
 
 def register_storage(perf: argparse._SubParsersAction) -> None:
