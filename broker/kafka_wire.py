@@ -9,8 +9,7 @@ function per API and direction, keyed by api key:
   topic; DeleteTopics before v6 names its topics where v6, which the broker forwards to the
   controller, does not; DescribeCluster's endpoint type).
 - ``HANDLER_WRAPPERS``: later versions that batch what a handler answers one at a time
-  (FindCoordinator v4's keys, OffsetFetch v8's groups), and what is answered without the handler
-  (an incremental Fetch: Raftka declines fetch sessions).
+  (FindCoordinator v4's keys, OffsetFetch v8's groups).
 - ``ANSWER_SHIMS``: what Kafka's answer at a version needs and the handler's does not say (the
   fenced brokers DescribeCluster v2 asks for, and a live broker as its ``controller_id``, as a
   KRaft broker answers; JoinGroup's null protocol name before v7; a tagged struct's "none").
@@ -28,10 +27,6 @@ from raftka.common.api import ApiKey
 from raftka.common.schema import ZERO_UUID
 
 ENDPOINT_TYPE_BROKERS: Final = 1  # DescribeCluster's endpoint type of a broker (2: controllers)
-
-# Fetch sessions (KIP-227).
-FINAL_EPOCH: Final = -1  # a full fetch that wants no session (or closes the one it names)
-INITIAL_EPOCH: Final = 0  # a full fetch that asks for a session (declined: session_id 0 in the answer)
 
 
 Shim = Callable[[int, Any], Any]  # (version, request body) -> the handler's body
@@ -136,19 +131,7 @@ async def _offset_fetch(handler: Handler, version: int, body: dict) -> Any:
     return errors.NONE, {"groups": groups}
 
 
-async def _fetch(handler: Handler, version: int, body: dict) -> Any:
-    """Fetch sessions (v7+, KIP-227) are declined: every answer has session_id 0, which tells a
-    client asking for one (epoch 0) to go on with full fetches. A full fetch (epoch 0 or -1) is
-    served whatever session it names (Kafka closes the session a full fetch names; Raftka has none
-    to close). An incremental fetch (epoch above 0) needs a session this broker never made: Kafka's
-    answer to it is the error alone, top level, no partitions."""
-    if body.get("session_epoch", FINAL_EPOCH) in (FINAL_EPOCH, INITIAL_EPOCH):
-        return await handler(body)
-    return errors.NONE, {"error_code": errors.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
-
-
 HANDLER_WRAPPERS: Final[dict[int, Callable[[Handler, int, dict], Awaitable[Any]]]] = {
-    ApiKey.FETCH: _fetch,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.OFFSET_FETCH: _offset_fetch,
 }

@@ -29,6 +29,7 @@ class BrokerMetrics:
         self.bytes_in = 0
         self.bytes_out = 0
         self.replication_bytes_out = 0
+        self.replication_partitions_out = 0  # partition answers in Fetch answers to followers
         self.requests: dict[int, int] = {}
         self.errors: dict[int, int] = {}
         self.latencies: dict[int, Histogram] = {}
@@ -50,11 +51,15 @@ class BrokerMetrics:
         b = self.broker
         node = f'node="{b.broker_id}"'
         partitions = list(b.replicas.partitions.values())
+        sessions = b.replicas.fetch_sessions
         lines = [
             "# TYPE raftka_broker_bytes_in_total counter", f"raftka_broker_bytes_in_total{{{node}}} {self.bytes_in}",
             "# TYPE raftka_broker_bytes_out_total counter", f"raftka_broker_bytes_out_total{{{node}}} {self.bytes_out}",
             "# TYPE raftka_broker_replication_bytes_out_total counter",
             f"raftka_broker_replication_bytes_out_total{{{node}}} {self.replication_bytes_out}",
+            # Partitions answered to followers: with fetch sessions, only those with news.
+            "# TYPE raftka_broker_replication_partitions_out_total counter",
+            f"raftka_broker_replication_partitions_out_total{{{node}}} {self.replication_partitions_out}",
             "# TYPE raftka_broker_request_queue_depth gauge",
             f"raftka_broker_request_queue_depth{{{node}}} {b.server.request_queue_depth if b.server else 0}",
             "# TYPE raftka_broker_produce_bytes_in_flight gauge",
@@ -97,6 +102,16 @@ class BrokerMetrics:
             f"raftka_broker_isr_shrinks_total{{{node}}} {sum(p.isr_shrinks for p in partitions)}",
             "# TYPE raftka_broker_isr_expands_total counter",
             f"raftka_broker_isr_expands_total{{{node}}} {sum(p.isr_expands for p in partitions)}",
+            # Kafka's NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached and
+            # IncrementalFetchSessionEvictionsPerSec (as a total).
+            "# TYPE raftka_broker_incremental_fetch_sessions gauge",
+            f"raftka_broker_incremental_fetch_sessions{{{node}}} {len(sessions) if sessions is not None else 0}",
+            "# TYPE raftka_broker_incremental_fetch_partitions_cached gauge",
+            f"raftka_broker_incremental_fetch_partitions_cached{{{node}}} "
+            f"{sessions.partitions_cached if sessions is not None else 0}",
+            "# TYPE raftka_broker_incremental_fetch_session_evictions_total counter",
+            f"raftka_broker_incremental_fetch_session_evictions_total{{{node}}} "
+            f"{sessions.evictions if sessions is not None else 0}",
             "# TYPE raftka_broker_truncations_total counter",
             f"raftka_broker_truncations_total{{{node}}} {b.replicas.truncations}",
             # Replicas out of service because their log is corrupt (Kafka's OfflineReplicaCount),

@@ -66,6 +66,9 @@ class FollowerProgress:
     last_fetch_leader_leo: int = -1
     last_fetch_ms: float = 0.0
     log_start_offset: int = -1  # as its last fetch said; -1: not known
+    # The fetch session its last fetch of this partition came through (broker/fetch_session.py):
+    # while the session holds the partition, every fetch in it fetches the partition unnamed.
+    session: Any = None
 
 
 def now_ms() -> float:
@@ -97,6 +100,9 @@ class Partition:
     # by new records, a consumer's by the HW moving; both by a role change.
     _record_waiters: set = field(default_factory=set)
     _hw_waiters: set = field(default_factory=set)
+    # Fetch sessions holding this partition (broker/fetch_session.py), told of the same changes as
+    # the waiters, so an incremental fetch reads only partitions with news.
+    _sessions: set = field(default_factory=set)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     # acks=all waiters in append order: [next_offset, leader_epoch, deadline, future]. One timer
     # (for the earliest deadline it knows of) serves them all, instead of a wait_for per request.
@@ -147,7 +153,19 @@ class Partition:
         self._record_waiters.discard(future)
         self._hw_waiters.discard(future)
 
+    def watch(self, session: Any) -> None:
+        """Tell ``session`` (a FetchSession) of every change a fetch answer shows, until unwatched."""
+        self._sessions.add(session)
+
+    def unwatch(self, session: Any) -> None:
+        """Stop telling ``session``."""
+        self._sessions.discard(session)
+
     def _wake_fetches(self, records: bool = True, hw: bool = True) -> None:
+        if self._sessions:
+            tp = (self.topic, self.index)
+            for session in self._sessions:
+                session.news(tp, records, hw)
         if records and self._record_waiters:
             waiters, self._record_waiters = self._record_waiters, set()
             for future in waiters:
@@ -405,13 +423,15 @@ class Partition:
         return found_epoch, end_offset
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, now: float | None = None,
-                              log_start_offset: int = -1) -> None:
+                              log_start_offset: int = -1, session: Any = None) -> None:
         """A follower fetched from ``fetch_offset``: its log end offset. Kafka's rule for "caught
         up": it asked for our log end, or for at least what our log end was at its last fetch.
-        ``log_start_offset``: the follower's, which DeleteRecords waits on (low_watermark)."""
+        ``log_start_offset``: the follower's, which DeleteRecords waits on (low_watermark).
+        ``session``: the fetch session the fetch came through (None: a full fetch without one)."""
         progress = self.followers.get(replica_id)
         if progress is None or not self.is_leader:
             return
+        progress.session = session
         if log_start_offset > progress.log_start_offset:
             progress.log_start_offset = log_start_offset
             self._notify()  # a DeleteRecords may be waiting for it
@@ -479,16 +499,29 @@ class Partition:
             return None
         now = self.clock() if now is None else now
         out = [r for r in self.isr if r != self.broker_id
-               and now - self.followers.get(r, FollowerProgress()).last_caught_up_ms > lag_time_max_ms]
+               and self._lagging(self.followers.get(r, FollowerProgress()), now, lag_time_max_ms)]
         if out:
             return tuple(r for r in self.isr if r not in out)
         hw = self.log.high_watermark
         joining = [r for r, p in self.followers.items() if r not in self.isr and p.log_end_offset >= 0
                    and p.log_end_offset >= hw and p.log_end_offset >= self.leader_epoch_start_offset
-                   and now - p.last_caught_up_ms <= lag_time_max_ms]
+                   and not self._lagging(p, now, lag_time_max_ms)]
         if joining:
             return tuple(self.isr) + tuple(sorted(joining))
         return None
+
+    def _lagging(self, progress: FollowerProgress, now: float, lag_time_max_ms: int) -> bool:
+        """Not caught up within ``lag_time_max_ms``. A follower at our log end whose fetch session
+        still holds this partition fetched it, unnamed, at each fetch in the session: our log end
+        only grows while we lead, so it was caught up at the session's last fetch too (kept, so
+        the next checks need not ask the session)."""
+        if now - progress.last_caught_up_ms <= lag_time_max_ms:
+            return False
+        session = progress.session
+        if (session is not None and progress.log_end_offset == self.log.log_end_offset
+                and session.holds((self.topic, self.index))):
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, session.last_used_ms)
+        return now - progress.last_caught_up_ms > lag_time_max_ms
 
     @property
     def under_replicated(self) -> bool:

@@ -2,10 +2,18 @@
 broker follows there (Kafka's ReplicaFetcherThread, on asyncio).
 
 Each round sends one Fetch, in Kafka's wire protocol at v12 (``KAFKA_VERSIONS``), as a Kafka
-broker's follower does: ``replica_id`` = this broker's id, no fetch session (``session_id`` 0,
-``session_epoch`` -1: every round names every partition), topics by name, and per partition its
+broker's follower does: ``replica_id`` = this broker's id, topics by name, and per partition its
 log end offset as ``fetch_offset``, the leader epoch it believes in (``current_leader_epoch``)
-and the epoch of its last batch (``last_fetched_epoch``). The leader answers records from there
+and the epoch of its last batch (``last_fetched_epoch``), in a fetch session (KIP-227, served by
+broker/fetch_session.py): the first round (session_id 0, epoch 0) is a full fetch naming every
+partition, and its answer names the session; later rounds are incremental: they name only the
+partitions whose entry changed (we appended, truncated, or the leader epoch moved) or that were
+added, and forget the removed ones (``forgotten_topics_data``). Their answers carry only the
+partitions with news; the others are unchanged, and no work is done for them here. Only
+partitions added, answered, or not fetchable yet are looked at again (``_changed``). An
+answer of FETCH_SESSION_ID_NOT_FOUND or INVALID_FETCH_SESSION_EPOCH (the leader restarted,
+evicted the session, or a request was lost), and any failed round, start a new session with a
+full fetch. The leader answers records from there
 (whole batches, as bytes: never decoded or re-encoded on the way), or a ``diverging_epoch`` when
 our history left its own: then we truncate to where they agree (``min(leader's end offset of that
 epoch, ours)``) and fetch again: truncation by leader epoch, never by high watermark alone. After
@@ -20,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
-from raftka.broker.kafka_wire import FINAL_EPOCH
+from raftka.broker.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from raftka.broker.network import PeerConnection
 from raftka.broker.partition import Partition, ReplicaState
 
@@ -50,15 +58,32 @@ class ReplicaFetcher:
         self._address: str | None = None
         self.task: asyncio.Task | None = None
         self.truncations = 0
+        # The fetch session at the leader: its id (0: none yet) and the epoch of our next fetch
+        # (0: a full fetch that asks for a new session, closing session_id if any).
+        self.session_id = INVALID_SESSION_ID
+        self.session_epoch = INITIAL_EPOCH
+        self._in_session: dict[tuple[str, int], dict] = {}  # tp -> the entry the leader holds for it
+        self._changed: set[tuple[str, int]] = set()  # partitions whose entry may differ from it
+        self._forget: set[tuple[str, int]] = set()  # removed partitions the leader's session holds
 
     def add(self, tp: tuple[str, int]) -> None:
         """Start fetching ``tp`` from this leader."""
         self.partitions.add(tp)
+        self._forget.discard(tp)
+        self._changed.add(tp)
         self._wake.set()
 
     def remove(self, tp: tuple[str, int]) -> None:
         """Stop fetching ``tp``."""
         self.partitions.discard(tp)
+        self._changed.discard(tp)
+        if self._in_session.pop(tp, None) is not None:
+            self._forget.add(tp)
+
+    def _new_session(self) -> None:
+        """The next fetch is a full one that replaces the session (its state at the leader is not
+        known, or the leader has none)."""
+        self.session_epoch = INITIAL_EPOCH
 
     def start(self) -> None:
         """Run the fetch loop as a task."""
@@ -112,38 +137,93 @@ class ReplicaFetcher:
             if not progressed:
                 await asyncio.sleep(backoff_s)
 
+    def _fetchable(self, tp: tuple[str, int]) -> Partition | None:
+        partition = self.manager.partitions.get(tp)
+        if partition is None or partition.state is not ReplicaState.FOLLOWER or partition.leader_id != self.leader_id:
+            return None
+        return partition
+
+    def _entries(self, partition_max_bytes: int) -> dict[str, list[dict]] | None:
+        """This round's partition entries by topic (all of them for a full fetch, else those that
+        changed), or None when there is nothing to ask. Updates what the session holds."""
+        full = self.session_epoch == INITIAL_EPOCH
+        if full:
+            self._in_session = {}
+            self._forget = set()
+            candidates, self._changed = self.partitions, set()
+        else:
+            candidates, self._changed = self._changed, set()
+        topics: dict[str, list[dict]] = {}
+        for tp in sorted(candidates):
+            partition = self._fetchable(tp)
+            if partition is None:  # not (yet) following this leader: look again next round
+                self._changed.add(tp)
+                if self._in_session.pop(tp, None) is not None:
+                    self._forget.add(tp)
+                continue
+            entry = fetch_request_for(partition, partition_max_bytes)
+            if full or self._in_session.get(tp) != entry:
+                self._in_session[tp] = entry
+                topics.setdefault(tp[0], []).append(entry)
+        if not self._in_session and not self._forget:
+            return None
+        return topics
+
     async def fetch_once(self) -> bool:
-        """One Fetch round; False when nothing could be asked or every partition failed."""
+        """One Fetch round; False when nothing could be asked or every partition answered failed."""
         config = self.manager.config
         connection = await self._connection_for_leader()
         if connection is None:
             return False
-        sent: dict[tuple[str, int], int] = {}  # tp -> leader epoch the request was built for
-        topics: dict[str, list[dict]] = {}
-        for tp in sorted(self.partitions):
-            partition = self.manager.partitions.get(tp)
-            if partition is None or partition.state is not ReplicaState.FOLLOWER or partition.leader_id != self.leader_id:
-                continue
-            sent[tp] = partition.leader_epoch
-            topics.setdefault(tp[0], []).append(fetch_request_for(partition, config["replica.fetch.max.bytes"]))
-        if not sent:
+        full = self.session_epoch == INITIAL_EPOCH
+        topics = self._entries(config["replica.fetch.max.bytes"])
+        if topics is None:
             return False
+        forget, self._forget = self._forget, set()
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in sorted(forget):
+            forgotten.setdefault(topic, []).append(index)
         wait_ms = config["replica.fetch.wait.max.ms"]
         body = {"replica_id": self.manager.broker_id, "max_wait_ms": wait_ms,
                 "min_bytes": config["replica.fetch.min.bytes"], "max_bytes": config["replica.fetch.response.max.bytes"],
-                "isolation_level": 0, "session_id": 0, "session_epoch": FINAL_EPOCH,
-                "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()]}
-        _, out = await connection.request(ApiKey.FETCH, body, timeout_ms=wait_ms + REQUEST_TIMEOUT_MARGIN_MS)
+                "isolation_level": 0, "session_id": self.session_id, "session_epoch": self.session_epoch,
+                "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
+                "forgotten_topics_data": [{"topic": t, "partitions": parts} for t, parts in forgotten.items()]}
+        try:
+            _, out = await connection.request(ApiKey.FETCH, body, timeout_ms=wait_ms + REQUEST_TIMEOUT_MARGIN_MS)
+        except BaseException:
+            self._new_session()  # whether the leader took this round is unknown
+            raise
         code = out["error_code"]  # Kafka's answers carry a whole-request error in the body
+        if code in (errors.FETCH_SESSION_ID_NOT_FOUND, errors.INVALID_FETCH_SESSION_EPOCH):
+            log.info("fetch session %d at leader %d: %s; starting a new one", self.session_id, self.leader_id,
+                     errors.name_of(code))
+            if code == errors.FETCH_SESSION_ID_NOT_FOUND:
+                self.session_id = INVALID_SESSION_ID
+            self._new_session()
+            return True  # the full fetch goes out at once
         if code != errors.NONE:
+            self._new_session()
             raise errors.error_for(code, f"Fetch from leader {self.leader_id}: {errors.name_of(code)}")
-        ok = False
+        if out["session_id"] == INVALID_SESSION_ID:  # declined (no slot), or closed by the leader
+            self.session_id = INVALID_SESSION_ID
+            self._new_session()
+        elif full:
+            self.session_id, self.session_epoch = out["session_id"], next_epoch(INITIAL_EPOCH)
+        else:
+            self.session_epoch = next_epoch(self.session_epoch)
+        answered = ok = False
         for topic in out["responses"]:
             for answer in topic["partitions"]:
                 tp = (topic["topic"], answer["partition_index"])
-                if tp in sent and self._take(tp, sent[tp], answer):
+                entry = self._in_session.get(tp)
+                if entry is None:
+                    continue  # removed while the fetch was out
+                answered = True
+                if self._take(tp, entry["current_leader_epoch"], answer):
                     ok = True
-        return ok
+                self._changed.add(tp)  # appended, truncated, or failed: look at its entry again
+        return ok or not answered
 
     def _take(self, tp: tuple[str, int], epoch: int, answer: dict) -> bool:
         partition = self.manager.partitions.get(tp)

@@ -25,12 +25,15 @@ changed) goes *offline* here, one partition at a time, without fencing the broke
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from raftka.storage import Corruption, LogCorruptedError, LogManager
+from raftka.broker.fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchSession,
+                                         FetchSessionCache, forgotten)
 from raftka.broker.metadata import EMPTY, MetadataView
 from raftka.broker.partition import Partition, ReplicaState, now_ms
 from raftka.broker.replica_fetcher import ReplicaFetcher
@@ -88,6 +91,9 @@ class ReplicaManager:
         self.partitions: dict[TP, Partition] = {}
         self.topic_ids: dict[TP, str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        # Incremental fetch sessions of followers and consumers here (KIP-227); made at the first
+        # Fetch that asks for one (session_cache).
+        self.fetch_sessions: FetchSessionCache | None = None
         self.view: MetadataView = EMPTY
         self.dial_proxies: dict[int, str] = {}  # broker.dial.proxies: broker id -> address to dial
         self.truncations = 0
@@ -95,6 +101,11 @@ class ReplicaManager:
         self.corrupt_replicas = 0  # replicas taken offline for corruption, ever
         self.healed_replicas = 0  # ... and back in the ISR after re-replicating
         self._tasks: list[asyncio.Task] = []
+        # The ISR check visits only partitions that can need an AlterPartition (_isr_loop):
+        # those in _isr_watch at every tick, the others when their deadline in _isr_heap comes.
+        self._isr_watch: set[TP] = set()
+        self._isr_deadlines: dict[TP, float] = {}
+        self._isr_heap: list[tuple[float, TP]] = []
 
     # -- metadata -> roles -----------------------------------------------------------------------
 
@@ -139,10 +150,13 @@ class ReplicaManager:
                                           clock=self.clock)
                     self.partitions[tp] = partition
                     self.topic_ids[tp] = topic.topic_id
+                    if self.fetch_sessions is not None:
+                        self.fetch_sessions.hosted(tp, partition)
                 elif previous.topics.get(name) is not None and previous.topics[name].configs != topic.configs:
                     self.logs.get_or_create(name, index, dict(topic.configs))  # AlterConfigs: new log configs
                 partition.min_insync_replicas = self.min_isr_of(topic.configs)
                 change = partition.apply_metadata(info)
+                self._isr_watch.add(tp)  # a new role or ISR: the ISR loop reschedules it
                 if change == "leader":
                     self._unfollow(tp)
                 elif change == "follower":
@@ -185,12 +199,27 @@ class ReplicaManager:
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
 
     async def _isr_loop(self) -> None:
+        """Propose ISR changes as leader, and move offline replicas on. Costs what can change,
+        not what is hosted: each tick visits the offline replicas, the partitions in
+        ``_isr_watch`` (metadata just changed them, an AlterPartition just ended, or a follower
+        outside the ISR may join) and the leaders whose shrink deadline has come."""
         lag_ms = self.config["replica.lag.time.max.ms"]
         interval_s = max(0.05, min(lag_ms / 2, 1000) / 1000)
         while True:
             await asyncio.sleep(interval_s)
             now = self.clock()
-            for tp, partition in list(self.partitions.items()):
+            due, self._isr_watch = self._isr_watch, set()
+            due.update(self.offline)
+            heap = self._isr_heap
+            while heap and heap[0][0] <= now:
+                deadline, tp = heapq.heappop(heap)
+                if self._isr_deadlines.get(tp) == deadline:  # else rescheduled since: stale
+                    del self._isr_deadlines[tp]
+                    due.add(tp)
+            for tp in due:
+                partition = self.partitions.get(tp)
+                if partition is None:
+                    continue
                 offline = self.offline.get(tp)
                 if offline is not None and offline.state != HEALING:
                     self._check_offline(partition)  # resign again (refused, or a new ISR member)
@@ -200,7 +229,30 @@ class ReplicaManager:
                 if proposal is not None:
                     partition.alter_in_flight = True
                     self._tasks.append(asyncio.create_task(self._alter(partition, proposal)))
+                self._schedule_isr_check(tp, partition, lag_ms, now)
             self._tasks = [t for t in self._tasks if not t.done()]
+
+    def _schedule_isr_check(self, tp: TP, partition: Partition, lag_ms: int, now: float) -> None:
+        """When ``partition`` needs its next ISR check. A follower leaves the ISR only once not
+        caught up for ``lag_ms``, so a leader with a full ISR waits until the oldest caught-up
+        time of its followers is that old (caught-up times only move forward). A leader short
+        of replicas is checked every tick (a follower may join at any fetch); a follower, or a
+        leader with an AlterPartition in flight, not until metadata or the answer comes."""
+        if not partition.is_leader or partition.alter_in_flight:
+            return
+        if len(partition.isr) < len(partition.replicas):
+            self._isr_watch.add(tp)
+            return
+        caught_up = [partition.followers[r].last_caught_up_ms if r in partition.followers else 0.0
+                     for r in partition.isr if r != self.broker_id]
+        if not caught_up:
+            return  # the only replica: nobody to drop or add
+        deadline = min(caught_up) + lag_ms
+        if deadline <= now:  # lagging, but not proposed (refused): ask again next tick
+            self._isr_watch.add(tp)
+            return
+        self._isr_deadlines[tp] = deadline
+        heapq.heappush(self._isr_heap, (deadline, tp))
 
     async def _alter(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
         epoch = partition.leader_epoch
@@ -214,6 +266,7 @@ class ReplicaManager:
         finally:
             if partition.leader_epoch == epoch:
                 partition.alter_in_flight = False
+            self._isr_watch.add((partition.topic, partition.index))  # check the outcome next tick
 
     async def _checkpoint_loop(self) -> None:
         """storage's maintenance: retention, flush.ms, HW checkpoints (on their own interval)."""
@@ -249,6 +302,8 @@ class ReplicaManager:
             task.cancel()
         for fetcher in list(self.fetchers.values()):
             await fetcher.close()
+        if self.fetch_sessions is not None:
+            self.fetch_sessions.close()
         for task in self._tasks:
             try:
                 await task
@@ -376,8 +431,9 @@ class ReplicaManager:
     # -- Fetch --------------------------------------------------------------------------------------
 
     def read_partition(self, replica_id: int, request: dict, topic: str, first_pass: bool,
-                       budget: int) -> dict:
-        """One partition's Fetch answer (records may be empty)."""
+                       budget: int, session: FetchSession | None = None) -> dict:
+        """One partition's Fetch answer (records may be empty). ``first_pass``: record a
+        follower's position (once per request); ``session``: the fetch session it came through."""
         index = request.get("partition")
         out = {"partition_index": index, "error_code": errors.NONE, "error_message": None, "high_watermark": -1,
                "last_stable_offset": -1, "log_start_offset": -1, "diverging_epoch": None, "current_leader": None,
@@ -401,7 +457,7 @@ class ReplicaManager:
                 return out
             if replica_id >= 0:
                 if first_pass:
-                    partition.record_follower_fetch(replica_id, fetch_offset,
+                    partition.record_follower_fetch(replica_id, fetch_offset, session=session,
                                                     log_start_offset=request.get("log_start_offset", -1))
                 max_offset = None
             else:
@@ -427,8 +483,16 @@ class ReplicaManager:
                 out["current_leader"] = self.current_leader(topic, index)
         return out
 
+    def session_cache(self) -> FetchSessionCache:
+        """The fetch sessions here, made at the first use (max.incremental.fetch.session.cache.slots)."""
+        if self.fetch_sessions is None:
+            self.fetch_sessions = FetchSessionCache(self.config["max.incremental.fetch.session.cache.slots"],
+                                                    clock=self.clock)
+        return self.fetch_sessions
+
     async def fetch(self, body: dict) -> dict:
-        """A Fetch answer; waits up to max_wait_ms for min_bytes (long poll)."""
+        """A Fetch answer; waits up to max_wait_ms for min_bytes (long poll). A fetch in a fetch
+        session (KIP-227, broker/fetch_session.py) reads and answers only partitions with news."""
         # The body was decoded against its declaration at the boundary (Kafka's FetchRequest, as
         # followers and clients send it): the values are integers of the declared types; their
         # ranges are clamped here.
@@ -439,6 +503,89 @@ class ReplicaManager:
                         self.config["fetch.max.bytes"])
         topics = body.get("topics") or []
         deadline = time.monotonic() + max_wait_ms / 1000
+        session_id = body.get("session_id", INVALID_SESSION_ID)
+        epoch = body.get("session_epoch", FINAL_EPOCH)
+        named: dict[TP, None] = {}  # the partitions the request names, in its order
+        full = epoch in (FINAL_EPOCH, INITIAL_EPOCH)
+        if full:  # closes the session it names; epoch 0 asks for a new one
+            session = None
+            if session_id != INVALID_SESSION_ID or epoch == INITIAL_EPOCH:
+                size = sum(len(topic.get("partitions") or ()) for topic in topics)
+                session = self.session_cache().full(session_id, epoch, replica_id, size)
+            if session is None:
+                return await self._fetch_without_session(replica_id, topics, min_bytes, max_bytes, deadline)
+        else:
+            try:
+                session = self.session_cache().incremental(session_id, epoch, replica_id)
+            except (errors.FetchSessionIdNotFoundError, errors.InvalidFetchSessionEpochError) as error:
+                log.debug("Fetch from %s: %s", replica_id, error)
+                return {"error_code": error.code, "session_id": INVALID_SESSION_ID, "responses": [],
+                        "throttle_time_ms": 0}
+        for topic in topics:
+            name = topic.get("topic")
+            for request in topic.get("partitions") or ():
+                tp = (name, request.get("partition"))
+                session.add(tp, request)
+                named[tp] = None
+        if not full:
+            for tp in forgotten(body):  # after the additions, as Kafka's session update
+                session.forget(tp)
+        return await self._fetch_in_session(session, named, full, replica_id, min_bytes, max_bytes, deadline)
+
+    async def _fetch_in_session(self, session: FetchSession, named: dict[TP, None], full: bool, replica_id: int,
+                                min_bytes: int, max_bytes: int, deadline: float) -> dict:
+        """Read the partitions the request names and those with news (``pending``); answer those
+        whose answer is news (every one for a ``full`` fetch). The long poll waits on the
+        session: its partitions tell it of news."""
+        answers: dict[TP, dict] = {}
+        total = 0
+        to_read = list(named) + [tp for tp in session.pending if tp not in named]
+        first_pass = True
+        while True:
+            budget = max(0, max_bytes - total)
+            for tp in to_read:
+                cached = session.partitions.get(tp)
+                if cached is None:
+                    continue  # named and forgotten by the same request
+                session.attach(tp, cached, self.partitions.get(tp))
+                is_named = tp in named
+                answer = self.read_partition(replica_id, cached.request, tp[0], first_pass and is_named, budget,
+                                             session=session)
+                session.pending.discard(tp)  # what the read itself changed (our HW) is in the answer
+                if full or cached.is_news(answer, is_named):
+                    previous = answers.get(tp)
+                    total += len(answer["records"]) - (len(previous["records"]) if previous else 0)
+                    budget = max(0, max_bytes - total)
+                    answers[tp] = answer
+            first_pass = False
+            remaining = deadline - time.monotonic()
+            errored = any(a["error_code"] != errors.NONE or a["diverging_epoch"] for a in answers.values())
+            if total >= min_bytes or remaining <= 0 or errored or not session.partitions:
+                break
+            loop = asyncio.get_running_loop()
+            woken = session.waiter()
+            timer = loop.call_later(remaining, _wake, woken)
+            try:
+                await woken
+            finally:
+                timer.cancel()
+                session.stop_waiting()
+            if session.closed:
+                break  # closed by a newer full fetch of the same fetcher, or evicted
+            to_read = list(session.pending)
+        responses: dict[str, list[dict]] = {}
+        for tp, answer in answers.items():
+            cached = session.partitions.get(tp)
+            if cached is not None:
+                cached.sent(answer)
+            responses.setdefault(tp[0], []).append(answer)
+        return {"error_code": errors.NONE, "session_id": INVALID_SESSION_ID if session.closed else session.id,
+                "responses": [{"topic": name, "partitions": parts} for name, parts in responses.items()],
+                "throttle_time_ms": 0}
+
+    async def _fetch_without_session(self, replica_id: int, topics: list[dict], min_bytes: int, max_bytes: int,
+                                     deadline: float) -> dict:
+        """A full fetch without a session: every partition it names, read again at each wake-up."""
         first_pass = True
         while True:
             budget = max_bytes

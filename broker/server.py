@@ -76,7 +76,8 @@ class BrokerServer:
                               "retention.ms": config["log.retention.ms"],
                               "retention.bytes": config["log.retention.bytes"]}
         self.logs = LogManager(config["log.dirs"], default_log_config,
-                               hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"])
+                               hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+                               retention_check_interval_ms=config["log.retention.check.interval.ms"])
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
         self.replicas.dial_proxies = config.proxies("broker.dial.proxies")
         self.metrics = BrokerMetrics(self)
@@ -459,6 +460,7 @@ class BrokerServer:
         else:
             self.metrics.replication_bytes_out += sum(len(p["records"]) for t in out["responses"]
                                                       for p in t["partitions"])
+            self.metrics.replication_partitions_out += sum(len(t["partitions"]) for t in out["responses"])
         return errors.NONE, out
 
     async def list_offsets(self, body: dict) -> tuple[int, dict]:

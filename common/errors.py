@@ -74,6 +74,7 @@ _TABLE: tuple[tuple[int, str, bool, bool, str], ...] = (
     (68, "NON_EMPTY_GROUP", False, False, "The group is not empty."),
     (69, "GROUP_ID_NOT_FOUND", False, False, "The group id does not exist."),
     (70, "FETCH_SESSION_ID_NOT_FOUND", True, False, "The fetch session the request names does not exist on this broker; send a full fetch."),
+    (71, "INVALID_FETCH_SESSION_EPOCH", True, False, "The fetch session epoch is not the one the broker expects next; send a full fetch."),
     (74, "FENCED_LEADER_EPOCH", True, True, "The leader epoch in the request is older than the epoch on the broker."),
     (75, "UNKNOWN_LEADER_EPOCH", True, True, "The leader epoch in the request is newer than the epoch on the broker."),
     (77, "STALE_BROKER_EPOCH", False, False, "Broker epoch has changed."),

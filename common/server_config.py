@@ -121,6 +121,9 @@ SERVER_CONFIGS = (
     .define("auto.create.topics.enable", "bool", False, "Create a topic when a client first asks for it.")
     .define("log.retention.ms", "long", 604_800_000, "Default retention.ms of new topics.", at_least(-1))
     .define("log.retention.bytes", "long", -1, "Default retention.bytes of new topics.", at_least(-1))
+    .define("log.retention.check.interval.ms", "long", 300_000,
+            "How often a broker looks for segments past retention (and idempotent producers to forget).",
+            at_least(1))
     .define("log.segment.bytes", "int", 1_073_741_824, "Default segment.bytes of new topics.", at_least(14))
     .define("replica.lag.time.max.ms", "long", 30_000, "A follower not caught up for this long leaves the ISR.",
             at_least(1))
@@ -145,6 +148,9 @@ SERVER_CONFIGS = (
             between(0, 60_000))
     .define("replica.fetch.min.bytes", "int", 1, "Bytes a follower's fetch waits for at the leader.", at_least(0))
     .define("replica.fetch.backoff.ms", "int", 100, "Pause after a failed follower fetch.", between(0, 60_000))
+    .define("max.incremental.fetch.session.cache.slots", "int", 1000,
+            "Incremental fetch sessions (KIP-227) a broker keeps at once, for followers and consumers; "
+            "0: every fetch is a full one.", at_least(0))
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000,
             "How often a broker writes every partition's high watermark to its checkpoint.", at_least(1))
     .define("queued.max.requests", "int", 500,

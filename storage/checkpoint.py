@@ -61,12 +61,13 @@ class CheckpointFile:
         self.path = Path(path)
         self.width = width
 
-    def write(self, entries: list[tuple[int, ...]]) -> None:
+    def write(self, entries: list[tuple[int, ...]], *, fsync: bool = True) -> None:
+        """Replace the file with ``entries`` (``fsync``: as ``write_atomic``)."""
         lines = [str(CHECKPOINT_VERSION), str(len(entries))]
         for entry in entries:
             assert len(entry) == self.width, entry
             lines.append(" ".join(str(int(v)) for v in entry))
-        write_atomic(self.path, ("\n".join(lines) + "\n").encode())
+        write_atomic(self.path, ("\n".join(lines) + "\n").encode(), fsync=fsync)
 
     def read(self) -> list[tuple[int, ...]] | None:
         """The entries, or None when the file does not exist; CheckpointError when it is bad."""

@@ -181,6 +181,7 @@ def _load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: 
         for seg in segments:
             if seg.size and (seg.next_offset > rp_ckpt or seg is segments[-1]):
                 seg.flush()
+    epochs.sync()  # the epochs recovery re-assigned: the recovery point passes their batches now
     if leo != (rp_ckpt if checkpoints.recovery_point.path.exists() else 0):  # a missing file reads as 0
         checkpoints.recovery_point.write_value(leo)
     if lso_ckpt != log_start_offset:  # a missing file reads as 0

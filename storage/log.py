@@ -175,6 +175,10 @@ class Log:
         self._lso_file = CheckpointFile(directory / LOG_START_CHECKPOINT, 1)
         self.leader_epoch_cache = LeaderEpochCache(directory, lambda: self.log_end_offset)
         self.producer_state = ProducerStateManager(directory, clock_ms)
+        # Called (by the appending thread, under the log's lock) whenever the high watermark, the
+        # unflushed records, the recovery point or the config change: the LogManager's periodic
+        # duties then visit only the logs that changed.
+        self.on_change: Callable[["Log"], None] | None = None
 
     # --- opening -----------------------------------------------------------------------------
     @classmethod
@@ -301,6 +305,11 @@ class Log:
             self.config = cfg
             for seg in self._segments:
                 seg.index_interval_bytes = cfg.index_interval_bytes
+            self._changed()  # flush.ms may have moved
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
 
     def _error(self, cls: type, message: str) -> Exception:
         return cls(message, topic=self.topic, partition=self.partition)
@@ -434,6 +443,7 @@ class Log:
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
+        self._changed()
         return AppendInfo(base, last_offset, max_ts, append_time, records, len(headers), False)
 
     def _after_write_error(self, seg: LogSegment, error: OSError) -> None:
@@ -599,8 +609,11 @@ class Log:
     def update_high_watermark(self, hw: int) -> int:
         """Set the high watermark (clamped to [log_start_offset, log_end_offset]); returns it."""
         with self._lock:
-            self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
-            return self.high_watermark
+            hw = min(max(hw, self.log_start_offset), self.log_end_offset)
+            if hw != self.high_watermark:
+                self.high_watermark = hw
+                self._changed()
+            return hw
 
     def checkpoint_high_watermark(self) -> None:
         """Write the high watermark to ``replication-offset-checkpoint`` if it changed."""
@@ -642,6 +655,7 @@ class Log:
             try:
                 for seg in self._segments[self._segment_index_for(self.recovery_point):]:
                     seg.flush(indexes=active_indexes or seg is not active)
+                self.leader_epoch_cache.sync()  # the epochs of what the recovery point passes
             except OSError as error:
                 # After a failed fsync the kernel may have dropped the dirty pages: nothing
                 # written since the last good flush can be trusted any more.
@@ -651,6 +665,14 @@ class Log:
             self.recovery_point = leo
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock_ms()
+            self._changed()  # the recovery point moved
+
+    def flush_due_ms(self) -> int | None:
+        """When flush.ms asks for the next flush, or None while nothing waits to be flushed."""
+        with self._lock:
+            if self._closed or self._failed or not self._unflushed_messages:
+                return None
+            return self._last_flush_ms + self.config.flush_ms
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush when records are waiting and flush.ms has passed since the last flush."""
@@ -700,6 +722,7 @@ class Log:
         self.recovery_point = min(self.recovery_point, leo)
         self._checkpoint_recovery_point()
         self.high_watermark = min(self.high_watermark, leo)
+        self._changed()
         self.leader_epoch_cache.truncate_from_end(leo)
         self.producer_state.load(self._headers_from, self.log_start_offset, leo)
         if self.corruption is not None and self.corruption.offset >= leo:

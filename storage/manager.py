@@ -9,11 +9,17 @@ step: the partition is gone even if the removal is interrupted) and then removes
 are removed at the next start.
 
 ``run_maintenance(now_ms)`` is the one periodic duty the broker's loop calls: retention,
-the flush.ms policy, and the high-watermark and recovery-point checkpoints.
+the flush.ms policy, and the high-watermark and recovery-point checkpoints. It costs what
+changed, not what is hosted: each log reports its changes (``Log.on_change``: appends, high
+watermark, flushes, configs) into a set, so flushes and checkpoints visit only those logs (a
+flush waits in a heap until its flush.ms deadline); retention and producer-id expiry, which
+depend on time alone, scan every log once per ``retention_check_interval_ms``.
 """
 from __future__ import annotations
 
 import fcntl
+import heapq
+import itertools
 import logging
 import os
 import re
@@ -49,7 +55,8 @@ class LogManager:
     def __init__(self, log_dirs: list[str] | str, default_config: Mapping[str, Any] | None = None, *,
                  clock_ms: Callable[[], int] = _now_ms,
                  hw_checkpoint_interval_ms: int = 5000,
-                 recovery_point_checkpoint_interval_ms: int = 60000) -> None:
+                 recovery_point_checkpoint_interval_ms: int = 60000,
+                 retention_check_interval_ms: int = 300_000) -> None:
         if isinstance(log_dirs, str):  # "a,b" as written in a properties file
             log_dirs = [d.strip() for d in log_dirs.split(",") if d.strip()]
         if not log_dirs:
@@ -61,6 +68,16 @@ class LogManager:
         self.recovery_point_checkpoint_interval_ms = recovery_point_checkpoint_interval_ms
         self._last_hw_checkpoint_ms = clock_ms()
         self._last_rp_checkpoint_ms = clock_ms()
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self._last_retention_check_ms = clock_ms()
+        # Logs that reported a change since the last run_maintenance (Log.on_change), and those
+        # that may need a checkpoint or a flush (module docstring).
+        self._changed: set[Log] = set()
+        self._hw_due: set[Log] = set()
+        self._rp_due: set[Log] = set()
+        self._flush_due: dict[Log, int] = {}  # log -> its flush deadline (ms) in _flush_heap
+        self._flush_heap: list[tuple[int, int, Log]] = []  # (deadline, tie-breaker, log)
+        self._flush_seq = itertools.count()
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
         # Partitions per log dir, kept up to date so that placing a new partition is O(number
@@ -105,9 +122,17 @@ class LogManager:
             if key in self._logs:
                 raise KafkaStorageError(f"partition {key[0]}-{key[1]} is in two log dirs: "
                                         f"{self._logs[key].dir} and {entry.path}")
-            self._logs[key] = Log.open(Path(entry.path), self.default_config, topic=key[0],
-                                       partition=key[1], clock_ms=self.clock_ms)
+            self._logs[key] = self._watch(Log.open(Path(entry.path), self.default_config, topic=key[0],
+                                                   partition=key[1], clock_ms=self.clock_ms))
             self._dir_counts[d] += 1
+
+    def _watch(self, lg: Log) -> Log:
+        lg.on_change = self._log_changed
+        self._changed.add(lg)  # its checkpoints may lag behind what recovery found
+        return lg
+
+    def _log_changed(self, lg: Log) -> None:
+        self._changed.add(lg)  # set.add: safe from any thread under the GIL
 
     def _merged(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
         merged = dict(self.default_config)
@@ -133,7 +158,7 @@ class LogManager:
             target = min(self.log_dirs, key=lambda d: self._dir_counts[d])
             lg = Log.open(target / f"{topic}-{partition}", self._merged(config), topic=topic,
                           partition=partition, clock_ms=self.clock_ms)
-            self._logs[(topic, partition)] = lg
+            self._logs[(topic, partition)] = self._watch(lg)
             self._dir_counts[target] += 1
             return lg
 
@@ -149,6 +174,10 @@ class LogManager:
                 self._dir_counts[lg.dir.parent] -= 1
         if lg is None:
             return False
+        lg.on_change = None
+        for pending in (self._changed, self._hw_due, self._rp_due):
+            pending.discard(lg)
+        self._flush_due.pop(lg, None)  # its heap entry is skipped as stale
         lg.close()
         doomed = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         try:
@@ -165,29 +194,72 @@ class LogManager:
 
     # --- periodic duties -----------------------------------------------------------------------
     def run_maintenance(self, now_ms: int | None = None) -> dict[str, int]:
-        """Retention, flush.ms, and (every few seconds) the HW and recovery-point checkpoints.
-        A disk error on one log is logged and does not stop the others."""
+        """Flushes due by flush.ms, (every few seconds) the HW and recovery-point checkpoints of
+        the logs whose offsets moved, and (every ``retention_check_interval_ms``) retention and
+        producer-id expiry over every log. A disk error on one log is logged and does not stop
+        the others."""
         now = self.clock_ms() if now_ms is None else now_ms
         deleted = flushed = errors = 0
-        do_hw = now - self._last_hw_checkpoint_ms >= self.hw_checkpoint_interval_ms
-        do_rp = now - self._last_rp_checkpoint_ms >= self.recovery_point_checkpoint_interval_ms
-        for lg in self.logs():
-            try:
+        while self._changed:
+            lg = self._changed.pop()  # pop, not a swap: a change reported meanwhile is kept
+            self._hw_due.add(lg)
+            self._rp_due.add(lg)
+            self._schedule_flush(lg)
+
+        def each(logs: Any, duty: Callable[[Log], Any]) -> list[Log]:
+            nonlocal errors
+            failed = []
+            for lg in logs:
+                try:
+                    duty(lg)
+                except KafkaStorageError as error:
+                    errors += 1
+                    failed.append(lg)
+                    log.error("maintenance of %s: %s", lg, error)
+            return failed
+
+        if now - self._last_retention_check_ms >= self.retention_check_interval_ms:
+            self._last_retention_check_ms = now
+
+            def retention(lg: Log) -> None:
+                nonlocal deleted
                 deleted += lg.delete_old_segments(now)
-                flushed += lg.maybe_flush(now)
                 lg.remove_expired_producers(now)
-                if do_hw:
-                    lg.checkpoint_high_watermark()
-                if do_rp:
-                    lg.checkpoint_recovery_point()
-            except KafkaStorageError as error:
-                errors += 1
-                log.error("maintenance of %s: %s", lg, error)
-        if do_hw:
+            each(self.logs(), retention)
+        due = []
+        while self._flush_heap and self._flush_heap[0][0] <= now:
+            deadline, _, lg = heapq.heappop(self._flush_heap)
+            if self._flush_due.get(lg) == deadline:  # else rescheduled or deleted since: stale
+                del self._flush_due[lg]
+                due.append(lg)
+
+        def flush(lg: Log) -> None:
+            nonlocal flushed
+            flushed += lg.maybe_flush(now)
+        each(due, flush)
+        for lg in due:
+            self._schedule_flush(lg)  # still unflushed (flush.ms raised meanwhile): later
+        if now - self._last_hw_checkpoint_ms >= self.hw_checkpoint_interval_ms:
             self._last_hw_checkpoint_ms = now
-        if do_rp:
+            logs, self._hw_due = self._hw_due, set()
+            self._hw_due.update(each(logs, Log.checkpoint_high_watermark))  # writes only a HW that moved
+        if now - self._last_rp_checkpoint_ms >= self.recovery_point_checkpoint_interval_ms:
             self._last_rp_checkpoint_ms = now
+            logs, self._rp_due = self._rp_due, set()
+            self._rp_due.update(each(logs, Log.checkpoint_recovery_point))
         return {"deleted_segments": deleted, "flushed_logs": flushed, "errors": errors}
+
+    def _schedule_flush(self, lg: Log) -> None:
+        """Put ``lg`` in the flush heap at its flush.ms deadline, unless nothing waits to be
+        flushed or it is already there at an earlier one."""
+        deadline = lg.flush_due_ms()
+        if deadline is None:
+            return
+        scheduled = self._flush_due.get(lg)
+        if scheduled is not None and scheduled <= deadline:
+            return
+        self._flush_due[lg] = deadline
+        heapq.heappush(self._flush_heap, (deadline, next(self._flush_seq), lg))
 
     def checkpoint_high_watermarks(self) -> None:
         for lg in self.logs():

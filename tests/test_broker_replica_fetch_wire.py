@@ -134,9 +134,12 @@ def test_a_follower_fetches_with_kafkas_fetch_v12_and_its_position_moves_the_lea
             await fetcher.close()
             await leader.close()
         assert len(leader.requests) == 2
+        # A full fetch that asks for a fetch session, then an incremental one in it (KIP-227).
+        [session] = leader.broker.replicas.fetch_sessions.sessions.values()
+        assert [(b["session_id"], b["session_epoch"]) for *_, b in leader.requests] == [(0, 0), (session.id, 1)]
         for api_key, version, body in leader.requests:
             assert (api_key, version) == (ApiKey.FETCH, 12), "the follower's fetch was not Kafka's Fetch v12"
-            assert (body["replica_id"], body["session_id"], body["session_epoch"]) == (FOLLOWER, 0, -1)
+            assert body["replica_id"] == FOLLOWER
             assert body["max_wait_ms"] == WAIT_MS and body["isolation_level"] == 0
             [topic] = body["topics"]
             [entry] = topic["partitions"]

@@ -15,8 +15,9 @@ again; a restart that ignored the committed offsets would read the first phase a
 (auto.offset.reset=earliest) and show up as duplicates. A codec missing from BROKER_CODECS (all
 five are there now) would be a strict xfail; a codec a client cannot compress with (a missing optional package) is a skip naming the package.
 kcat runs with librdkafka's debug output, which says when it sends a batch uncompressed because it
-believes the broker cannot take the codec (KAFKA-18659). Raw Fetch requests check that fetch
-sessions are declined the way KIP-227 allows. The last test kills (kill -9) a partition's leader under a librdkafka idempotent producer and checks
+believes the broker cannot take the codec (KAFKA-18659). Raw Fetch requests check that a fetch
+session is made on request and an unknown one gets KIP-227's error (kafka-python's consumers
+fetch in sessions; librdkafka and aiokafka send sessionless fetches). The last test kills (kill -9) a partition's leader under a librdkafka idempotent producer and checks
 that every acknowledged record is read back exactly once. Random choices come from ``SEED``
 (printed on failure; set RAFTKA_COMPAT_SEED to replay).
 """
@@ -640,7 +641,7 @@ def test_kcat_produces_and_reads_back_with_codec(cluster, admin, codec):
     assert_exactly_once(pairs, read)
 
 
-# -- fetch sessions: declined; an incremental fetch gets Kafka's error ----------------------------
+# -- fetch sessions (KIP-227): made on request; an unknown one gets Kafka's error --------------
 
 def raw_kafka_request(address: str, api_key: int, version: int, body: dict) -> dict:
     """One request in Kafka's protocol on a fresh socket, its answer decoded (Raftka's declarations)."""
@@ -667,14 +668,15 @@ def raw_kafka_request(address: str, api_key: int, version: int, body: dict) -> d
     return decoder(response_message, version)(answer[position:])
 
 
-@pytest.mark.parametrize("session_id, epoch, code", [
-    pytest.param(0, -1, 0, id="sessionless"),
-    pytest.param(0, 0, 0, id="asks-for-a-session"),
-    pytest.param(12345, -1, 0, id="full-fetch-closing-an-unknown-session"),
-    pytest.param(12345, 1, 70, id="incremental-unknown-session"),
-    pytest.param(0, 3, 70, id="incremental-without-session"),
+@pytest.mark.parametrize("session_id, epoch, code, new_session", [
+    pytest.param(0, -1, 0, False, id="sessionless"),
+    pytest.param(0, 0, 0, True, id="asks-for-a-session"),
+    pytest.param(12345, -1, 0, False, id="full-fetch-closing-an-unknown-session"),
+    pytest.param(12345, 1, 70, False, id="incremental-unknown-session"),
+    pytest.param(0, 3, 70, False, id="incremental-without-session"),
 ])
-def test_fetch_sessions_are_declined_and_an_incremental_fetch_gets_kafkas_error(cluster, admin, session_id, epoch, code):
+def test_a_fetch_session_is_made_on_request_and_an_unknown_one_gets_kafkas_error(cluster, admin, session_id, epoch,
+                                                                                 code, new_session):
     from raftka.common.api import ApiKey
     topic = topic_name("session")
     admin.create_topics([NewTopic(topic, 1, REPLICATION)])
@@ -686,7 +688,7 @@ def test_fetch_sessions_are_declined_and_an_incremental_fetch_gets_kafkas_error(
                                                         "partition_max_bytes": 1 << 20}]}],
             "forgotten_topics_data": [], "rack_id": ""}
     answer = raw_kafka_request(cluster.broker_address(leader), ApiKey.FETCH, 12, body)
-    assert answer["error_code"] == code and answer["session_id"] == 0, answer
+    assert answer["error_code"] == code and (answer["session_id"] > 0) == new_session, answer
     if code:
         assert answer["responses"] == []
     else:

@@ -2,12 +2,11 @@
 what tests/test_compat_clients.py found with real clients, pinned at every version it concerns."""
 from __future__ import annotations
 
-import asyncio
 import copy
 
 import pytest
 
-from raftka.broker.kafka_wire import ANSWER_SHIMS, HANDLER_WRAPPERS, REQUEST_SHIMS
+from raftka.broker.kafka_wire import ANSWER_SHIMS, REQUEST_SHIMS
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.codec import decoder, encoder
@@ -29,24 +28,6 @@ def test_a_join_group_error_answer_with_no_protocol_encodes_at_every_version(ver
     decoded = decoder(JOIN_RESPONSE, version)(encoder(JOIN_RESPONSE, version)(shimmed))
     assert decoded["error_code"] == errors.MEMBER_ID_REQUIRED and decoded["member_id"] == "m-1"
     assert decoded["protocol_name"] == ("" if version < 7 else None)
-
-
-@pytest.mark.parametrize("session_id, epoch, code", [
-    (0, -1, None), (0, 0, None), (9, -1, None), (9, 0, None), (9, 1, 70), (9, 5, 70), (0, 1, 70),
-])
-def test_fetch_sessions_are_declined_and_an_incremental_fetch_finds_no_session(session_id, epoch, code):
-    called = []
-
-    async def handler(body):
-        called.append(body)
-        return errors.NONE, {"error_code": 0, "session_id": 0, "responses": []}
-
-    result = asyncio.run(HANDLER_WRAPPERS[ApiKey.FETCH](handler, 12, {"session_id": session_id,
-                                                                       "session_epoch": epoch}))
-    if code is None:
-        assert len(called) == 1 and result[1]["error_code"] == 0
-    else:
-        assert not called and result == (errors.NONE, {"error_code": code, "session_id": 0, "responses": []})
 
 
 def test_api_versions_advertise_produce_from_v0_while_serving_v3_and_up():

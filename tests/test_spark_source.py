@@ -24,7 +24,8 @@ from raftka.client.errors import IllegalStateError
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
-RF3 = {"default.replication.factor": 3, "min.insync.replicas": 2}
+# Retention checked every second (Kafka's default is 5 minutes): the retention test waits for it.
+RF3 = {"default.replication.factor": 3, "min.insync.replicas": 2, "log.retention.check.interval.ms": 1000}
 
 
 # -- fixtures: one SparkSession per run, one cluster per module --

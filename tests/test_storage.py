@@ -792,7 +792,7 @@ def test_log_manager_maintenance_applies_retention_flush_and_checkpoints(tmp_pat
     now = [1_000_000]
     manager = LogManager([str(tmp_path)], {"segment.bytes": 600, "retention.ms": 1000,
                                            "flush.ms": 50}, clock_ms=lambda: now[0],
-                         hw_checkpoint_interval_ms=0)
+                         hw_checkpoint_interval_ms=0, retention_check_interval_ms=0)
     lg = manager.get_or_create("t", 0)
     for i in range(10):
         lg.append_as_leader(make_batch(2, ts=now[0]), 0)
