@@ -414,7 +414,9 @@ class Partition:
         return None
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(largest epoch <= ``epoch`` we know, offset where it ends): OffsetsForLeaderEpoch."""
+        """(largest epoch <= ``epoch`` we know, offset where it ends), for a follower's diverging
+        epoch (Fetch v12) and its truncation; (-1, log start) when we cannot say. The
+        OffsetsForLeaderEpoch answer is the epoch cache's own (ReplicaManager)."""
         found_epoch, end_offset = self.log.leader_epoch_cache.end_offset_for(epoch)
         if found_epoch < 0:
             # No history to compare with (empty cache, or an epoch newer than ours): the asker
