@@ -12,8 +12,9 @@ attempts.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Any, Callable, Final, Sequence
+from typing import Any, Awaitable, Callable, Final, Sequence
 
 from raftka.common import errors
 from raftka.common.api import ApiKey
@@ -23,6 +24,8 @@ from raftka.common.messages.controller import (
     DESCRIBE_QUORUM_BODY, NEWEST_VERSIONS, answer_error, node_listener, quorum_partition,
 )
 from raftka.common.transport import Connection
+
+log = logging.getLogger(__name__)
 
 ATTEMPTS_MAX = 50
 RETRY_BACKOFF_MS = 50
@@ -172,3 +175,99 @@ class ControllerChannel:
             return last
         raise RequestTimedOutError(f"no controller answered within {timeout_ms or self.timeout_ms} ms"
                                    + (f" (last error: {last_error.message})" if last_error else ""))
+
+
+class AlterPartitionManager:
+    """Leaders' ISR changes to the active controller, batched as Kafka's AlterPartitionManager:
+    every change submitted while no request is in flight goes out in the next AlterPartition
+    request, with every other pending change (at most one request in flight), and each
+    partition's answer settles its own future. A failed change (its own error code, or the
+    whole request's) fails its future: the caller proposes again from its current state, and
+    that change goes out in a later round.
+
+    ``send(body)`` sends one AlterPartition body and returns (error_code, answer)
+    (``ControllerChannel.request``); ``header()`` gives the request's ``broker_id`` and
+    ``broker_epoch`` at the time it goes out.
+    """
+
+    def __init__(self, send: Callable[[dict], Awaitable[tuple[int, Any]]], header: Callable[[], dict]) -> None:
+        self.send = send
+        self.header = header
+        # (topic id, partition index) -> (its item of the next request, its caller's future)
+        self._pending: dict[tuple[str, int], tuple[dict, asyncio.Future]] = {}
+        self._sender: asyncio.Task | None = None
+        self.requests_sent = 0
+
+    def submit(self, topic_id: str, item: dict) -> "asyncio.Future[dict]":
+        """Queue one partition's change ``item`` ({partition_index, leader_epoch,
+        new_isr_with_epochs, partition_epoch}); the future gives that partition's answer
+        ({partition_index, error_code NONE, leader_id, leader_epoch, isr, partition_epoch}) or
+        raises the error it was refused with. One change per partition at a time."""
+        future: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
+        key = (topic_id, item["partition_index"])
+        if key in self._pending:
+            future.set_exception(errors.InvalidRequestError(
+                f"topic id {topic_id} partition {key[1]}: an ISR change is already waiting to be sent"))
+            return future
+        self._pending[key] = (item, future)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_rounds(), name="alter-partition")
+        return future
+
+    async def _send_rounds(self) -> None:
+        await asyncio.sleep(0)  # let the caller's tick queue the rest of its changes first
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            try:
+                await self._send_round(batch)
+            except BaseException as error:  # cancelled (close) or a bug: no caller waits forever
+                for _, future in batch.values():
+                    if not future.done():
+                        future.set_exception(error if isinstance(error, Exception)
+                                             else errors.NetworkExceptionError("the broker is shutting down"))
+                if not isinstance(error, Exception):
+                    raise
+
+    async def _send_round(self, batch: dict[tuple[str, int], tuple[dict, asyncio.Future]]) -> None:
+        by_topic: dict[str, list[dict]] = {}
+        for (topic_id, _), (item, _) in batch.items():
+            by_topic.setdefault(topic_id, []).append(item)
+        body = {**self.header(), "topics": [{"topic_id": t, "partitions": items} for t, items in by_topic.items()]}
+        self.requests_sent += 1
+        log.info("AlterPartition: %d ISR change(s) of %d topic(s) in one request", len(batch), len(by_topic))
+        try:
+            code, out = await self.send(body)
+        except RaftkaError as error:
+            code, out = error.code, {"error_message": error.message}
+        answers: dict[tuple[str, int], dict] = {}
+        if code == errors.NONE:
+            for topic in out.get("topics") or []:
+                for answer in topic["partitions"]:
+                    answers[(topic["topic_id"], answer["partition_index"])] = answer
+        for key, (_, future) in batch.items():
+            if future.done():
+                continue
+            answer = answers.get(key)
+            if code != errors.NONE:
+                future.set_exception(errors.error_for(code, f"AlterPartition refused: {errors.name_of(code)}"
+                                                      + (f" ({out['error_message']})" if out.get("error_message") else "")))
+            elif answer is None:
+                future.set_exception(errors.error_for(errors.UNKNOWN_SERVER_ERROR,
+                                                      "the AlterPartition answer left this partition out"))
+            elif answer["error_code"] != errors.NONE:
+                future.set_exception(errors.error_for(answer["error_code"],
+                                                      f"AlterPartition refused: {errors.name_of(answer['error_code'])}"))
+            else:
+                future.set_result(answer)
+
+    async def close(self) -> None:
+        if self._sender is not None and not self._sender.done():
+            self._sender.cancel()
+            try:
+                await self._sender
+            except (asyncio.CancelledError, Exception):
+                pass
+        for _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(errors.NetworkExceptionError("the broker is shutting down"))
+        self._pending.clear()

@@ -24,7 +24,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from raftka.broker.controller_channel import ControllerChannel
+from raftka.broker.controller_channel import AlterPartitionManager, ControllerChannel
 from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
 from raftka.broker.limits import ByteBudget
 from raftka.storage import LogManager
@@ -71,6 +71,15 @@ class BrokerServer:
                                              client_id=f"broker-{self.broker_id}",
                                              proxies=config.proxies("controller.rpc.proxies"))
         self.controllers.on_disconnect = self._heartbeat_soon
+        # AlterPartition on a connection of its own: the controller answers a connection's
+        # requests in arrival order, so heartbeats must not queue behind ISR changes.
+        self._alter_channel = ControllerChannel(config["controller.quorum.bootstrap.servers"],
+                                                timeout_ms=config["controller.request.timeout.ms"],
+                                                client_id=f"broker-{self.broker_id}",
+                                                proxies=config.proxies("controller.rpc.proxies"))
+        self.alter_partitions = AlterPartitionManager(
+            lambda body: self._alter_channel.request(ApiKey.ALTER_PARTITION, body),
+            lambda: {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch})
         default_log_config = {"max.message.bytes": config["message.max.bytes"],
                               "segment.bytes": config["log.segment.bytes"],
                               "retention.ms": config["log.retention.ms"],
@@ -273,6 +282,8 @@ class BrokerServer:
             await self.server.close()
         await self.groups.close()
         await self.replicas.close()
+        await self.alter_partitions.close()
+        await self._alter_channel.close()
         await self.controllers.close()
         if self.http_runner is not None:
             await self.http_runner.cleanup()
@@ -507,23 +518,21 @@ class BrokerServer:
 
     async def _alter_partition(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
         """AlterPartition v3: the topic by id, each ISR member with the broker epoch our metadata
-        knows (the controller refuses a member that registered again since: INELIGIBLE_REPLICA)."""
+        knows (the controller refuses a member that registered again since: INELIGIBLE_REPLICA).
+        The change goes out with every other pending one in a single request
+        (AlterPartitionManager); the committed result is taken once its answer is in."""
         topic_id = self.replicas.topic_ids.get((partition.topic, partition.index))
         if topic_id is None:
             raise errors.for_code(errors.UNKNOWN_TOPIC_ID)(f"{partition.name}: no topic id in our metadata")
         brokers = self.replicas.view.brokers
         members = [{"broker_id": b, "broker_epoch": brokers[b].broker_epoch if b in brokers else -1} for b in new_isr]
-        body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "topics": [{
-            "topic_id": topic_id, "partitions": [{
+        log.debug("%s: asking the controller for ISR %s (from %s)", partition.name, list(new_isr), list(partition.isr))
+        try:
+            answer = await self.alter_partitions.submit(topic_id, {
                 "partition_index": partition.index, "leader_epoch": partition.leader_epoch,
-                "new_isr_with_epochs": members, "partition_epoch": partition.partition_epoch}]}]}
-        log.info("%s: asking the controller for ISR %s (from %s)", partition.name, list(new_isr), list(partition.isr))
-        code, out = await self.controllers.request(ApiKey.ALTER_PARTITION, body)
-        if code == errors.NONE:
-            answer = out["topics"][0]["partitions"][0] if out.get("topics") and out["topics"][0]["partitions"] else None
-            code = errors.UNKNOWN_SERVER_ERROR if answer is None else answer["error_code"]
-        if code != errors.NONE:
-            raise errors.error_for(code, f"{partition.name}: AlterPartition refused: {errors.name_of(code)}")
+                "new_isr_with_epochs": members, "partition_epoch": partition.partition_epoch})
+        except RaftkaError as error:
+            raise errors.error_for(error.code, f"{partition.name}: {error.message}") from None
         # Committed: the metadata log brings the same state.
         partition.take_alter_result({"leader": answer["leader_id"], "leader_epoch": answer["leader_epoch"],
                                      "isr": answer["isr"], "partition_epoch": answer["partition_epoch"]})

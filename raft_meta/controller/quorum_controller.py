@@ -620,75 +620,119 @@ class QuorumController:
     # -- partitions ------------------------------------------------------------------------
 
     async def alter_partition(self, version: int, body: dict) -> tuple[int, dict]:
-        """AlterPartition (Kafka's v2-3): a partition leader asks for a new ISR, naming topics by
+        """AlterPartition (Kafka's v2-3): a partition leader asks for new ISRs, naming topics by
         id, with the leader epoch and partition epoch it holds (v3: each ISR member with its
         broker epoch). A stale broker epoch refuses the whole request (STALE_BROKER_EPOCH); each
         partition is answered {partition_index, error_code, leader_id, leader_epoch, isr,
-        partition_epoch}, its fields the committed result. A retry of a change that committed
-        finds the partition epoch moved on and is refused INVALID_UPDATE_VERSION, never
-        applied twice."""
+        partition_epoch}, its fields the committed result. The partitions of one request are
+        decided together and their changes committed as one entry (``_alter_all``). A retry of a
+        change that committed finds the partition epoch moved on and is refused
+        INVALID_UPDATE_VERSION, never applied twice."""
         broker_id = body["broker_id"]
         broker = self.image.brokers.get(broker_id)
         if broker is None or broker.broker_epoch != body["broker_epoch"]:
             return errors.STALE_BROKER_EPOCH, {"error_message": "stale or unknown broker epoch"}
-        topics = []
+        asks = []  # (topic id, partition request, [(member, member's broker epoch)]) in request order
         for topic in body["topics"]:
-            answers = []
             for request in topic["partitions"]:
                 if version >= 3:
                     members = [(m["broker_id"], m["broker_epoch"]) for m in request["new_isr_with_epochs"]]
                 else:
                     members = [(b, -1) for b in request["new_isr"]]
-                code, answer = await self._alter_one(broker_id, topic["topic_id"], request, members)
+                asks.append((topic["topic_id"], request, members))
+        outcomes = iter(await self._alter_all(broker_id, asks))
+        topics = []
+        for topic in body["topics"]:
+            answers = []
+            for request in topic["partitions"]:
+                code, answer = next(outcomes)
                 answers.append({"partition_index": request["partition_index"], "error_code": code, **answer})
             topics.append({"topic_id": topic["topic_id"], "partitions": answers})
         return errors.NONE, {"topics": topics}
 
-    async def _alter_one(self, broker_id: int, topic_id: str, request: dict,
-                         members: list[tuple[int, int]]) -> tuple[int, dict]:
-        """One partition of an AlterPartition: (error code, the answer's other fields)."""
-        image = self.image
+    async def _alter_all(self, broker_id: int, asks: list[tuple[str, dict, list[tuple[int, int]]]]
+                         ) -> list[tuple[int, dict]]:
+        """(error code, the answer's other fields) per ask. Every ask is decided on one image and
+        the accepted changes go out as one entry (``PARTITION_CHANGES_PER_ENTRY_MAX`` per entry),
+        so a leader's ISR changes after a restart cost one Raft commit, not one per partition.
+        An entry refused at replay (another commit changed a partition meanwhile: the entry is
+        atomic) is decided again on the new image."""
+        outcomes: list[tuple[int, dict] | None] = [None] * len(asks)
+        seen: set[tuple[str, int]] = set()
+        pending = []
+        for i, (topic_id, request, _) in enumerate(asks):
+            key = (topic_id, request["partition_index"])
+            if key in seen:
+                outcomes[i] = (errors.INVALID_REQUEST, {})  # one change per partition and request
+            else:
+                seen.add(key)
+                pending.append(i)
+        refusals = 0
+        while pending:
+            image = self.image
+            decided: list[tuple[int, PartitionChangeRecord]] = []
+            for i in pending:
+                record = self._alter_decision(image, broker_id, *asks[i])
+                if isinstance(record, int):
+                    outcomes[i] = (record, {})
+                else:
+                    decided.append((i, record))
+            batch, rest = decided[:PARTITION_CHANGES_PER_ENTRY_MAX], decided[PARTITION_CHANGES_PER_ENTRY_MAX:]
+            pending = [i for i, _ in rest]
+            if not batch:
+                break
+            try:
+                results = await self.commit([record for _, record in batch])
+            except RaftkaError as error:
+                if error.retriable:  # NOT_CONTROLLER, REQUEST_TIMED_OUT: the whole request is retried
+                    raise
+                refusals += 1
+                if self.image is image or refusals >= DECISION_ATTEMPTS_MAX:
+                    for i, _ in batch:  # refused, and not for a race: the error is each partition's answer
+                        outcomes[i] = (error.code, {})
+                else:
+                    pending = [i for i, _ in batch] + pending  # decide again on the new image
+                continue
+            for (i, _), result in zip(batch, results):
+                outcomes[i] = (errors.NONE, {"leader_id": result["leader"], "leader_epoch": result["leader_epoch"],
+                                             "isr": result["isr"], "partition_epoch": result["partition_epoch"]})
+        return [outcome or (errors.UNKNOWN_SERVER_ERROR, {}) for outcome in outcomes]
+
+    def _alter_decision(self, image: MetadataImage, broker_id: int, topic_id: str, request: dict,
+                        members: list[tuple[int, int]]) -> PartitionChangeRecord | int:
+        """One partition of an AlterPartition decided on ``image``: its change, or the error
+        code that refuses it."""
         index = request["partition_index"]
         name = image.topic_names_by_id.get(topic_id)
         if name is None:
-            return errors.UNKNOWN_TOPIC_ID, {}
-        topic = image.topics[name]
-        p = topic.partition(index)
+            return errors.UNKNOWN_TOPIC_ID
+        p = image.topics[name].partition(index)
         if p is None:
-            return errors.UNKNOWN_TOPIC_OR_PARTITION, {}
+            return errors.UNKNOWN_TOPIC_OR_PARTITION
         if p.leader != broker_id:
-            return errors.NOT_LEADER_OR_FOLLOWER, {}
+            return errors.NOT_LEADER_OR_FOLLOWER
         if request["leader_epoch"] != p.leader_epoch:
-            return errors.FENCED_LEADER_EPOCH, {}
+            return errors.FENCED_LEADER_EPOCH
         if request["partition_epoch"] != p.partition_epoch:
-            return errors.INVALID_UPDATE_VERSION, {}
+            return errors.INVALID_UPDATE_VERSION
         if request["leader_recovery_state"] != 0:
-            return errors.INVALID_REQUEST, {}  # Raftka's leaders never recover from an unclean election
+            return errors.INVALID_REQUEST  # Raftka's leaders never recover from an unclean election
         new_isr = [b for b, _ in members]
         if not new_isr or len(set(new_isr)) != len(new_isr):
-            return errors.INVALID_REQUEST, {}  # at least one member, each once
+            return errors.INVALID_REQUEST  # at least one member, each once
         for member, member_epoch in members:
             registration = image.brokers.get(member)
             # Ineligible: not a replica, fenced, or (v3) restarted since the leader saw it in sync.
             if (member not in p.replicas or registration is None or registration.fenced
                     or member_epoch not in (-1, registration.broker_epoch)):
-                return errors.INELIGIBLE_REPLICA, {}
+                return errors.INELIGIBLE_REPLICA
         leader = None
         if broker_id not in new_isr:
             # The leader resigns: its replica went offline (a corrupt log, broker/replica_manager.py).
             # The first remaining ISR member in replica order leads; the resigning replica is out
             # of the ISR until it has fetched everything again.
             leader = next(b for b in p.replicas if b in new_isr)
-        try:
-            results = await self.commit([PartitionChangeRecord(name, topic_id, index, p.partition_epoch,
-                                                               leader, tuple(new_isr))])
-        except RaftkaError as error:
-            if error.retriable:  # NOT_CONTROLLER, REQUEST_TIMED_OUT: the whole request is retried
-                raise
-            return error.code, {}  # refused at replay: the partition changed meanwhile
-        result = results[0]
-        return errors.NONE, {"leader_id": result["leader"], "leader_epoch": result["leader_epoch"],
-                             "isr": result["isr"], "partition_epoch": result["partition_epoch"]}
+        return PartitionChangeRecord(name, topic_id, index, p.partition_epoch, leader, tuple(new_isr))
 
     # -- producer ids ----------------------------------------------------------------------
 
