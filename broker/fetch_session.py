@@ -6,8 +6,8 @@ A fetcher (a follower broker, or a consumer such as kafka-python) says in each F
 it means with ``session_id`` and ``session_epoch``:
 
     session_id  epoch   meaning
-    0           -1      a full fetch without a session (every Fetch before v7, librdkafka, aiokafka,
-                        Raftka's own consumer); the answer's session_id is 0
+    0           -1      a full fetch without a session (every Fetch before v7, librdkafka,
+                        aiokafka); the answer's session_id is 0
     0           0       a full fetch that asks for a session: the answer's session_id names it, or is
                         0 when no slot is free (the fetcher then goes on with full fetches)
     X           0       closes session X, then as (0, 0)

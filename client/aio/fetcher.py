@@ -12,6 +12,19 @@ Positions: a partition without one gets the group's committed offset (group mode
 that, one from ``auto_offset_reset`` by ListOffsets, in a task of its own. OFFSET_OUT_OF_RANGE
 applies ``auto_offset_reset`` again; with ``'none'`` the partition fails until a seek.
 
+Each leader is fetched from in a fetch session (KIP-227, served by broker/fetch_session.py; the
+role of Kafka's FetchSessionHandler, here ``FetchSession``). The first Fetch to a broker is a full
+one (session_id 0, epoch 0) naming every partition fetched from it; its answer names the session.
+The next ones are incremental (session_id, epoch 1, 2, ...): they name only the partitions added
+or whose entry changed (fetch offset, current leader epoch) or that the last answer carried, and
+list in ``forgotten_topics_data`` the session's partitions not fetched from that broker this
+time (unassigned, paused, failed, backing off, being validated, led elsewhere now, or with a full
+buffer: the broker would otherwise keep answering their records). An answer carries only the
+partitions with news; the others are unchanged. FETCH_SESSION_ID_NOT_FOUND or
+INVALID_FETCH_SESSION_EPOCH, a failed Fetch or a lost connection start over with a full fetch.
+A broker without a free slot answers session_id 0: every Fetch to it is then a full one (each
+asks for a session again, as Kafka's consumer does).
+
 Records come only from below the high watermark (the broker sends no more; the fetcher also
 drops anything at or above it) and never before the fetch offset (a batch may start earlier).
 
@@ -56,6 +69,9 @@ _OFFSET_MAX = 1 << 63
 # the records (e.g. replication factor 1) and retrying longer only hides that.
 STORAGE_ERROR_RETRY_MS_MAX = 10_000
 CONSUMER_REPLICA_ID = -1  # OffsetsForLeaderEpoch v3+: the request comes from a consumer, not a follower
+INVALID_SESSION_ID = 0  # Fetch: no session, in requests and answers
+INITIAL_EPOCH = 0  # Fetch: a full fetch that asks for a session (and closes the one it names)
+SESSION_EPOCH_MAX = 0x7FFFFFFF  # after it, a session's epoch is 1 again
 # The hot loops below build ConsumerRecords positionally and unpack decoded records in one step
 # (named access per field would cost more than the rest of the loop); these fix the orders they rely on.
 assert rec.Record._fields == ("offset", "timestamp", "key", "value", "headers")
@@ -198,6 +214,73 @@ class ValidationTarget(NamedTuple):
     leader_epoch: int  # the leader epoch it was asked under
 
 
+class FetchSession:
+    """This consumer's fetch session with one broker (module docstring): the id and epoch of the
+    next Fetch (epoch INITIAL_EPOCH: a full one), and what the broker's session holds.
+
+        next Fetch     sent as    its outcome                           then
+        full           (S, 0)     answer with session_id N > 0          incremental (N, 1)
+        full           (S, 0)     answer with session_id 0 (no slot)    full (0, 0)
+        incremental    (S, E)     answer                                incremental (S, E + 1)
+        any            (S, E)     FETCH_SESSION_ID_NOT_FOUND            full (0, 0)
+        any            (S, E)     INVALID_FETCH_SESSION_EPOCH, another  full (S, 0), which closes S
+                                  error, no answer (lost, timed out)
+
+    E + 1 wraps from SESSION_EPOCH_MAX to 1. One Fetch per broker is in flight at a time, so the
+    states never overlap."""
+
+    __slots__ = ("session_id", "epoch", "entries")
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        # tp -> (fetch offset, current leader epoch) as the broker holds it. None: held, but named
+        # again in the next incremental fetch (an answer carried it, and the broker reads a
+        # partition again only when it is named or has news: records dropped here as stale would
+        # otherwise never come back).
+        self.entries: dict[TopicPartition, tuple[int, int] | None] = {}
+
+    def next_fetch(self, wanted: dict[TopicPartition, tuple[int, int]]
+                   ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """The next Fetch for the partitions ``wanted`` now ({tp: (fetch offset, leader epoch)}):
+        (the partitions it names, those it forgets). What it names becomes what the broker holds."""
+        if self.epoch == INITIAL_EPOCH:
+            self.entries = dict(wanted)
+            return list(wanted), []
+        entries = self.entries
+        forgotten = [tp for tp in entries if tp not in wanted]
+        for tp in forgotten:
+            del entries[tp]
+        named = []
+        for tp, entry in wanted.items():
+            if entries.get(tp) != entry:
+                entries[tp] = entry
+                named.append(tp)
+        return named, forgotten
+
+    def answered(self, session_id: int, carried: Iterable[TopicPartition]) -> None:
+        """The broker took the Fetch: its answer's ``session_id`` and the partitions it carried."""
+        if session_id == INVALID_SESSION_ID:  # no slot (or closed): the next Fetch is full again
+            self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+            return
+        if self.epoch == INITIAL_EPOCH:
+            self.session_id, self.epoch = session_id, 1
+        else:
+            self.epoch = 1 if self.epoch >= SESSION_EPOCH_MAX else self.epoch + 1
+        entries = self.entries
+        for tp in carried:
+            if tp in entries:
+                entries[tp] = None
+
+    def restart(self, session_known: bool = True) -> None:
+        """The next Fetch is a full one: whether the broker took the last one is not known, or it
+        refused the session. It closes the session it names; ``session_known`` False: the broker
+        has none to close."""
+        self.epoch = INITIAL_EPOCH
+        if not session_known:
+            self.session_id = INVALID_SESSION_ID
+
+
 class Fetcher:
     """Fetches for the assigned partitions of ``subscriptions`` and hands the records to
     ``poll`` (module docstring). ``refresh_subscription`` runs at each pass of the background
@@ -215,6 +298,7 @@ class Fetcher:
         self._notify = notify
         self._wakeup = asyncio.Event()
         self._nodes_in_flight: set[int] = set()
+        self._sessions: dict[int, FetchSession] = {}  # broker id -> our fetch session there
         self._validating: set[TopicPartition] = set()  # partitions with an OffsetsForLeaderEpoch in flight
         self._loop_task: asyncio.Task[None] | None = None
         self._resolver: asyncio.Task[None] | None = None
@@ -311,25 +395,31 @@ class Fetcher:
         c = self.config
         max_bytes = c["max_partition_fetch_bytes"]
         now = time.monotonic()
+        # Per leader not fetched from now: {tp: (fetch offset, leader epoch)} to fetch, and their states.
+        wanted: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
         by_node: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
         to_validate: dict[int, list[tuple[TopicPartition, PartitionState, int]]] = {}
         metadata = self.cluster.metadata
+        brokers = metadata.brokers
         for tp, state in self.subscriptions.states.items():
             if state.buffered_bytes >= max_bytes or not state.is_fetchable(now) or tp in self._validating:
                 continue
             state.retry_at = 0.0
-            leader = metadata.leader_for(tp)
-            if leader is None:
+            # One metadata lookup per partition (leader_for and leader_epoch would make two): this
+            # loop runs after every answer, over every assigned partition.
+            meta = metadata.partition(tp)
+            if meta is None or meta.leader < 0 or meta.leader not in brokers:
                 self.cluster.request_update()
                 state.retry_at = now + c["retry_backoff_ms"] / 1000
                 continue
-            leader_epoch = metadata.leader_epoch(tp)
+            leader, leader_epoch = meta.leader, meta.leader_epoch
             if state.needs_validation(leader_epoch):
                 to_validate.setdefault(leader, []).append((tp, state, leader_epoch))
                 continue
             if leader in self._nodes_in_flight:
                 continue
             state.leader_epoch_seen = max(state.leader_epoch_seen, leader_epoch)
+            wanted.setdefault(leader, {})[tp] = (state.fetch_position, leader_epoch)  # type: ignore[assignment]
             by_node.setdefault(leader, []).append((tp, state))
         for node, checks in to_validate.items():
             self._validating.update(tp for tp, _, _ in checks)
@@ -337,39 +427,69 @@ class Fetcher:
             self._fetches.add(task)
             task.add_done_callback(self._fetches.discard)
         for node, parts in by_node.items():
+            session = self._sessions.get(node)
+            if session is None:
+                session = self._sessions[node] = FetchSession()
+            body = self._fetch_body(session, wanted[node])
+            asked = {tp: FetchTarget(state.generation, state.fetch_position) for tp, state in parts}
             self._nodes_in_flight.add(node)
-            task = asyncio.get_running_loop().create_task(self._fetch(node, parts))
+            task = asyncio.get_running_loop().create_task(self._fetch(node, session, body, asked))
             self._fetches.add(task)
             task.add_done_callback(self._fetches.discard)
 
-    async def _fetch(self, node: int, parts: list[tuple[TopicPartition, PartitionState]]) -> None:
+    def _fetch_body(self, session: FetchSession, wanted: dict[TopicPartition, tuple[int, int]]) -> dict[str, Any]:
+        """The Fetch request for ``wanted`` in ``session`` (full, or naming what changed)."""
         c = self.config
-        asked = {tp: FetchTarget(state.generation, state.fetch_position) for tp, state in parts}
+        partition_max_bytes = c["max_partition_fetch_bytes"]
+        named, forgotten = session.next_fetch(wanted)
         topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, state in parts:
+        for tp in named:
+            fetch_offset, leader_epoch = wanted[tp]
             topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition, "current_leader_epoch": self.cluster.metadata.leader_epoch(tp),
-                "fetch_offset": state.fetch_position, "last_fetched_epoch": -1,
-                "log_start_offset": -1, "partition_max_bytes": c["max_partition_fetch_bytes"]})
-        body = {"replica_id": -1, "max_wait_ms": c["fetch_max_wait_ms"], "min_bytes": c["fetch_min_bytes"],
+                "partition": tp.partition, "current_leader_epoch": leader_epoch, "fetch_offset": fetch_offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max_bytes})
+        forgotten_topics: dict[str, list[int]] = {}
+        for tp in forgotten:
+            forgotten_topics.setdefault(tp.topic, []).append(tp.partition)
+        return {"replica_id": -1, "max_wait_ms": c["fetch_max_wait_ms"], "min_bytes": c["fetch_min_bytes"],
                 "max_bytes": c["fetch_max_bytes"], "isolation_level": 0,
-                "topics": [{"topic": t, "partitions": p} for t, p in topics.items()]}
+                "session_id": session.session_id, "session_epoch": session.epoch,
+                "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
+                "forgotten_topics_data": [{"topic": t, "partitions": p} for t, p in forgotten_topics.items()]}
+
+    async def _fetch(self, node: int, session: FetchSession, body: dict[str, Any],
+                     asked: dict[TopicPartition, FetchTarget]) -> None:
+        c = self.config
         try:
             try:
                 code, answer = await self.cluster.request(
                     node, API_FETCH, body, timeout_ms=c["request_timeout_ms"] + int(c["fetch_max_wait_ms"]))
-            except RaftkaError as error:
-                self._backoff([tp for tp, _ in parts], error)
-                return
+            except BaseException as error:
+                session.restart()  # whether the broker took this Fetch is not known
+                if isinstance(error, RaftkaError):
+                    self._backoff(asked, error)
+                    return
+                raise
+            if code == errors.NONE:  # Kafka's Fetch answers carry a whole-request error in the body
+                code = (answer or {}).get("error_code", 0) or 0
+            if code in (errors.FETCH_SESSION_ID_NOT_FOUND, errors.INVALID_FETCH_SESSION_EPOCH):
+                log.debug("fetch session %d at broker %d: %s; sending a full fetch", session.session_id, node,
+                          errors.name_of(code))
+                session.restart(session_known=code != errors.FETCH_SESSION_ID_NOT_FOUND)
+                return  # the full fetch leaves at once (below)
             if code != errors.NONE:
-                self._backoff([tp for tp, _ in parts], errors.error_for(code, (answer or {}).get("error_message")))
+                session.restart()
+                self._backoff(asked, errors.error_for(code, (answer or {}).get("error_message")))
                 return
+            carried = []
             for t in answer.get("responses") or []:
                 for p in t.get("partitions") or []:
                     tp = TopicPartition(t["topic"], p["partition_index"])
+                    carried.append(tp)
                     target = asked.get(tp)
                     if target is not None:
                         self._handle_partition(tp, p, target)
+            session.answered(answer.get("session_id") or INVALID_SESSION_ID, carried)
         finally:
             self._nodes_in_flight.discard(node)
             if not self._closed:

@@ -17,7 +17,7 @@ from raftka.common.api import ApiKey
 
 KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.PRODUCE: 10,  # v10: a NOT_LEADER answer names the new leader (KIP-951)
-    ApiKey.FETCH: 12,  # sessionless (session_id 0); v13+ name topics by id
+    ApiKey.FETCH: 12,  # in fetch sessions (client/aio/fetcher.py); v13+ name topics by id
     ApiKey.LIST_OFFSETS: 6,
     ApiKey.METADATA: 12,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,  # a consumer's position check after a leader change (replica_id -1)
