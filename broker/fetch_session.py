@@ -34,6 +34,17 @@ sessionless long poll of ReplicaManager.fetch). A partition not hosted here when
 (its answer an error) is read again once the replica manager hosts it (``hosted``). A log start
 moved by retention alone is not news (the follower's own retention follows).
 
+Fairness: a session reads its partitions in its own order, and an answer that carries records of
+a partition moves it to the end of that order (as Kafka's session does), so when ``max_bytes``
+runs out the partitions that did not fit are read first at the next fetch. As in Kafka, only the
+first partition that has records may go beyond the budget (by at most one batch); after the
+budget is spent, a partition with records to give answers none and stays in ``pending``, so the
+next fetch reads it even if nothing new arrives and the fetcher does not name it.
+
+A fetcher that is done (a consumer at close) ends its session with a full fetch naming it at
+epoch -1 (FINAL_EPOCH) and no partitions: the session is removed, and the answer (session_id 0)
+creates none.
+
 The cache holds at most ``max.incremental.fetch.session.cache.slots`` sessions (Kafka's name and
 default, 1000). When it is full, a new session takes the slot of (as Kafka's FetchSessionCache):
 1. the least recently used session idle for FETCH_SESSION_EVICTION_MS (Kafka's
@@ -73,11 +84,12 @@ def next_epoch(epoch: int) -> int:
 class CachedPartition:
     """One partition of a session: the fetcher's last entry for it (Kafka's FetchPartition) and
     what the last answer that carried it said."""
-    __slots__ = ("request", "partition", "high_watermark", "last_stable_offset", "log_start_offset",
+    __slots__ = ("request", "order", "partition", "high_watermark", "last_stable_offset", "log_start_offset",
                  "error_code")
 
-    def __init__(self, request: dict) -> None:
+    def __init__(self, request: dict, order: int) -> None:
         self.request = request
+        self.order = order  # its place in the session's read order (FetchSession.in_order)
         self.partition: Any = UNREAD  # the Partition watched for news (None: not hosted when last read)
         self.high_watermark = -1
         self.last_stable_offset = -1
@@ -120,6 +132,7 @@ class FetchSession:
         self.partitions: dict[TP, CachedPartition] = {}
         self.pending: set[TP] = set()  # partitions with news since they were last read
         self._waiter: asyncio.Future | None = None
+        self._next_order = 0  # CachedPartition.order of the next partition added or moved to the end
 
     @property
     def is_follower(self) -> bool:
@@ -152,10 +165,23 @@ class FetchSession:
         """Add ``tp`` with the fetcher's entry, or take its new entry."""
         cached = self.partitions.get(tp)
         if cached is None:
-            cached = self.partitions[tp] = CachedPartition(request)
+            cached = self.partitions[tp] = CachedPartition(request, self._next_order)
+            self._next_order += 1
         else:
             cached.request = request
         return cached
+
+    def in_order(self, tps: Iterable[TP]) -> list[TP]:
+        """Those of ``tps`` the session holds, in its read order (module docstring: fairness)."""
+        partitions = self.partitions
+        held = [(partitions[tp].order, tp) for tp in tps if tp in partitions]
+        held.sort()  # orders are unique: the partitions themselves are never compared
+        return [tp for _, tp in held]
+
+    def to_end(self, cached: CachedPartition) -> None:
+        """``cached`` gave records: it is read after every other partition next time."""
+        cached.order = self._next_order
+        self._next_order += 1
 
     def attach(self, tp: TP, cached: CachedPartition, partition: Any) -> None:
         """Watch ``partition`` (the replica now hosted for ``tp``, or None) instead of the one before."""

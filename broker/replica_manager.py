@@ -431,9 +431,10 @@ class ReplicaManager:
     # -- Fetch --------------------------------------------------------------------------------------
 
     def read_partition(self, replica_id: int, request: dict, topic: str, first_pass: bool,
-                       budget: int, session: FetchSession | None = None) -> dict:
+                       budget: int, session: FetchSession | None = None, *, min_one_batch: bool = True) -> dict:
         """One partition's Fetch answer (records may be empty). ``first_pass``: record a
-        follower's position (once per request); ``session``: the fetch session it came through."""
+        follower's position (once per request); ``session``: the fetch session it came through;
+        ``min_one_batch``: give the first batch even when it is larger than ``budget``."""
         index = request.get("partition")
         out = {"partition_index": index, "error_code": errors.NONE, "error_message": None, "high_watermark": -1,
                "last_stable_offset": -1, "log_start_offset": -1, "diverging_epoch": None, "current_leader": None,
@@ -469,7 +470,7 @@ class ReplicaManager:
                 return out
             max_bytes = max(0, min(request.get("partition_max_bytes", 1 << 20), budget))
             try:
-                data = log_.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=True)
+                data = log_.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
             finally:
                 known = self.offline.get((topic, index))
                 if log_.corruption is not None and (known is None or known.corruption != log_.corruption):
@@ -534,28 +535,34 @@ class ReplicaManager:
 
     async def _fetch_in_session(self, session: FetchSession, named: dict[TP, None], full: bool, replica_id: int,
                                 min_bytes: int, max_bytes: int, deadline: float) -> dict:
-        """Read the partitions the request names and those with news (``pending``); answer those
-        whose answer is news (every one for a ``full`` fetch). The long poll waits on the
+        """Read the partitions the request names and those with news (``pending``), in the
+        session's order; answer those whose answer is news (every one for a ``full`` fetch). Only
+        the first partition with records may exceed ``max_bytes``; those that give records move to
+        the end of the order (fairness, broker/fetch_session.py). The long poll waits on the
         session: its partitions tell it of news."""
         answers: dict[TP, dict] = {}
         total = 0
-        to_read = list(named) + [tp for tp in session.pending if tp not in named]
+        # A full fetch made the session: its order is the request's.
+        to_read = list(named) if full else session.in_order(session.pending.union(named))
         first_pass = True
         while True:
-            budget = max(0, max_bytes - total)
             for tp in to_read:
                 cached = session.partitions.get(tp)
                 if cached is None:
                     continue  # named and forgotten by the same request
                 session.attach(tp, cached, self.partitions.get(tp))
                 is_named = tp in named
+                previous = answers.get(tp)  # read again after a wake-up: the new answer replaces it
+                others = total - len(previous["records"]) if previous is not None else total
+                budget = max(0, max_bytes - others)
                 answer = self.read_partition(replica_id, cached.request, tp[0], first_pass and is_named, budget,
-                                             session=session)
-                session.pending.discard(tp)  # what the read itself changed (our HW) is in the answer
+                                             session=session, min_one_batch=others == 0)
+                if others and not answer["records"] and self._has_more(replica_id, tp, cached.request, answer):
+                    session.pending.add(tp)  # max_bytes ran out before it: read first at the next fetch
+                else:
+                    session.pending.discard(tp)  # what the read itself changed (our HW) is in the answer
                 if full or cached.is_news(answer, is_named):
-                    previous = answers.get(tp)
-                    total += len(answer["records"]) - (len(previous["records"]) if previous else 0)
-                    budget = max(0, max_bytes - total)
+                    total = others + len(answer["records"])
                     answers[tp] = answer
             first_pass = False
             remaining = deadline - time.monotonic()
@@ -572,16 +579,27 @@ class ReplicaManager:
                 session.stop_waiting()
             if session.closed:
                 break  # closed by a newer full fetch of the same fetcher, or evicted
-            to_read = list(session.pending)
+            to_read = session.in_order(session.pending)
         responses: dict[str, list[dict]] = {}
         for tp, answer in answers.items():
             cached = session.partitions.get(tp)
             if cached is not None:
                 cached.sent(answer)
+                if answer["records"]:
+                    session.to_end(cached)
             responses.setdefault(tp[0], []).append(answer)
         return {"error_code": errors.NONE, "session_id": INVALID_SESSION_ID if session.closed else session.id,
                 "responses": [{"topic": name, "partitions": parts} for name, parts in responses.items()],
                 "throttle_time_ms": 0}
+
+    def _has_more(self, replica_id: int, tp: TP, request: dict, answer: dict) -> bool:
+        """Whether ``answer`` (without records) left records the fetcher may read: what was left of
+        ``max_bytes`` did not hold the next batch."""
+        partition = self.partitions.get(tp)
+        if partition is None or answer["error_code"] != errors.NONE or answer["diverging_epoch"]:
+            return False
+        log_ = partition.log
+        return request.get("fetch_offset", 0) < (log_.log_end_offset if replica_id >= 0 else log_.high_watermark)
 
     async def _fetch_without_session(self, replica_id: int, topics: list[dict], min_bytes: int, max_bytes: int,
                                      deadline: float) -> dict:

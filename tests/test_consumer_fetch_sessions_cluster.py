@@ -14,6 +14,7 @@ import pytest
 
 from raftka.client import Producer, TopicPartition, aio
 from raftka.client.aio.cluster import API_FETCH, default_connection_factory
+from raftka.cluster import wait_until
 from test_broker import FAST, create_topic, wait_for_partition
 from test_fetch_sessions_cluster import metric
 
@@ -114,3 +115,36 @@ def test_an_idle_consumer_of_100_partitions_names_none_and_reads_every_record_on
     # Sessionless, each of these fetches would name and answer about a third of the 100 partitions.
     assert named <= 3 and answered <= 3, (named, answered, idle)
     assert all(f[2] <= 3 and f[4] <= 3 for f in later), later
+
+
+def test_close_ends_the_consumers_sessions_at_the_brokers(cluster):
+    topic = "sessions-closed"
+    create_topic(cluster, topic, partitions=6, rf=3)
+    for index in range(6):
+        wait_for_partition(cluster, topic, index, lambda p: len(p["isr_nodes"]) == 3, timeout_s=30)
+    bootstrap = ",".join(cluster.broker_address(b) for b in cluster.broker_ids)
+    with Producer(bootstrap_servers=bootstrap) as producer:
+        for index in range(6):
+            producer.send(topic, b"v", partition=index)
+        producer.flush()
+
+    def sessions() -> int:
+        return sum(metric(cluster, b, "raftka_broker_incremental_fetch_sessions") for b in cluster.broker_ids)
+    before = sessions()
+
+    async def main() -> int:
+        consumer = aio.Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+                                fetch_max_wait_ms=100)
+        try:
+            consumer.assign([TopicPartition(topic, i) for i in range(6)])
+            read, deadline = 0, time.monotonic() + 30
+            while read < 6 and time.monotonic() < deadline:
+                read += sum(len(r) for r in (await consumer.poll(timeout_ms=200)).values())
+            return sessions() - before  # every leader of the topic answered in a session
+        finally:
+            await consumer.close()
+
+    opened = asyncio.run(main())
+    assert opened >= 1, "the consumer opened no fetch session"
+    # Without the close, a consumer's session stays until a newcomer needs its slot.
+    wait_until(lambda: sessions() == before, 5, what="the consumer's fetch sessions removed at close")

@@ -61,9 +61,9 @@ def _manager(tmp_path, partitions: int = 3, slots: int = 10, clock: Clock | None
     reads: list[tuple[str, int]] = []
     original = manager.read_partition
 
-    def counting(replica_id, request, topic, first_pass, budget, session=None):
+    def counting(replica_id, request, topic, first_pass, budget, session=None, **options):
         reads.append((topic, request["partition"]))
-        return original(replica_id, request, topic, first_pass, budget, session=session)
+        return original(replica_id, request, topic, first_pass, budget, session=session, **options)
     manager.read_partition = counting  # type: ignore[method-assign]
     return manager, reads, clock
 

@@ -160,8 +160,9 @@ class Consumer:
 
     async def close(self, autocommit: bool = True, timeout_ms: float | None = None) -> None:
         """Leave the group (committing first when ``enable_auto_commit`` and ``autocommit``,
-        revoking through the listener), stop fetching and close every connection. Leaving the
-        group is given at most ``timeout_ms`` (None: no limit beyond its requests' own)."""
+        revoking through the listener), stop fetching, end the fetch sessions at the brokers (at
+        most SESSION_CLOSE_TIMEOUT_MS, client/aio/fetcher.py) and close every connection. Leaving
+        the group is given at most ``timeout_ms`` (None: no limit beyond its requests' own)."""
         if self._closed:
             return
         if self._group is not None:
@@ -174,6 +175,7 @@ class Consumer:
                 log.exception("consumer: leaving the group failed")
         self._closed = True
         await cancel_and_wait([*self._fetcher.close(), *self._tasks], CLOSE_TASKS_TIMEOUT_S)
+        await self._fetcher.close_sessions()  # frees their slots at the brokers (bounded, never raises)
         await self.cluster.close()
 
     def _check_open(self) -> None:

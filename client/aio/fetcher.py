@@ -23,7 +23,9 @@ buffer: the broker would otherwise keep answering their records). An answer carr
 partitions with news; the others are unchanged. FETCH_SESSION_ID_NOT_FOUND or
 INVALID_FETCH_SESSION_EPOCH, a failed Fetch or a lost connection start over with a full fetch.
 A broker without a free slot answers session_id 0: every Fetch to it is then a full one (each
-asks for a session again, as Kafka's consumer does).
+asks for a session again, as Kafka's consumer does). At close, ``close_sessions`` ends each
+session: a Fetch naming it with epoch FINAL_EPOCH and no partitions, so the broker frees its slot
+at once rather than when a newcomer needs it (Kafka's consumer does the same).
 
 Records come only from below the high watermark (the broker sends no more; the fetcher also
 drops anything at or above it) and never before the fetch offset (a batch may start earlier).
@@ -71,6 +73,10 @@ STORAGE_ERROR_RETRY_MS_MAX = 10_000
 CONSUMER_REPLICA_ID = -1  # OffsetsForLeaderEpoch v3+: the request comes from a consumer, not a follower
 INVALID_SESSION_ID = 0  # Fetch: no session, in requests and answers
 INITIAL_EPOCH = 0  # Fetch: a full fetch that asks for a session (and closes the one it names)
+FINAL_EPOCH = -1  # Fetch: a full fetch without a session (and closes the one it names)
+# How long close() waits for the brokers to answer the Fetches that close its sessions: a broker
+# that does not answer by then drops the session when a new one needs its slot.
+SESSION_CLOSE_TIMEOUT_MS = 500
 SESSION_EPOCH_MAX = 0x7FFFFFFF  # after it, a session's epoch is 1 again
 # The hot loops below build ConsumerRecords positionally and unpack decoded records in one step
 # (named access per field would cost more than the rest of the loop); these fix the orders they rely on.
@@ -324,6 +330,29 @@ class Fetcher:
         """Stop: no more fetches leave. Returns the tasks for the caller to cancel and await."""
         self._closed = True
         return [self._loop_task, self._resolver, *self._fetches]
+
+    async def close_sessions(self, timeout_ms: float = SESSION_CLOSE_TIMEOUT_MS) -> None:
+        """After ``close``: end our fetch session at each broker (module docstring), waiting at
+        most ``timeout_ms`` for all the answers. Never raises: a broker that does not answer
+        keeps the session until its slot is needed."""
+        ends = [(node, session.session_id) for node, session in self._sessions.items()
+                if session.session_id != INVALID_SESSION_ID]
+        self._sessions.clear()
+        if not ends:
+            return
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": self.config["fetch_max_bytes"],
+                "isolation_level": 0, "session_epoch": FINAL_EPOCH, "topics": [], "forgotten_topics_data": []}
+        # Whatever epoch the broker expects: a full fetch naming a session closes it.
+        closes = [self.cluster.request(node, API_FETCH, {**body, "session_id": session_id}, timeout_ms=int(timeout_ms))
+                  for node, session_id in ends]
+        try:  # on timeout the requests still out are cancelled
+            results = await wait_for(asyncio.gather(*closes, return_exceptions=True), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            log.debug("closing fetch sessions at brokers %s took over %d ms", [n for n, _ in ends], timeout_ms)
+            return
+        for (node, session_id), result in zip(ends, results):
+            if isinstance(result, BaseException):
+                log.debug("closing fetch session %d at broker %d failed: %s", session_id, node, result)
 
     async def _run(self) -> None:
         backoff = self.config["retry_backoff_ms"] / 1000
