@@ -2,10 +2,13 @@
 # The peer benchmark (issue #performance): Raftka (3 controllers + 3 brokers, RF 3, min ISR 2)
 # against NATS JetStream (3-node cluster, R1 and R3) and Redis Streams, on 127.0.0.1 only.
 # Installs what it needs (Debian's nats-server and redis-server; the project's `bench` extra),
-# runs each figure several times and rewrites the generated section of BENCHMARKS.md.
+# runs each figure several times and rewrites the generated section of BENCHMARKS.md. Raftka's
+# acks=all and e2e figures are also taken on a second cluster holding --many-partitions N
+# partitions (default 1000; 0 skips), beside the fresh cluster's, with their ratio.
 #
 #   scripts/bench.sh                 # the full run (about 10 minutes on the 2-core box)
 #   scripts/bench.sh --runs 1 --records 50000 --failover-kills 2   # a quick look
+#   scripts/bench.sh --many-partitions 5000 ...                    # the many-partitions cluster's size
 #   BENCH_OUT=/tmp/b.md scripts/bench.sh ...                       # write elsewhere
 #
 # Every process it starts is stopped by PID when it ends, also on failure or Ctrl-C; the whole

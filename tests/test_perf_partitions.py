@@ -7,6 +7,8 @@ figures of each broker), the table and the plot; bad arguments are one-line erro
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -68,16 +70,64 @@ def test_bad_arguments_are_one_line_errors(capsys):
     assert main(["perf", "partitions", "--brokers", "2"]) == 1
     assert main(["perf", "partitions", "--idle-seconds", "0"]) == 1
     assert main(["perf", "partitions", "--record-size", "4"]) == 1
+    assert main(["perf", "partitions", "--controller-kills", "-1"]) == 1
+    assert main(["perf", "partitions", "--controller-kills", "1", "--controllers", "1"]) == 1
+    assert main(["perf", "partitions", "--failover-timeout-s", "0"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 5 and all(line.startswith("error: ") for line in err), err
+    assert len(err) == 8 and all(line.startswith("error: ") for line in err), err
     assert "--partitions" in err[0] and "--brokers" in err[2]
+    assert "--controller-kills" in err[5] and "--controllers >= 3" in err[6] and "--failover-timeout-s" in err[7]
+
+
+def test_open_files_needed_counts_a_segment_per_replica_a_broker_holds():
+    # 30,000 partitions, RF 3, 3 brokers: 30,001 replicas each (the extra topic) + the headroom
+    assert partitions.open_files_needed(30_000, 3) == 30_001 + partitions.OPEN_FILES_HEADROOM
+    assert partitions.open_files_needed(10_000, 6) == 5_001 + partitions.OPEN_FILES_HEADROOM
+
+
+def _can_raise_hard_limits() -> bool:
+    """CAP_SYS_RESOURCE (bit 24) in this process's effective capabilities."""
+    for line in open("/proc/self/status"):
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> 24 & 1)
+    return False
+
+
+def test_the_hard_open_files_limit_is_raised_when_more_is_needed_or_refused_in_one_line():
+    # In a child Python, so this process keeps its limits: lower both, then ask for more.
+    script = ("import resource\n"
+              "from raftka.cluster.process import raise_open_files_limit\n"
+              "resource.setrlimit(resource.RLIMIT_NOFILE, (512, 1024))\n"
+              "try:\n"
+              "    print(*raise_open_files_limit(int(sys.argv[1])))\n"
+              "except Exception as e:\n"
+              "    print(type(e).__name__, str(e).count(chr(10)), e)\n")
+    nr_open = int(open("/proc/sys/fs/nr_open").read())
+    from raftka.cluster import project_env
+
+    def raise_to(needed: int) -> str:
+        run = subprocess.run([sys.executable, "-c", "import sys\n" + script, str(needed)], capture_output=True,
+                             text=True, timeout=60, env=project_env())
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+    if _can_raise_hard_limits():
+        assert raise_to(4096) == "4096 4096"
+    else:  # e.g. root in a container without CAP_SYS_RESOURCE
+        assert raise_to(4096) == ("ClusterError 0 open files: 4,096 needed per node, the limit stays at 1,024 "
+                                  "(hard 1,024): raising the hard limit needs CAP_SYS_RESOURCE (root outside a "
+                                  "container); raise it (ulimit -Hn / -n, or fs.nr_open) before starting")
+    assert raise_to(800) == "1024 1024"  # within the hard limit: the soft limit is raised to it
+    name, newlines, message = raise_to(nr_open + 1).split(" ", 2)
+    assert (name, newlines) == ("ClusterError", "0") and f"{nr_open + 1:,} needed" in message
+    assert f"fs.nr_open is {nr_open:,}" in message
 
 
 @pytest.mark.timeout(180)
 def test_the_curve_at_a_tiny_n_has_every_figure(tmp_path, capsys):
     plot = tmp_path / "curve.png"
     code = main(["perf", "partitions", "--partitions", "20", "--idle-seconds", "2", "--records", "2000",
-                 "--keyed-records", "3000", "--e2e-rate", "1000", "--e2e-duration", "1", "--json",
+                 "--keyed-records", "3000", "--e2e-rate", "1000", "--e2e-duration", "1", "--controller-kills", "2",
+                 "--json",
                  "--no-progress", "--plot", str(plot)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -104,8 +154,13 @@ def test_the_curve_at_a_tiny_n_has_every_figure(tmp_path, capsys):
     restart = point["restart"]
     assert restart["broker"] in {int(b) for b in brokers}
     assert 0 < restart["fenced_s"] and 0 < restart["ready_s"] <= restart["full_isr_s"] < 180
+    failover = point["controller_failover"]
+    assert failover["kills"] == len(failover["samples_s"]) == len(failover["rejoin_s"]) == 2
+    assert set(failover["controllers"]) <= {1, 2, 3}  # controllers are nodes 1-3
+    assert 0 < failover["median_s"] <= failover["max_s"] == max(failover["samples_s"]) < 60
     # the table (on stderr with --json) has a column for N and a row per figure
     assert "| 20 partitions |" in captured.err and "keyed over all partitions" in captured.err
+    assert "| controller failover median / max (ms) |" in captured.err
     assert plot.stat().st_size > 10_000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

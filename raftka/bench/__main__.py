@@ -16,12 +16,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from raftka.bench import peers, report
 
 MEASURE_TIMEOUT_S = 600.0  # one child measurement
 FAILOVER_TIMEOUT_S = 1800.0
+MANY_PARTITIONS_CREATE_TIMEOUT_S = 600.0  # the second cluster's partitions, each with a full ISR
+MANY_PARTITIONS_PER_TOPIC = 10  # as `raftka perf partitions` creates them
 
 
 class TimeLimit(Exception):
@@ -109,27 +111,57 @@ def _lat(r: dict[str, Any], key: str = "latency_ms") -> str:
 
 
 class RaftkaSystem:
-    """Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2; figures via `raftka perf`."""
+    """Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2; figures via `raftka perf`.
+    With ``--many-partitions N`` a second such cluster holds N partitions (topics of 10), and the
+    acks=all produce and e2e figures are also taken on one fresh topic of it, each right after the
+    same figure on the fresh cluster, so the two see the same stretch of the box's load."""
 
     name = "raftka"
 
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
         self.cluster: Any = None
+        self.many: Any = None  # the cluster holding --many-partitions partitions
+
+    def _launch(self, directory: str) -> Any:
+        from raftka.cluster import Cluster
+        configs = {"default.replication.factor": 3, "min.insync.replicas": 2}
+        cluster = Cluster(self.bench.root / directory, controllers=3, brokers=3, configs=configs)
+        for node_id in cluster.controller_ids:
+            self.bench.note_processes([cluster.launch(node_id)])
+        for node_id in cluster.controller_ids:
+            cluster.wait_ready(node_id)
+        for node_id in cluster.broker_ids:
+            self.bench.note_processes([cluster.launch(node_id)])
+        for node_id in cluster.broker_ids:
+            cluster.wait_ready(node_id)
+        return cluster
 
     def start(self) -> None:
-        from raftka.cluster import Cluster
         self.bench.say("starting Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2")
-        configs = {"default.replication.factor": 3, "min.insync.replicas": 2}
-        self.cluster = cluster = Cluster(self.bench.root / "raftka", controllers=3, brokers=3, configs=configs)
-        for node_id in cluster.controller_ids:
-            self.bench.note_processes([cluster.launch(node_id)])
-        for node_id in cluster.controller_ids:
-            cluster.wait_ready(node_id)
-        for node_id in cluster.broker_ids:
-            self.bench.note_processes([cluster.launch(node_id)])
-        for node_id in cluster.broker_ids:
-            cluster.wait_ready(node_id)
+        self.cluster = self._launch("raftka")
+        if self.bench.args.many_partitions:
+            try:
+                self._start_many(self.bench.args.many_partitions)
+            except Exception as error:  # noqa: BLE001 - reported; the fresh cluster's figures go on
+                self.bench.problems.append(f"raftka with many partitions did not start: {type(error).__name__}: "
+                                           f"{error}")
+                self.bench.say(self.bench.problems[-1])
+                if self.many is not None:
+                    self.many.close()
+                    self.many = None
+
+    def _start_many(self, n: int) -> None:
+        from raftka.bench import partitions
+        self.bench.say(f"starting a second Raftka cluster holding {n:,} partitions")
+        self.many = self._launch("raftka-many")
+        sizes = partitions.topic_sizes(n, MANY_PARTITIONS_PER_TOPIC)
+        created = partitions.create_partitions(self.many.bootstrap_servers, sizes, 100,
+                                               MANY_PARTITIONS_CREATE_TIMEOUT_S, progress=False)
+        partitions.wait_partitions(self.many.bootstrap_servers, n, MANY_PARTITIONS_CREATE_TIMEOUT_S,
+                                   "full ISR", False, lambda states: states[2], "--many-partitions")
+        self.bench.say(f"{n:,} partitions ({MANY_PARTITIONS_PER_TOPIC} per topic) created in "
+                       f"{created['create_s']:.1f} s, every leader in {created['leaders_s']:.1f} s")
 
     def run_once(self, run: int) -> None:
         bench, a = self.bench, self.bench.args
@@ -137,10 +169,17 @@ class RaftkaSystem:
         common = ["--bootstrap-server", self.cluster.bootstrap_servers, "--json", "--no-progress"]
         props = ["--producer-props", *a.producer_props] if a.producer_props else []
         topic = f"bench-all-{run}"
+        many = (["--bootstrap-server", self.many.bootstrap_servers, "--json", "--no-progress"]
+                if self.many is not None else [])
         bench.record("raftka.produce.acks_all", bench.child(
             f"raftka produce acks=all #{run}",
             perf + ["produce", *common, "--topic", topic, "--num-records", str(a.records),
                     "--record-size", str(a.record_size), "--acks", "all", *props]), _rate)
+        if self.many is not None:
+            bench.record("raftka.many.produce.acks_all", bench.child(
+                f"raftka produce acks=all, {a.many_partitions:,} partitions #{run}",
+                perf + ["produce", *many, "--topic", f"bench-many-{run}", "--num-records", str(a.records),
+                        "--record-size", str(a.record_size), "--acks", "all", *props]), _rate)
         bench.record("raftka.produce.acks_1", bench.child(
             f"raftka produce acks=1 #{run}",
             perf + ["produce", *common, "--topic", f"bench-one-{run}", "--num-records", str(a.records),
@@ -166,6 +205,12 @@ class RaftkaSystem:
             perf + ["e2e", *common, "--topic", f"bench-e2e-{run}", "--rate", str(a.e2e_rate),
                     "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
             lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
+        if self.many is not None:
+            bench.record("raftka.many.e2e", bench.child(
+                f"raftka e2e, {a.many_partitions:,} partitions #{run}",
+                perf + ["e2e", *many, "--topic", f"bench-many-e2e-{run}", "--rate", str(a.e2e_rate),
+                        "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
+                lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
         bench.record("raftka.sequential", bench.child(
             f"raftka sequential #{run}",
             perf + ["produce", *common, "--topic", f"bench-seq-{run}", "--num-records",
@@ -173,9 +218,10 @@ class RaftkaSystem:
                     "--sync", "--producer-props", "linger_ms=0"]), _lat)
 
     def close(self) -> None:
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        for cluster in (self.cluster, self.many):
+            if cluster is not None:
+                cluster.close()
+        self.cluster = self.many = None
 
     def failover(self) -> None:
         """Its own cluster (it kills brokers), after the other systems are stopped."""
@@ -363,8 +409,27 @@ def environment() -> dict[str, Any]:
             "confluent_kafka": peers.package_version("confluent-kafka")}
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad option is one line on stderr and exit 2 (no usage dump: bench.sh's log stays readable)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _count(text: str) -> int:
+    """A partition count >= 0 ("1_000" allowed); 0 skips the figure."""
+    try:
+        n = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a partition count, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m raftka.bench", description=__doc__)
+    p = _Parser(prog="python -m raftka.bench", description=__doc__)
     p.add_argument("--runs", type=int, default=3, help="times each figure is measured (default 3)")
     p.add_argument("--records", type=int, default=200_000, help="records per throughput run (default 200000)")
     p.add_argument("--record-size", type=int, default=100)
@@ -372,6 +437,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--e2e-duration", type=float, default=10)
     p.add_argument("--sequential-samples", type=int, default=2000,
                    help="one-at-a-time acknowledged writes for the round-trip latency (default 2000)")
+    p.add_argument("--many-partitions", type=_count, default=1000, metavar="N",
+                   help="also take acks=all produce and e2e on a second cluster holding N partitions "
+                        "(default 1000; 0: skip)")
     p.add_argument("--failover-kills", type=int, default=10, help="Raftka leader kills (0: skip)")
     p.add_argument("--failover-server-config", action="append", default=[], metavar="KEY=VALUE",
                    help="server configs for the failover cluster (default: the servers' defaults)")
@@ -422,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     env["record_size"] = args.record_size
     env["e2e_rate"] = args.e2e_rate
     env["e2e_duration"] = args.e2e_duration
+    env["many_partitions"] = args.many_partitions
     env["failover_server_config"] = args.failover_server_config
     env["producer_props"] = args.producer_props
     env["consumer_props"] = args.consumer_props

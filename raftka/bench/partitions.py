@@ -16,7 +16,12 @@ and then, on one extra topic (1 partition, RF 3, min.insync.replicas 2):
    partitioner within it), as fast as it can, acks=all;
 5. kill -9 of one broker; once the controller has fenced it (it left every ISR), it is started
    again and timed until it is ready and until every partition is back to a full ISR (Metadata
-   through the admin client).
+   through the admin client);
+6. ``--controller-kills`` times (default 3): kill -9 of the active controller, timed until the
+   next metadata write commits (a CreateTopics of a 1-partition topic, retried while no
+   controller is active: ``raftka perf controller-stability``'s failover); the killed controller
+   is started again and waited for until the new active controller reports it caught up, so
+   each kill leaves a majority. Median and max over the kills.
 
 A fresh cluster per N, not one grown from point to point: a grown cluster would carry the
 previous point's extra topic and records, a broker restarted once already, and a metadata log
@@ -36,6 +41,7 @@ import queue
 import random
 import resource
 import signal
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -47,12 +53,15 @@ from raftka.common.errors import RaftkaError
 
 TOPIC = "perf-partitions"  # the extra topic every figure but the first and the last is taken on
 TOPIC_PREFIX = "partitions-"  # the N partitions' topics: partitions-00000, ...
+FAILOVER_TOPIC_PREFIX = "controller-failover-"  # the metadata write timed after each controller kill
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 KEYS_PER_PARTITION = 10  # keyed produce: key space = this x N (every partition gets keys)
 ISR_POLL_INTERVAL_S = 0.5  # a Metadata of every topic per poll: 10,000 partitions take a while to encode
 CHILD_STOP_TIMEOUT_S = 10.0
 WARM_UP_THREADS = 32  # keyed produce: threads asking for the topics' metadata before timing
+# Open files of a broker beside its segments: sockets, the metadata log, stdio, Python's own.
+OPEN_FILES_HEADROOM = 1_024
 ADMIN_REQUEST_TIMEOUT_MS = 60_000  # one CreateTopics of 100 topics or one Metadata of every topic
 
 
@@ -84,7 +93,12 @@ def register(perf_parsers: argparse._SubParsersAction) -> None:
                    help="every partition back to a full ISR: before the idle window, after the kill and "
                         "after the restart (default 600)")
     p.add_argument("--restart-timeout-s", type=float, default=300.0,
-                   help="the restarted broker ready (default 300)")
+                   help="the restarted broker ready; a restarted controller caught up (default 300)")
+    p.add_argument("--controller-kills", type=int, default=3,
+                   help="kill -9 of the active controller, each timed to the next committed metadata "
+                        "write (default 3; 0 skips)")
+    p.add_argument("--failover-timeout-s", type=float, default=60.0,
+                   help="a metadata write committed after a controller kill (default 60)")
     p.add_argument("--measure-timeout-s", type=float, default=900.0,
                    help="each produce, e2e and keyed run (default 900)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw the curve (matplotlib)")
@@ -116,12 +130,18 @@ def _check(args: argparse.Namespace) -> list[int]:
                 "--e2e-rate": args.e2e_rate, "--e2e-duration": args.e2e_duration,
                 "--keyed-records": args.keyed_records, "--controllers": args.controllers,
                 "--create-timeout-s": args.create_timeout_s, "--isr-timeout-s": args.isr_timeout_s,
-                "--restart-timeout-s": args.restart_timeout_s, "--measure-timeout-s": args.measure_timeout_s}
+                "--restart-timeout-s": args.restart_timeout_s, "--measure-timeout-s": args.measure_timeout_s,
+                "--failover-timeout-s": args.failover_timeout_s}
     for option, value in positive.items():
         if not value > 0:
             raise perf._bad(option, f"must be > 0, got {value}")
     if args.record_size < perf.STAMP.size:
         raise perf._bad("--record-size", f"must be >= {perf.STAMP.size} (e2e stamps the send time in the value)")
+    if args.controller_kills < 0:
+        raise perf._bad("--controller-kills", f"must be >= 0, got {args.controller_kills}")
+    if args.controller_kills and args.controllers < 3:
+        raise perf._bad("--controller-kills", f"needs --controllers >= 3 (a majority left after a kill), "
+                                              f"got {args.controllers}")
     if args.brokers < REPLICATION_FACTOR:
         raise perf._bad("--brokers", f"needs >= {REPLICATION_FACTOR} (RF {REPLICATION_FACTOR}, one broker killed)")
     if args.plot:
@@ -132,6 +152,12 @@ def _check(args: argparse.Namespace) -> list[int]:
         if not Path(args.plot).resolve().parent.is_dir():
             raise perf._bad("--plot", f"no directory for {args.plot}")
     return counts
+
+
+def open_files_needed(partitions: int, brokers: int) -> int:
+    """Open files a broker may need: one log segment per replica it holds (RF 3 spread over the
+    brokers, the extra topic included) plus OPEN_FILES_HEADROOM."""
+    return -(-(partitions + 1) * REPLICATION_FACTOR // brokers) + OPEN_FILES_HEADROOM
 
 
 # -- /proc ----------------------------------------------------------------------------------
@@ -376,6 +402,22 @@ def kill_and_restart(cluster: Any, bootstrap: str, broker: int, partitions: int,
             "full_isr_s": time.monotonic() - restarted}
 
 
+def controller_failovers(cluster: Any, args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    """``--controller-kills`` kills of the active controller, each timed until the next metadata
+    write commits; the killed one is restarted and caught up before the next kill."""
+    from raftka.bench.stability import kill_active_controller, restart_controller
+    samples, killed, rejoin = [], [], []
+    for i in range(args.controller_kills):
+        controller, seconds = kill_active_controller(cluster, f"{FAILOVER_TOPIC_PREFIX}{i}", args.failover_timeout_s)
+        samples.append(seconds)
+        killed.append(controller)
+        rejoin.append(restart_controller(cluster, controller, args.restart_timeout_s))
+        say(f"kill -9 of controller {controller}: next metadata write committed after {seconds * 1000:.0f} ms; "
+            f"restarted and caught up in {rejoin[-1]:.1f} s")
+    return {"kills": len(samples), "controllers": killed, "samples_s": samples,
+            "median_s": statistics.median(samples), "max_s": max(samples), "rejoin_s": rejoin}
+
+
 def measure_point(args: argparse.Namespace, partitions: int, say: Callable[[str], None]) -> dict[str, Any]:
     progress = not args.no_progress
     topics = topic_sizes(partitions, args.partitions_per_topic)
@@ -416,6 +458,7 @@ def measure_point(args: argparse.Namespace, partitions: int, say: Callable[[str]
         point["restart"] = kill_and_restart(cluster, bootstrap, cluster.broker_ids[0], total, args)
         say(f"kill -9 of broker {point['restart']['broker']}, restart: ready in {point['restart']['ready_s']:.1f} s, "
             f"every partition with a full ISR in {point['restart']['full_isr_s']:.1f} s")
+        point["controller_failover"] = controller_failovers(cluster, args, say) if args.controller_kills else None
         failed = [f"{what}: {point[what]['failed_batches']} batches failed ({point[what]['first_error']})"
                   for what in ("produce", "keyed") if point[what]["failed_batches"]]
         if point["e2e"]["received"] != point["e2e"]["sent"]:
@@ -441,6 +484,8 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("e2e rate reached (records/s)", lambda p: f"{p['e2e']['rate_achieved']:,.0f}"),
     ("keyed over all partitions (records/s)", lambda p: f"{p['keyed']['records_per_s']:,.0f}"),
     ("restart -> ready / full ISR (s)", lambda p: f"{p['restart']['ready_s']:.1f} / {p['restart']['full_isr_s']:.1f}"),
+    ("controller failover median / max (ms)", lambda p: f"{p['controller_failover']['median_s'] * 1000:.0f} / "
+     f"{p['controller_failover']['max_s'] * 1000:.0f}" if p.get("controller_failover") else "-"),
     ("RSS per broker (MB)", lambda p: _per_broker(p["rss_bytes"], "{:.0f}", 1 / 1e6)),
     ("open files per broker", lambda p: _per_broker(p["open_files"])),
 ]
@@ -473,10 +518,13 @@ def plot(points: list[dict[str, Any]], path: str) -> None:
         ("keyed over all partitions (records/s)", {"keyed": [p["keyed"]["records_per_s"] for p in points]}),
         ("kill -9, restart (s)", {"ready": [p["restart"]["ready_s"] for p in points],
                                   "full ISR": [p["restart"]["full_isr_s"] for p in points]}),
+        ("controller failover (ms)", {
+            what: [p["controller_failover"][key] * 1000 if p.get("controller_failover") else None for p in points]
+            for what, key in (("median", "median_s"), ("max", "max_s"))}),
         ("RSS per broker (MB)", per_broker("rss_bytes", 1 / 1e6)),
         ("open files per broker", per_broker("open_files")),
     ]
-    fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+    fig, axes = plt.subplots(3, 3, figsize=(16, 12))
     for ax, (title, lines) in zip(axes.flat, panels):
         for label, ys in lines.items():
             ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="o", label=label)
@@ -498,18 +546,26 @@ def plot(points: list[dict[str, Any]], path: str) -> None:
 def run(args: argparse.Namespace) -> int:
     say = perf._say_to(args)
     counts = _check(args)
+    from raftka.cluster import ClusterError
     from raftka.cluster.process import raise_open_files_limit
     limit_before = resource.getrlimit(resource.RLIMIT_NOFILE)
-    limit = raise_open_files_limit()
+    needed = open_files_needed(max(counts), args.brokers)
+    try:
+        limit = raise_open_files_limit(needed)
+    except ClusterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     say(f"open files limit of the process that starts the nodes: soft {limit_before[0]:,} -> {limit[0]:,} "
-        f"(hard {limit[1]:,})")
+        f"(hard {limit_before[1]:,} -> {limit[1]:,}; {needed:,} needed per broker at {max(counts):,} partitions)")
     result: dict[str, Any] = {
         "command": "partitions", "date": perf._now(), "controllers": args.controllers, "brokers": args.brokers,
         "partitions_per_topic": args.partitions_per_topic, "replication_factor": REPLICATION_FACTOR,
         "min_insync_replicas": MIN_INSYNC_REPLICAS, "record_size": args.record_size, "records": args.records,
         "e2e_rate": args.e2e_rate, "e2e_duration_s": args.e2e_duration, "keyed_records": args.keyed_records,
-        "idle_seconds": args.idle_seconds, "server_config": args.server_config,
-        "open_files_limit": {"soft_before": limit_before[0], "soft": limit[0], "hard": limit[1]},
+        "idle_seconds": args.idle_seconds, "controller_kills": args.controller_kills,
+        "server_config": args.server_config,
+        "open_files_limit": {"soft_before": limit_before[0], "soft": limit[0], "hard_before": limit_before[1],
+                             "hard": limit[1], "needed": needed},
         "load_average_start": [round(x, 2) for x in os.getloadavg()], "points": []}
     previous = signal.signal(signal.SIGTERM, perf._raise_on_term)  # unwinds: clusters and children stopped
     error: str | None = None

@@ -165,6 +165,7 @@ def render(raw: dict[str, Any]) -> str:
                      f"{q.replace('_', '.')} (producer send to consumer poll) | "
                      f"{ms_cell(_lat('raftka.e2e', res, 'e2e_latency_ms', q))} | - | - | - |")
     lines.append("")
+    lines += many_partitions(env, res)
     fo = (res.get("raftka.failover") or [None])[-1]
     nf = (res.get("nats.r3.failover") or [None])[-1]
     lines += ["### Failover (kill -9 of the partition / stream leader under acknowledged load)", ""]
@@ -210,6 +211,32 @@ def render(raw: dict[str, Any]) -> str:
         lines += ["Problems in this run:", ""] + [f"- {p}" for p in raw["problems"]] + [""]
     lines.append(END)
     return "\n".join(lines)
+
+
+def many_partitions(env: dict[str, Any], res: Results) -> list[str]:
+    """The figures taken on a second cluster holding ``--many-partitions`` partitions beside the
+    fresh cluster's, with their ratios (issue #scale's targets at 10,000 partitions: acks=all
+    >= 0.80x fresh, e2e p50 <= 1.5x fresh)."""
+    n = env.get("many_partitions")
+    if not n:
+        return []
+    fresh_all, many_all = _rate("raftka.produce.acks_all", res), _rate("raftka.many.produce.acks_all", res)
+    fresh_p50 = _lat("raftka.e2e", res, "e2e_latency_ms", "p50")
+    many_p50 = _lat("raftka.many.e2e", res, "e2e_latency_ms", "p50")
+
+    def x(a: list[float], b: list[float]) -> str:
+        v = ratio(median(a), median(b))
+        return f"{v:.2f}x" if v is not None else "-"
+    return ["### Many partitions (a cluster holding more than the measured topic)", "",
+            f"The same figures on one fresh topic (1 partition, RF 3, min ISR 2) of a second 3+3 cluster "
+            f"that holds {n:,} partitions (topics of 10, RF 3), each run right after the same figure on the "
+            f"fresh cluster. Issue #scale's targets, at 10,000 partitions: acks=all >= 0.80x fresh, "
+            f"e2e p50 <= 1.5x fresh.", "",
+            f"| figure | fresh cluster | cluster holding {n:,} partitions | ratio |", "|---|---|---|---|",
+            f"| produce, acks=all (records/s) | {rate_cell(fresh_all)} | {rate_cell(many_all)} | "
+            f"{x(many_all, fresh_all)} |",
+            f"| end-to-end p50 at {env['e2e_rate']:,.0f} records/s | {ms_cell(fresh_p50)} | {ms_cell(many_p50)} | "
+            f"{x(many_p50, fresh_p50)} |", ""]
 
 
 def public_command(command: str) -> str:

@@ -159,18 +159,43 @@ class _Load:
             burner.wait(10)
 
 
-def _failover(cluster: Any, kills: int, say: Any) -> list[float]:
+def kill_active_controller(cluster: Any, topic: str, timeout_s: float = 60.0) -> tuple[int, float]:
+    """kill -9 of the active controller: (its id, seconds until the next metadata write commits,
+    a CreateTopics of ``topic`` (1 partition, RF 1) retried while no controller is active)."""
     from raftka.bench.metadata import _ok
+    leader = cluster.wait_for_leader(timeout_s=30)
+    began = time.monotonic()
+    cluster.kill(leader)
+    _ok(cluster, 19, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}]}, timeout_s)
+    return leader, time.monotonic() - began
+
+
+def restart_controller(cluster: Any, node_id: int, timeout_s: float = 60.0) -> float:
+    """Start a killed controller again and wait until the active controller reports it caught up
+    with the whole metadata log, so the next kill leaves a majority that can elect; seconds taken."""
+    from raftka.cluster import wait_until
+    began, restarted_ms = time.monotonic(), int(time.time() * 1000)
+    cluster.restart(node_id, timeout_s=timeout_s)
+
+    def caught_up() -> bool:
+        leader = cluster.leader_id()
+        if leader is None:
+            return False
+        voter = next(v for v in cluster.describe_quorum(leader, timeout_s=DESCRIBE_TIMEOUT_S)["voters"]
+                     if v["node_id"] == node_id)
+        return voter["last_caught_up_timestamp"] >= restarted_ms
+    wait_until(caught_up, max(1.0, began + timeout_s - time.monotonic()), interval_s=0.1,
+               what=f"controller {node_id} caught up with the metadata log after its restart")
+    return time.monotonic() - began
+
+
+def _failover(cluster: Any, kills: int, say: Any) -> list[float]:
     samples = []
     for round_ in range(kills):
-        leader = cluster.wait_for_leader(timeout_s=30)
-        began = time.monotonic()
-        cluster.kill(leader)
-        _ok(cluster, 19, {"topics": [{"name": f"failover-{round_}", "num_partitions": 1, "replication_factor": 1}]})
-        samples.append(time.monotonic() - began)
+        leader, seconds = kill_active_controller(cluster, f"failover-{round_}")
+        samples.append(seconds)
         say(f"  kill -9 of controller {leader}: next CreateTopics committed after {samples[-1] * 1000:.0f} ms")
-        cluster.restart(leader)
-        time.sleep(3)  # let it catch up before the next kill, so a majority stays possible
+        restart_controller(cluster, leader)
     return samples
 
 

@@ -10,7 +10,8 @@ PID alone). Its stdout and stderr go to one of two sinks:
   no pipe, so the process outlives its starter (``raftka cluster up`` exits, the cluster runs
   on) and a later process adopts it by PID (``Process.attach``), reading its output back from
   the file. Starting one raises this process's open-files soft limit to the hard limit first
-  (``raise_open_files_limit``), which the node inherits.
+  (``raise_open_files_limit``), which the node inherits; a tool that knows it needs more (``raftka
+  perf partitions``) raises the hard limit too, before it starts nodes.
 
 Either way: ``alive``, ``paused``, ``kill`` (SIGKILL), ``pause``/``resume`` (SIGSTOP/SIGCONT),
 ``terminate``, ``stop`` (SIGTERM, then SIGKILL), ``wait_exit``, ``wait_for_line``, ``lines``,
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from raftka.cluster.errors import NodeExitedError
+from raftka.cluster.errors import ClusterError, NodeExitedError
 
 OUTPUT_LINES_MAX = 10_000  # per process, oldest dropped
 STOP_TIMEOUT_S = 10.0
@@ -43,19 +44,43 @@ PIPE = "pipe"
 LOG = "log"
 
 
-def raise_open_files_limit() -> tuple[int, int]:
+def raise_open_files_limit(needed: int | None = None) -> tuple[int, int]:
     """Raise this process's soft RLIMIT_NOFILE to its hard limit, so the nodes it starts inherit
     it: a broker keeps one file open per log segment of every replica it holds, and 10,000
-    partitions (RF 3, 3 brokers) outgrow the common soft limit of 1,024. Returns (soft, hard)
-    after the attempt; a limit the kernel refuses is left as it was."""
+    partitions (RF 3, 3 brokers) outgrow the common soft limit of 1,024. With ``needed`` above
+    the hard limit, the hard limit is raised as well, up to fs.nr_open (the kernel allows that
+    to root, or with CAP_SYS_RESOURCE); ClusterError, one line, when the soft limit stays below
+    ``needed``. Returns (soft, hard) after the attempt; a limit the kernel refuses is otherwise
+    left as it was."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if needed is not None and hard != resource.RLIM_INFINITY and needed > hard:
+        ceiling = _nr_open()
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, min(max(needed, hard), ceiling)))
+        except (ValueError, OSError):
+            pass  # not root: judged below
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = OPEN_FILES_UNLIMITED_SOFT if hard == resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and soft < wanted:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError):
             pass
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if needed is not None and soft != resource.RLIM_INFINITY and soft < needed:
+        why = (f"fs.nr_open is {_nr_open():,}" if needed > _nr_open()
+               else "raising the hard limit needs CAP_SYS_RESOURCE (root outside a container)")
+        raise ClusterError(f"open files: {needed:,} needed per node, the limit stays at {soft:,} (hard {hard:,}): "
+                           f"{why}; raise it (ulimit -Hn / -n, or fs.nr_open) before starting")
+    return soft, hard
+
+
+def _nr_open() -> int:
+    """The kernel's ceiling for RLIMIT_NOFILE (Linux's default when unreadable)."""
+    try:
+        return int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        return OPEN_FILES_UNLIMITED_SOFT
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, *, interval_s: float = 0.05,
