@@ -7,9 +7,10 @@ batch of committed records the ``MetadataFetcher`` applies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from raftka.raft_meta.metadata.fetcher import MetadataFetcher
+from raftka.raft_meta.metadata.overlay_map import OverlayMap
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,13 @@ class TopicInfo:
 class MetadataView:
     """Committed metadata as of ``offset`` (immutable once built)."""
 
-    def __init__(self, offset: int, brokers: dict[int, BrokerInfo], topics: dict[str, TopicInfo],
+    def __init__(self, offset: int, brokers: dict[int, BrokerInfo], topics: Mapping[str, TopicInfo],
                  controllers: dict[int, tuple[str, int]], cluster_configs: dict[str, Any] | None = None) -> None:
         self.offset = offset
         self.brokers = brokers
-        self.topics = topics  # a topic unchanged since the previous view keeps its TopicInfo object
+        # Read-only. A topic unchanged since the previous view keeps its TopicInfo object; an
+        # OverlayMap, so that the next view copies only the topics that changed.
+        self.topics = topics
         self.controllers = controllers
         self.cluster_configs = cluster_configs or {}  # cluster-wide config overrides
 
@@ -69,7 +72,7 @@ class MetadataView:
         return info.partitions[index]
 
 
-EMPTY = MetadataView(-1, {}, {}, {})
+EMPTY = MetadataView(-1, {}, OverlayMap(), {})
 
 
 def _topic_info(name: str, t: Any) -> TopicInfo:
@@ -86,16 +89,15 @@ def _view_of(image: Any, offset: int, controllers: dict, previous: MetadataView,
     brokers = {int(b): BrokerInfo(int(b), r.broker_epoch, dict(r.endpoints), r.rack, bool(r.fenced))
                for b, r in image.brokers.items()}
     if delta is None:
-        topics = {name: _topic_info(name, t) for name, t in image.topics.items()}
-        for name, info in list(topics.items()):
+        built = {name: _topic_info(name, t) for name, t in image.topics.items()}
+        for name, info in built.items():
             if previous.topics.get(name) == info:
-                topics[name] = previous.topics[name]
+                built[name] = previous.topics[name]
+        topics: Mapping[str, TopicInfo] = OverlayMap(built)
     else:
-        topics = dict(previous.topics)
-        for name in delta.deleted_topics:
-            topics.pop(name, None)
-        for name, t in delta.changed_topics.items():
-            topics[name] = _topic_info(name, t)
+        base = previous.topics if isinstance(previous.topics, OverlayMap) else OverlayMap(previous.topics)
+        topics = base.updated({name: _topic_info(name, t) for name, t in delta.changed_topics.items()},
+                              delta.deleted_topics)
     cluster_configs = dict(image.cluster_configs)
     if cluster_configs == previous.cluster_configs:
         cluster_configs = previous.cluster_configs

@@ -17,7 +17,7 @@ so a decision taken on a stale image is refused at replay instead of undoing a n
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Callable, Iterator
+from typing import AbstractSet, Callable, Iterable, Iterator
 
 from raftka.raft_meta.metadata.image import NO_LEADER, MetadataImage, PartitionRegistration, TopicImage
 from raftka.raft_meta.metadata.records import PartitionChangeRecord
@@ -51,13 +51,17 @@ def unclean_enabled(topic: TopicImage, default: bool) -> bool:
 
 def changes(image: MetadataImage, live: AbstractSet[int], unclean_default: bool, *,
             involving: Callable[[PartitionRegistration], bool] | None = None,
-            preferred: bool = True, limit: int | None = None) -> Iterator[PartitionChangeRecord]:
+            preferred: bool = True, limit: int | None = None,
+            topics: Iterable[str] | None = None) -> Iterator[PartitionChangeRecord]:
     """Partition changes that bring the partitions of ``image`` to their ``target``, given the
     live brokers ``live`` (which may differ from the image's: e.g. the image minus a broker
-    being fenced). ``involving`` limits the partitions looked at; at most ``limit`` changes."""
+    being fenced). ``involving`` limits the partitions looked at, ``topics`` the topics (None:
+    all; names not in the image are skipped); at most ``limit`` changes."""
     count = 0
-    for name in sorted(image.topics):
-        topic = image.topics[name]
+    for name in sorted(image.topics if topics is None else topics):
+        topic = image.topics.get(name)
+        if topic is None:
+            continue
         unclean = unclean_enabled(topic, unclean_default)
         for index, partition in enumerate(topic.partitions):
             if involving is not None and not involving(partition):

@@ -60,6 +60,7 @@ from raftka.common.errors import (
 )
 from raftka.raft_meta.controller import elections, placement
 from raftka.raft_meta.controller import service as svc
+from raftka.raft_meta.metadata.delta import MetadataDelta
 from raftka.raft_meta.metadata.state import metadata_record
 from raftka.raft_meta.metadata.image import MetadataImage
 from raftka.raft_meta.metadata.records import (
@@ -138,14 +139,15 @@ class QuorumController:
         return result
 
     async def commit_elections(self, first: list[MetadataRecord], live: Iterable[int], *,
-                               involving: Any = None) -> None:
+                               involving: Any = None, topics: Iterable[str] | None = None) -> None:
         """Commit ``first`` (e.g. a fence) with the partition changes it makes necessary, then
         any changes left over beyond one entry; recomputed from the image when a race refuses
-        them. ``live`` is the set of live brokers after ``first``."""
+        them. ``live`` is the set of live brokers after ``first``; ``topics`` (None: all) the
+        topics to look at."""
         live = set(live)
         for _ in range(DECISION_ATTEMPTS_MAX):
             changes = list(elections.changes(self.image, live, self.unclean_default, involving=involving,
-                                             limit=PARTITION_CHANGES_PER_ENTRY_MAX))
+                                             limit=PARTITION_CHANGES_PER_ENTRY_MAX, topics=topics))
             if not first and not changes:
                 return
             try:
@@ -325,11 +327,16 @@ class QuorumController:
                 log.info("fenced broker %d: no heartbeat for %d ms", broker_id, self.session_timeout_ms)
             except RaftkaError as error:
                 log.warning("fencing broker %d failed: %s", broker_id, error)
-        image = self.image
-        if image is self._checked_image:
+        image, checked = self.image, self._checked_image
+        if image is checked:
             return  # nothing committed since the last pass found nothing to do
+        topics = None
+        if checked is not None and checked.live_broker_ids() == image.live_broker_ids():
+            # The checked image needed no election and the same brokers are live: only topics
+            # changed since can need one (a walk of every partition per change cost O(P)).
+            topics = set(MetadataDelta.between(checked, image).changed_topics)
         try:
-            await self.commit_elections([], image.live_broker_ids())
+            await self.commit_elections([], image.live_broker_ids(), topics=topics)
             if self.image is image:
                 self._checked_image = image
         except RaftkaError as error:

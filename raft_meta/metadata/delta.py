@@ -17,6 +17,7 @@ ids), ``changed_brokers``, ``unregistered_brokers`` and ``local_changes(broker_i
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -31,6 +32,7 @@ from raftka.raft_meta.metadata.records import (
     MetadataRecord, MetadataRecordError, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
     RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
 )
+from raftka.raft_meta.metadata.overlay_map import OverlayMap
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +80,15 @@ class MetadataDelta:
         ``changed_topics``, ``deleted_topics`` and ``local_changes`` work as after a replay."""
         delta = cls(old)
         delta.offset = new.offset
-        for name, topic in new.topics.items():
-            before = old.topics.get(name)
+        names = None
+        if isinstance(new.topics, OverlayMap) and isinstance(old.topics, OverlayMap):
+            names = new.topics.changed_keys(old.topics)  # both from one base: only these can differ
+        if names is None:
+            names = itertools.chain(new.topics, (name for name in old.topics if name not in new.topics))
+        for name in names:
+            before, topic = old.topics.get(name), new.topics.get(name)
             if before is not topic and before != topic:
                 delta._topics[name] = topic
-        for name in old.topics:
-            if name not in new.topics:
-                delta._topics[name] = None
         for broker_id, broker in new.brokers.items():
             before = old.brokers.get(broker_id)
             if before is not broker and before != broker:
@@ -199,20 +203,18 @@ class MetadataDelta:
             brokers = MappingProxyType(merged)
         topics, names_by_id = base.topics, base.topic_names_by_id
         if self._topics:
-            new_topics = dict(base.topics)
-            ids = dict(base.topic_names_by_id)
-            for name, topic in self._topics.items():
-                before = base.topics.get(name)
-                if before is not None and ids.get(before.topic_id) == name:
-                    del ids[before.topic_id]
-                if topic is None:
-                    new_topics.pop(name, None)
-                else:
-                    new_topics[name] = topic
-            for name, topic in self._topics.items():
-                if topic is not None:
-                    ids[topic.topic_id] = name
-            topics, names_by_id = MappingProxyType(new_topics), MappingProxyType(ids)
+            # Copy-on-write of only what changed: a persistent map, not a copy of every topic.
+            changed = {name: topic for name, topic in self._topics.items() if topic is not None}
+            deleted = [name for name, topic in self._topics.items() if topic is None]
+            new_ids = {topic.topic_id: name for name, topic in changed.items()
+                       if base.topic_names_by_id.get(topic.topic_id) != name}
+            stale_ids = [before.topic_id for name, topic in self._topics.items()
+                         if (before := base.topics.get(name)) is not None
+                         and (topic is None or topic.topic_id != before.topic_id)
+                         and before.topic_id not in new_ids
+                         and base.topic_names_by_id.get(before.topic_id) == name]
+            topics = _overlay(base.topics).updated(changed, deleted)
+            names_by_id = _overlay(base.topic_names_by_id).updated(new_ids, stale_ids)
         return MetadataImage(offset=self.offset, brokers=brokers, topics=topics,
                              cluster_configs=self.cluster_configs, next_producer_id=self.next_producer_id,
                              topic_names_by_id=names_by_id)
@@ -431,6 +433,11 @@ class MetadataDelta:
         self._undo.append(("next_producer_id", None, True, self._next_producer_id))
         self._next_producer_id = r.first_id + r.size
         return {"first_id": r.first_id, "size": r.size}
+
+
+def _overlay(values: Mapping) -> OverlayMap:
+    """``values`` as an OverlayMap (an image built elsewhere may hold another mapping)."""
+    return values if isinstance(values, OverlayMap) else OverlayMap(values)
 
 
 def _merged(configs: Mapping[str, Any], changes: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -6,8 +6,10 @@ mutates it) when records are replayed: ``MetadataDelta(image).replay(record, off
 (so ``new.topics[name] is old.topics[name]`` for an untouched topic, and readers on other threads
 may hold an image for as long as they like).
 
-All classes are frozen dataclasses; their mappings are read-only (``types.MappingProxyType``)
-and their sequences are tuples. Field meanings are Kafka's:
+All classes are frozen dataclasses; their sequences are tuples and their mappings read-only:
+``types.MappingProxyType``, except an image's ``topics`` and ``topic_names_by_id``, which are
+``OverlayMap``s (overlay_map.py) so that the next image copies only the topics that changed.
+Field meanings are Kafka's:
 
     BrokerRegistration     broker_id, incarnation_id (changes on every broker start),
                            broker_epoch (= offset of the registration record), endpoints
@@ -34,6 +36,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Iterator, Mapping
 
 from raftka.raft_meta.metadata import record_schemas as schemas
+from raftka.raft_meta.metadata.overlay_map import OverlayMap
 
 NO_LEADER = -1
 SNAPSHOT_BYTES_MAX = 512 * 1024 * 1024
@@ -117,7 +120,7 @@ class MetadataImage:
     def __post_init__(self) -> None:
         if self.topic_names_by_id is None:
             object.__setattr__(self, "topic_names_by_id",
-                               MappingProxyType({t.topic_id: name for name, t in self.topics.items()}))
+                               OverlayMap({t.topic_id: name for name, t in self.topics.items()}))
 
     def partition(self, topic: str, index: int) -> PartitionRegistration | None:
         """The partition ``index`` of topic ``topic``, or None when either is unknown."""
@@ -147,7 +150,7 @@ class MetadataImage:
                 yield topic, index, partition
 
 
-MetadataImage.EMPTY = MetadataImage(offset=0, brokers=_EMPTY_MAP, topics=_EMPTY_MAP,
+MetadataImage.EMPTY = MetadataImage(offset=0, brokers=_EMPTY_MAP, topics=OverlayMap(),
                                     cluster_configs=_EMPTY_MAP, next_producer_id=0)
 EMPTY_IMAGE = MetadataImage.EMPTY
 
@@ -253,5 +256,5 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
             raise schemas.FrameError(f"{schemas.RECORDS[api_key].name} does not belong in a metadata snapshot")
     images = {name: TopicImage(name, topic_id, tuple(partitions), configs)
               for topic_id, (name, partitions, configs) in topics.items()}
-    return MetadataImage(offset=offset, brokers=MappingProxyType(brokers), topics=MappingProxyType(images),
+    return MetadataImage(offset=offset, brokers=MappingProxyType(brokers), topics=OverlayMap(images),
                          cluster_configs=cluster_configs, next_producer_id=next_producer_id)
