@@ -1,4 +1,5 @@
-"""Small text checkpoint files, replaced atomically (write a temp file, fsync, rename, fsync dir).
+"""Small text checkpoint files, replaced atomically (write a temp file, fsync, rename, fsync dir),
+or, for a value where an older one is safe (the high watermark), overwritten in place.
 
 Format (Kafka's checkpoint layout): line 1 the format version (0), line 2 the number of entries,
 then one entry per line, fields separated by one space, all integers::
@@ -103,3 +104,25 @@ class CheckpointFile:
 
     def write_value(self, value: int) -> None:
         self.write([(value,)])
+
+    def overwrite_value(self, value: int) -> None:
+        """For one-integer checkpoints written often (the high watermark): the same text written
+        over the file's bytes in place, without a temp file or fsync. A temp file and a rename
+        cost ~0.35 ms on ext4 (the rename flushes the new file's data): ~3.5 s per pass over
+        10,000 partitions on the broker's event loop; an in-place write of an allocated block
+        ~0.02 ms. A write of a few bytes at offset 0 is seen whole; a machine crash may leave
+        the old value, and a crash between a shorter value's write and the truncation behind it
+        leaves a file that does not parse (CheckpointError: the caller's fallback). Only for
+        values where an older one is safe."""
+        data = f"{CHECKPOINT_VERSION}\n1\n{int(value)}\n".encode()
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+        except FileNotFoundError:
+            write_atomic(self.path, data, fsync=False)
+            return
+        try:
+            os.pwrite(fd, data, 0)
+            if os.fstat(fd).st_size > len(data):
+                os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)

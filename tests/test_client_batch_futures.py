@@ -81,7 +81,7 @@ def test_appends_from_threads_keep_each_threads_order_and_lose_nothing():
     stop.set()
     drainer.join()
     with acc.lock:
-        while acc.queues[tp]:
+        while acc.queues.get(tp):  # an emptied queue is removed
             drained.append(acc.pop(tp))
     values = [r.value for b in drained for r in rec.decode_batch(b.buffer)[1]]
     assert sum(b.record_count for b in drained) == len(values) == 3 * per_thread

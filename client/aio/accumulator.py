@@ -140,6 +140,9 @@ class RecordAccumulator:
         self.max_request_size = max_request_size
         self._builder_factory = builder_factory or rec.BatchBuilder
         self.clock = clock
+        # Only partitions with a queued batch: the sender's pass walks this dict, so an empty
+        # queue is removed (walking every partition ever used, 2,000-10,000 of them, on each
+        # pass held the lock the caller's appends wait for).
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.buffer_used = 0
         self.closed = False  # set by the producer's close: no appends after it
@@ -307,7 +310,32 @@ class RecordAccumulator:
         return None, due
 
     def pop(self, tp: TopicPartition) -> ProducerBatch:
-        """Take the head batch of ``tp`` for sending (closing it)."""
-        batch = self.queues[tp].popleft()
+        """Take the head batch of ``tp`` for sending (closing it). The caller holds ``lock``."""
+        dq = self.queues[tp]
+        batch = dq.popleft()
+        if not dq:
+            del self.queues[tp]
         batch.close()
         return batch
+
+    def remove(self, batch: ProducerBatch) -> None:
+        """Take a queued batch out of its partition's queue. The caller holds ``lock``."""
+        dq = self.queues[batch.tp]
+        dq.remove(batch)
+        if not dq:
+            del self.queues[batch.tp]
+
+    def expire(self, now: float, limit_s: float) -> list[ProducerBatch]:
+        """Take out every queued batch created ``limit_s`` or more before ``now``. A partition's
+        queue is in creation order (a requeued batch goes back to its place), so only heads
+        need looking at. The caller holds ``lock``."""
+        expired: list[ProducerBatch] = []
+        emptied: list[TopicPartition] = []
+        for tp, dq in self.queues.items():
+            while dq and now - dq[0].created >= limit_s:
+                expired.append(dq.popleft())
+            if not dq:
+                emptied.append(tp)
+        for tp in emptied:
+            del self.queues[tp]
+        return expired

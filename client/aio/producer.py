@@ -339,8 +339,12 @@ class Producer:
                 return
         except RuntimeError:  # no running loop: another thread
             pass
+        sender = self._sender
+        if sender.wake_pending:  # a pass is yet to start: it sees this append (sender.py)
+            return
+        sender.wake_pending = True
         try:
-            loop.call_soon_threadsafe(self._sender.wakeup)
+            loop.call_soon_threadsafe(sender.wakeup)
         except RuntimeError:  # the loop is closed: the producer is gone
             pass
 

@@ -54,6 +54,9 @@ from raftka.common.errors import RaftkaError
 log = logging.getLogger(__name__)
 
 CLOSE_TASKS_TIMEOUT_S = 2.0  # how long close() waits for its cancelled tasks to finish
+# Delivery timeouts are looked at (a walk of every queued partition) at most this often, not on
+# every pass: with thousands of partitions queued, those walks were a third of the I/O thread.
+EXPIRY_CHECK_INTERVAL_S = 0.1
 
 # Partition errors a leader answers before appending anything: a batch refused with one of these
 # was not written by that attempt. Any other failure (no answer, a timeout, REQUEST_TIMED_OUT or
@@ -93,8 +96,13 @@ class Sender:
         self._node_in_flight: dict[int, int] = {}
         self._node_waiting: dict[int, int] = {}  # Produce tasks per broker connecting, not yet submitted
         self._muted: set[TopicPartition] = set()  # a batch was requeued; wait for in-flight to end
+        self._next_expiry_check = 0.0  # monotonic time of the next delivery-timeout walk
         self._wakeup = asyncio.Event()
         self.wakeup = self._wakeup.set  # the Event's own set: no extra call when the Producer wakes us
+        # Set by the Producer's wake from another thread, cleared as a pass starts: while set, a
+        # pass is yet to start and will see every append made before it, so no further wakeup
+        # is needed (keyed records over 10,000 partitions open a batch, and woke us, per record).
+        self.wake_pending = False
         self.batch_done = asyncio.Event()  # set when a batch is acknowledged or failed (flush)
         self.flushing = 0  # flushes under way (set by the Producer): send without linger
         self.closing = False  # set by the Producer's close: send without linger
@@ -180,7 +188,7 @@ class Sender:
         for batch in list(self.accumulator.batches()):
             if batch.base_sequence is not None and batch.order in self._maybe_written:
                 with self.accumulator.lock:
-                    self.accumulator.queues[batch.tp].remove(batch)
+                    self.accumulator.remove(batch)
                 cause = batch.last_error
                 code = getattr(cause, "code", errors.REQUEST_TIMED_OUT)
                 self._fail(batch, errors.error_for(
@@ -221,6 +229,7 @@ class Sender:
 
     async def _send_ready(self) -> float | None:
         """Expire, drain and send what is ready; returns when to look again (None: on wakeup)."""
+        self.wake_pending = False  # appends from here on wake us again
         c = self.config
         now = time.monotonic()
         wake_at: float | None = None
@@ -230,7 +239,9 @@ class Sender:
             if t is not None:
                 wake_at = t if wake_at is None else min(wake_at, t)
 
-        self._expire(now)
+        if now >= self._next_expiry_check:
+            self._next_expiry_check = now + EXPIRY_CHECK_INTERVAL_S
+            self._expire(now)
         if self._reset_pid:
             if any(self._in_flight.values()):
                 return None  # wait for in-flight answers; their completion wakes us
@@ -269,7 +280,7 @@ class Sender:
                 self._prepare(batch)
                 by_node.setdefault(leader, []).append(batch)
                 size_by_node[leader] = size_by_node.get(leader, 0) + len(batch.buffer or b"")
-                if not self.accumulator.queues[tp]:
+                if tp not in self.accumulator.queues:  # its last queued batch
                     self._on_batch_closed(batch)
                 else:
                     later(now)  # more of this partition may go in the next request
@@ -291,10 +302,11 @@ class Sender:
                 task = asyncio.get_running_loop().create_task(self._produce(node, batches, body))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        with self.accumulator.lock:
-            for dq in self.accumulator.queues.values():  # heads are the oldest: see _expire
-                if dq:
-                    later(dq[0].created + c["delivery_timeout_ms"] / 1000)
+        if wake_at is None or wake_at > now + EXPIRY_CHECK_INTERVAL_S:  # else that pass looks
+            with self.accumulator.lock:
+                for dq in self.accumulator.queues.values():  # heads are the oldest: see accumulator.expire
+                    if dq:
+                        later(max(dq[0].created + c["delivery_timeout_ms"] / 1000, self._next_expiry_check))
         return wake_at
 
     def _prepare(self, batch: ProducerBatch) -> None:
@@ -306,14 +318,8 @@ class Sender:
         self._next_sequence[batch.tp] = (seq + batch.record_count) % (1 << 31)
 
     def _expire(self, now: float) -> None:
-        limit = self.config["delivery_timeout_ms"] / 1000
-        # A partition's queue is in creation order (a requeued batch goes back to its place), so
-        # only heads need looking at.
-        expired: list[ProducerBatch] = []
         with self.accumulator.lock:
-            for dq in self.accumulator.queues.values():
-                while dq and now - dq[0].created >= limit:
-                    expired.append(dq.popleft())
+            expired = self.accumulator.expire(now, self.config["delivery_timeout_ms"] / 1000)
         for batch in expired:
             tp = batch.tp
             cause = f" (last error: {batch.last_error})" if batch.last_error else ""
