@@ -62,7 +62,9 @@ class MetadataView:
         # OverlayMap, so that the next view copies only the topics that changed.
         self.topics = topics
         self.controllers = controllers
-        self.cluster_configs = cluster_configs or {}  # cluster-wide config overrides
+        # Cluster-wide config overrides. The same object as the previous view's while unchanged (the
+        # replica manager re-applies every topic when it is not): an empty one is kept, not replaced.
+        self.cluster_configs = cluster_configs if cluster_configs is not None else {}
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         """The committed state of ``topic``-``index``, or None."""

@@ -130,8 +130,20 @@ class ReplicaManager:
         previous = self.view
         self.view = view
         everything = view.cluster_configs is not previous.cluster_configs  # the default min ISR may move
-        changed = [name for name, topic in view.topics.items() if everything or previous.topics.get(name) is not topic]
-        touched = set(changed) | {name for name in previous.topics if name not in view.topics}
+        # Views share their topic map's base (OverlayMap): only the names it reports may have changed,
+        # so a change costs what changed, not every topic (None: compare every name).
+        names = None
+        changed_keys = getattr(view.topics, "changed_keys", None)
+        if not everything and changed_keys is not None and type(previous.topics) is type(view.topics):
+            names = changed_keys(previous.topics)
+        if names is None:
+            changed = [name for name, topic in view.topics.items()
+                       if everything or previous.topics.get(name) is not topic]
+            touched = set(changed) | {name for name in previous.topics if name not in view.topics}
+        else:
+            changed = sorted(name for name in names
+                             if name in view.topics and previous.topics.get(name) is not view.topics[name])
+            touched = set(changed) | {name for name in names if name in previous.topics and name not in view.topics}
         wanted: set[TP] = set()
         for name in changed:
             topic = view.topics[name]
@@ -167,8 +179,12 @@ class ReplicaManager:
                         self._follow(tp, info.leader)
                 if tp in self.offline:
                     self._check_offline(partition)
-        for tp in [tp for tp in self.partitions if tp[0] in touched and tp not in wanted]:
-            self._stop(tp, delete=True)
+        # A topic's local replicas all come from the previous view's partitions of it.
+        for name in touched:
+            before = previous.topics.get(name)
+            for index in range(len(before.partitions) if before is not None else 0):
+                if (name, index) in self.partitions and (name, index) not in wanted:
+                    self._stop((name, index), delete=True)
 
     def _follow(self, tp: TP, leader_id: int) -> None:
         fetcher = self.fetchers.get(leader_id)
