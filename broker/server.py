@@ -86,7 +86,8 @@ class BrokerServer:
                               "retention.bytes": config["log.retention.bytes"]}
         self.logs = LogManager(config["log.dirs"], default_log_config,
                                hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
-                               retention_check_interval_ms=config["log.retention.check.interval.ms"])
+                               retention_check_interval_ms=config["log.retention.check.interval.ms"],
+                               recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"])
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
         self.replicas.dial_proxies = config.proxies("broker.dial.proxies")
         self.metrics = BrokerMetrics(self)

@@ -125,6 +125,9 @@ SERVER_CONFIGS = (
             "How often a broker looks for segments past retention (and idempotent producers to forget).",
             at_least(1))
     .define("log.segment.bytes", "int", 1_073_741_824, "Default segment.bytes of new topics.", at_least(14))
+    .define("num.recovery.threads.per.data.dir", "int", 8,
+            "Threads that open (and after an unclean stop recover) the partition logs of each log dir at "
+            "start. Kafka's default is 1; opening a log here mostly waits on the disk.", at_least(1))
     .define("replica.lag.time.max.ms", "long", 30_000, "A follower not caught up for this long leaves the ISR.",
             at_least(1))
     # -- broker role (process.roles=broker): Kafka's names ----------------------------------

@@ -16,7 +16,10 @@ an fsync, as Kafka does since KAFKA-15046: a broker taking over a thousand leade
 would otherwise wait on two fsyncs each and miss its controller heartbeats. ``sync`` makes it
 durable; the log calls it before it moves the recovery point, so recovery, which re-assigns
 epochs from the batches past the recovery point, never needs an entry a machine crash lost.
-Truncations, rare and not re-derivable, still fsync at once.
+Truncations, rare and not re-derivable, still fsync at once, except those of opening a log: the
+loader truncates to the recovered log end at every open, so one a machine crash lost is done again
+(an unclean restart of a broker would otherwise wait on two fsyncs for every partition whose
+latest epoch starts at its log end, as a leader's does until its first record).
 """
 from __future__ import annotations
 
@@ -109,16 +112,19 @@ class LeaderEpochCache:
             self.checkpoint.write(self.epoch_entries(), fsync=False)
             self._unsynced = True
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
+    def truncate_from_end(self, end_offset: int, *, fsync: bool = True) -> None:
+        """Drop entries starting at or after ``end_offset`` (the log was truncated there).
+        ``fsync=False``: for opening a log, which truncates again at every open (as Kafka's
+        truncateFromEndAsyncFlush); made durable by the next ``sync``."""
         i = bisect_right(self._starts, end_offset - 1)
         if i < len(self._starts):
             del self._epochs[i:]
             del self._starts[i:]
-            self.flush()
+            self._write(fsync)
 
-    def truncate_from_start(self, start_offset: int) -> None:
-        """Drop entries wholly below ``start_offset``; the one holding it now starts there."""
+    def truncate_from_start(self, start_offset: int, *, fsync: bool = True) -> None:
+        """Drop entries wholly below ``start_offset``; the one holding it now starts there.
+        ``fsync``: as ``truncate_from_end``."""
         i = bisect_right(self._starts, start_offset) - 1
         if i < 0 or (i == 0 and self._starts[0] == start_offset):
             return
@@ -127,7 +133,14 @@ class LeaderEpochCache:
         del self._starts[:i + 1]
         self._epochs.insert(0, epoch)
         self._starts.insert(0, start_offset)
-        self.flush()
+        self._write(fsync)
+
+    def _write(self, fsync: bool) -> None:
+        if fsync:
+            self.flush()
+        else:
+            self.checkpoint.write(self.epoch_entries(), fsync=False)
+            self._unsynced = True
 
     def clear(self) -> None:
         self._epochs.clear()

@@ -27,10 +27,11 @@ import shutil
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from raftka.common.errors import InvalidTopicError, KafkaStorageError
+from raftka.common.errors import ConfigError, InvalidTopicError, KafkaStorageError
 from raftka.storage.config import LogConfig
 from raftka.storage.log import Log
 
@@ -42,11 +43,22 @@ DELETE_SUFFIX = "-delete"
 # never a partition log (Kafka's LogManager skips it the same way).
 METADATA_LOG_TOPIC = "__cluster_metadata"
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Threads opening one log dir's partition logs at start (num.recovery.threads.per.data.dir;
+# Kafka's default is 1, but here opening a log mostly waits on the disk).
+RECOVERY_THREADS_PER_DATA_DIR_DEFAULT = 8
 _PARTITION_DIR = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)$")
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _outcome(fn: Callable[[Any], Any], arg: Any) -> Any:
+    """fn(arg), or the exception it raised (so one failed open does not hide the others)."""
+    try:
+        return fn(arg)
+    except Exception as error:
+        return error
 
 
 class LogManager:
@@ -56,7 +68,8 @@ class LogManager:
                  clock_ms: Callable[[], int] = _now_ms,
                  hw_checkpoint_interval_ms: int = 5000,
                  recovery_point_checkpoint_interval_ms: int = 60000,
-                 retention_check_interval_ms: int = 300_000) -> None:
+                 retention_check_interval_ms: int = 300_000,
+                 recovery_threads_per_data_dir: int = RECOVERY_THREADS_PER_DATA_DIR_DEFAULT) -> None:
         if isinstance(log_dirs, str):  # "a,b" as written in a properties file
             log_dirs = [d.strip() for d in log_dirs.split(",") if d.strip()]
         if not log_dirs:
@@ -86,11 +99,14 @@ class LogManager:
         self._lock_fds: list[int] = []
         self.log_dirs = [Path(d) for d in log_dirs]
         self._dir_counts = {d: 0 for d in self.log_dirs}
+        if recovery_threads_per_data_dir < 1:
+            raise ConfigError("num.recovery.threads.per.data.dir",
+                              f"must be at least 1, got {recovery_threads_per_data_dir}")
         try:
             for d in self.log_dirs:
                 self._lock_dir(d)
             for d in self.log_dirs:
-                self._load_dir(d)
+                self._load_dir(d, recovery_threads_per_data_dir)
         except BaseException:
             self.close()
             raise
@@ -108,7 +124,12 @@ class LogManager:
             raise KafkaStorageError(f"log dir {d} is in use by another process (locked {d / LOCK_FILE})") from None
         self._lock_fds.append(fd)
 
-    def _load_dir(self, d: Path) -> None:
+    def _load_dir(self, d: Path, threads: int) -> None:
+        """Open every partition log of ``d`` on ``threads`` threads (Kafka's
+        num.recovery.threads.per.data.dir): opening is mostly waiting on the disk (reads, and
+        fsyncs after a clean shutdown), which releases the GIL. Logs are added in name order;
+        the first failure, in that order, closes the others and is raised."""
+        found: list[tuple[tuple[str, int], Path]] = []
         for entry in sorted(os.scandir(d), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
@@ -122,9 +143,27 @@ class LogManager:
             if key in self._logs:
                 raise KafkaStorageError(f"partition {key[0]}-{key[1]} is in two log dirs: "
                                         f"{self._logs[key].dir} and {entry.path}")
-            self._logs[key] = self._watch(Log.open(Path(entry.path), self.default_config, topic=key[0],
-                                                   partition=key[1], clock_ms=self.clock_ms))
+            found.append((key, Path(entry.path)))
+
+        def open_log(item: tuple[tuple[str, int], Path]) -> Log:
+            (topic, partition), path = item
+            return Log.open(path, self.default_config, topic=topic, partition=partition, clock_ms=self.clock_ms)
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(max(1, min(threads, len(found))), thread_name_prefix="log-recovery") as pool:
+            opened = list(pool.map(lambda item: _outcome(open_log, item), found))
+        failure = next((o for o in opened if isinstance(o, BaseException)), None)
+        if failure is not None:
+            for o in opened:
+                if isinstance(o, Log):
+                    o.close()
+            raise failure
+        for (key, _), lg in zip(found, opened):
+            self._logs[key] = self._watch(lg)
             self._dir_counts[d] += 1
+        if found:
+            log.info("opened %d partition logs in %s in %.2f s on %d thread(s)", len(found), d,
+                     time.monotonic() - started, min(threads, len(found)))
 
     def _watch(self, lg: Log) -> Log:
         lg.on_change = self._log_changed
