@@ -1,5 +1,6 @@
 """Small text checkpoint files, replaced atomically (write a temp file, fsync, rename, fsync dir),
-or, for a value where an older one is safe (the high watermark), overwritten in place.
+or, where an older or unreadable file is safe (the high watermark, the leader-epoch cache's
+unsynced entries), overwritten in place.
 
 Format (Kafka's checkpoint layout): line 1 the format version (0), line 2 the number of entries,
 then one entry per line, fields separated by one space, all integers::
@@ -64,11 +65,14 @@ class CheckpointFile:
 
     def write(self, entries: list[tuple[int, ...]], *, fsync: bool = True) -> None:
         """Replace the file with ``entries`` (``fsync``: as ``write_atomic``)."""
+        write_atomic(self.path, self._text(entries), fsync=fsync)
+
+    def _text(self, entries: list[tuple[int, ...]]) -> bytes:
         lines = [str(CHECKPOINT_VERSION), str(len(entries))]
         for entry in entries:
             assert len(entry) == self.width, entry
             lines.append(" ".join(str(int(v)) for v in entry))
-        write_atomic(self.path, ("\n".join(lines) + "\n").encode(), fsync=fsync)
+        return ("\n".join(lines) + "\n").encode()
 
     def read(self) -> list[tuple[int, ...]] | None:
         """The entries, or None when the file does not exist; CheckpointError when it is bad."""
@@ -106,20 +110,22 @@ class CheckpointFile:
         self.write([(value,)])
 
     def overwrite_value(self, value: int) -> None:
-        """For one-integer checkpoints written often (the high watermark): the same text written
-        over the file's bytes in place, without a temp file or fsync. A temp file and a rename
-        cost ~0.35 ms on ext4 (the rename flushes the new file's data): ~3.5 s per pass over
-        10,000 partitions on the broker's event loop; an in-place write of an allocated block
-        ~0.02 ms. A write of a few bytes at offset 0 is seen whole; a machine crash may leave
-        the old value, and a crash between a shorter value's write and the truncation behind it
-        leaves a file that does not parse (CheckpointError: the caller's fallback). Only for
-        values where an older one is safe."""
-        data = f"{CHECKPOINT_VERSION}\n1\n{int(value)}\n".encode()
-        try:
-            fd = os.open(self.path, os.O_WRONLY)
-        except FileNotFoundError:
-            write_atomic(self.path, data, fsync=False)
-            return
+        """For one-integer checkpoints written often (the high watermark): ``overwrite``."""
+        self.overwrite([(value,)])
+
+    def overwrite(self, entries: list[tuple[int, ...]]) -> None:
+        """For checkpoints written often where an older or unreadable file is safe (the high
+        watermark; the leader-epoch cache's unsynced entries, rebuilt from the batches): the
+        text written over the file's bytes in place, without a temp file, rename or fsync; a
+        missing file is created in place. On this box's ext4 a temp file and a rename cost
+        ~0.23 ms idle (~0.5 ms under load; the rename flushes the new file's data), an in-place
+        write ~0.005 ms: at 10,000 partitions a pass (or a leader change of each) would
+        otherwise cost seconds of a broker's event loop. A write of a few bytes at offset 0 is
+        seen whole; a machine crash may leave the old content, and a crash between a shorter
+        write and the truncation behind it leaves a file that does not parse (CheckpointError:
+        the caller's fallback)."""
+        data = self._text(entries)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, data, 0)
             if os.fstat(fd).st_size > len(data):

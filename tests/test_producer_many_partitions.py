@@ -90,7 +90,7 @@ def test_the_accumulator_expires_batches_and_forgets_the_emptied_partitions():
 def test_the_high_watermark_checkpoint_is_overwritten_in_place(tmp_path):
     path = tmp_path / "replication-offset-checkpoint"
     cp = CheckpointFile(path, 1)
-    cp.overwrite_value(1234)  # no file yet: the atomic path
+    cp.overwrite_value(1234)  # no file yet: created in place
     inode = os.stat(path).st_ino
     cp.overwrite_value(1_000_000)
     assert path.read_text() == "0\n1\n1000000\n"
@@ -99,3 +99,39 @@ def test_the_high_watermark_checkpoint_is_overwritten_in_place(tmp_path):
     assert cp.read_value(-1) == 7
     assert os.stat(path).st_ino == inode, "written in place, no temp file and rename"
     assert not (tmp_path / "replication-offset-checkpoint.tmp").exists()
+
+
+def test_new_epochs_and_high_watermarks_are_written_over_their_files_in_place(tmp_path, monkeypatch):
+    """Each new leader epoch of a partition (a leader change, a follower's batch of a new epoch)
+    wrote its leader-epoch checkpoint through a temp file and a rename (~0.5 ms under load: 24%
+    of a broker's samples when thousands of partitions changed leaders), as did a high
+    watermark's first checkpoint. Counted: no temp file and rename on a leader's or a follower's
+    first records, a new epoch or a new high watermark; the epoch file keeps its inode (written
+    in place) and reads back whole."""
+    from raftka.storage import Log, checkpoint
+    from test_storage import make_batch
+    replaced: list[str] = []
+    original = checkpoint.write_atomic
+
+    def recording(path, data, *, fsync=True):
+        replaced.append(path.name)
+        return original(path, data, fsync=fsync)
+    leader = Log.open(tmp_path / "leader" / "t-0", {}, topic="t", partition=0)
+    follower = Log.open(tmp_path / "follower" / "t-0", {}, topic="t", partition=0)
+    monkeypatch.setattr(checkpoint, "write_atomic", recording)
+    leader.append_as_leader(make_batch(2), 5)
+    follower.append_as_follower(bytes(leader.read(0, 1 << 20).records))
+    epoch_file = leader.leader_epoch_cache.checkpoint.path
+    inode = os.stat(epoch_file).st_ino
+    leader.leader_epoch_cache.assign(6, leader.log_end_offset)  # a leader change
+    leader.append_as_leader(make_batch(1), 6)
+    follower.append_as_follower(bytes(leader.read(2, 1 << 20).records))
+    for log_ in (leader, follower):
+        log_.update_high_watermark(log_.log_end_offset)
+        log_.checkpoint_high_watermark()
+    assert replaced == []
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert os.stat(epoch_file).st_ino == inode, "written in place, no temp file and rename"
+    for log_ in (leader, follower):
+        assert log_.leader_epoch_cache.checkpoint.read() == [(5, 0), (6, 2)]
+        log_.close()

@@ -127,8 +127,14 @@ def test_a_new_leader_epoch_is_written_unsynced_and_made_durable_by_the_next_flu
     monkeypatch.setattr(checkpoint, "write_atomic", recording)
     lg = Log.open(tmp_path / "t-0", {}, topic="t", partition=0)
     writes.clear()
-    lg.leader_epoch_cache.assign(3, 0)  # a leader change: no fsync on the way
-    assert writes == [("leader-epoch-checkpoint", False)]
+    overwrite = checkpoint.CheckpointFile.overwrite
+
+    def in_place(self, entries):
+        writes.append((self.path.name, "in place"))
+        return overwrite(self, entries)
+    monkeypatch.setattr(checkpoint.CheckpointFile, "overwrite", in_place)
+    lg.leader_epoch_cache.assign(3, 0)  # a leader change: no fsync, no temp file on the way
+    assert writes == [("leader-epoch-checkpoint", "in place")]
     lg.append_as_leader(make_batch(2), 3)
     writes.clear()
     lg.flush()  # the recovery point passes the epoch's batches: the entry is fsynced first
