@@ -241,12 +241,25 @@ class ReplicaManager:
                     self._check_offline(partition)  # resign again (refused, or a new ISR member)
                     if offline.state == OFFLINE_LEADER:
                         continue
-                proposal = partition.isr_proposal(lag_ms, now)
+                proposal = self._isr_eligible(partition, partition.isr_proposal(lag_ms, now))
                 if proposal is not None:
                     partition.alter_in_flight = True
                     self._tasks.append(asyncio.create_task(self._alter(partition, proposal)))
                 self._schedule_isr_check(tp, partition, lag_ms, now)
             self._tasks = [t for t in self._tasks if not t.done()]
+
+    def _isr_eligible(self, partition: Partition, proposal: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        """``proposal`` without the followers it adds that are not registered and unfenced in the
+        committed metadata (Kafka's isReplicaIsrEligible): the controller would refuse them with
+        INELIGIBLE_REPLICA. A killed follower's last fetches keep it "caught up" for
+        replica.lag.time.max.ms, so without this every leader would re-propose it each tick until it
+        comes back, one refused AlterPartition round after another. None: nothing left to ask."""
+        if proposal is None:
+            return None
+        brokers = self.view.brokers
+        kept = tuple(r for r in proposal if r in partition.isr
+                     or (r in brokers and not brokers[r].fenced))
+        return kept if kept != tuple(partition.isr) else None
 
     def _schedule_isr_check(self, tp: TP, partition: Partition, lag_ms: int, now: float) -> None:
         """When ``partition`` needs its next ISR check. A follower leaves the ISR only once not

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from raftka.broker.metadata import MetadataView, PartitionInfo, TopicInfo
+from raftka.broker.metadata import BrokerInfo, MetadataView, PartitionInfo, TopicInfo
 from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.storage import LogManager
@@ -36,12 +36,13 @@ class Clock:
         return self.now
 
 
-def _view(isr_of: dict[int, tuple[int, ...]]) -> MetadataView:
+def _view(isr_of: dict[int, tuple[int, ...]], fenced: frozenset[int] = frozenset(), offset: int = 1) -> MetadataView:
     parts = tuple(PartitionInfo((1, 2, 3), isr_of.get(i, (1, 2, 3)), 1, 1, 1) for i in range(PARTITIONS))
-    return MetadataView(1, {}, {"t": TopicInfo("t", "id-t", parts, {})}, {})
+    brokers = {b: BrokerInfo(b, 1, {"PLAINTEXT": f"127.0.0.1:{9090 + b}"}, None, b in fenced) for b in (1, 2, 3)}
+    return MetadataView(offset, brokers, {"t": TopicInfo("t", "id-t", parts, {})}, {})
 
 
-async def _run(tmp_path, isr_of: dict[int, tuple[int, ...]], steps):
+async def _run(tmp_path, isr_of: dict[int, tuple[int, ...]], steps, fenced: frozenset[int] = frozenset()):
     clock = Clock()
     proposals: list[tuple[int, tuple[int, ...]]] = []
     visits: list[int] = []
@@ -59,7 +60,7 @@ async def _run(tmp_path, isr_of: dict[int, tuple[int, ...]], steps):
         return original(self, lag_ms, now)
     Partition.isr_proposal = counting  # type: ignore[method-assign]
     try:
-        manager.on_metadata(_view(isr_of))
+        manager.on_metadata(_view(isr_of, fenced))
         manager.start()
         for step in steps:
             await step(manager, clock, visits, proposals)
@@ -107,3 +108,20 @@ def test_a_leader_short_of_replicas_adds_a_follower_at_the_next_tick_after_it_ca
         assert {index for index, _ in proposals} == {5}
 
     asyncio.run(_run(tmp_path, {5: (1, 2)}, [join]))
+
+
+def test_a_fenced_follower_is_not_proposed_until_the_metadata_unfences_it(tmp_path):
+    """A killed follower's last fetches leave it "caught up" for replica.lag.time.max.ms; while it
+    is fenced the controller would refuse it (INELIGIBLE_REPLICA), so no round asks for it."""
+    async def fenced_then_unfenced(manager, clock, visits, proposals):
+        p5 = manager.partitions[("t", 5)]
+        p5.record_follower_fetch(3, p5.log.log_end_offset)  # its fetch from before it was fenced
+        visits.clear()
+        await _until(lambda: visits.count(5) >= 3)  # several ticks looked at partition 5
+        assert proposals == [], "broker 3 is fenced: not proposed"
+        shared = manager.view.topics  # the same TopicInfo objects: only the broker changed
+        manager.on_metadata(MetadataView(2, _view({}).brokers, shared, {}))
+        await _until(lambda: (5, (1, 2, 3)) in proposals)
+        assert [index for index, _ in proposals] == [5]
+
+    asyncio.run(_run(tmp_path, {5: (1, 2)}, [fenced_then_unfenced], fenced=frozenset({3})))

@@ -20,6 +20,11 @@ batch it calls, on the loop:
   restored one, so ``delta.local_changes(broker_id)`` is right either way;
 - ``on_update(offset)``: the last applied offset (of any record kind).
 
+Until it first reaches the log's high watermark (a broker starting, possibly far behind),
+``on_metadata_update`` waits, as Kafka's MetadataLoader does while it "still needs to catch up":
+one call with one delta from the image it started with, not one per fetched chunk (each would
+re-apply every partition it touched; a log full of leader changes touches them all many times).
+
 A callback that raises is logged and does not stop the fetcher. Any controller serves the same
 committed log with the same offsets, so on an error the fetcher moves to the next bootstrap
 controller (after ``retry_backoff_ms``) and goes on from its own offset.
@@ -83,6 +88,9 @@ class MetadataFetcher:
         self._connection: Connection | None = None  # to the current controller, reused between fetches
         self.errors_seen = 0  # for tests and metrics
         self.snapshots_loaded = 0  # for tests and metrics
+        self.updates_published = 0  # on_metadata_update calls, for tests and metrics
+        self.caught_up = False  # reached the high watermark once: every batch is published since
+        self._published = self.loader.image  # the image on_metadata_update last saw
 
     async def _request(self, address: str, api_key: int, body: dict) -> dict:
         """One Kafka request to ``address`` on the fetcher's connection (opened on first use,
@@ -135,19 +143,29 @@ class MetadataFetcher:
             delta, image = self.loader.end_batch()
         if not applied:
             return 0
-        if snapshot is not None:
-            delta = MetadataDelta.between(before, image)
+        if not self.caught_up:
+            if self.state.offset + 1 < partition["high_watermark"]:
+                self._notify_offset()
+                return applied  # published once caught up (module docstring)
+            self.caught_up = True
+        if snapshot is not None or self._published is not before:  # a restore, or deferred batches
+            delta = MetadataDelta.between(self._published, image)
+        self._published = image
+        self.updates_published += 1
         if self.on_metadata_update is not None:
             try:
                 self.on_metadata_update(delta, image)
             except Exception:
                 log.exception("on_metadata_update failed at offset %d", image.offset)
+        self._notify_offset()
+        return applied
+
+    def _notify_offset(self) -> None:
         if self.on_update is not None:
             try:
                 self.on_update(self.state.offset)
             except Exception:
                 log.exception("on_update failed at offset %d", self.state.offset)
-        return applied
 
     async def _read_snapshot(self, address: str, snapshot_id: dict) -> bytes:
         """The whole snapshot ``snapshot_id`` from ``address``, with FetchSnapshot in chunks."""
