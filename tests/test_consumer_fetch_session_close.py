@@ -17,15 +17,21 @@ from test_consumer_fetch_sessions import T, SessionKafka, poll_values, settle, s
 pytestmark = pytest.mark.timeout(60)
 
 
+async def sessions_at_both_brokers():
+    """A consumer that read 4 partitions led by brokers 1 and 2 and holds a session at each."""
+    kafka = SessionKafka({T: 4})
+    for index in range(4):
+        kafka.append(tps(index).pop(), [b"v"])
+    c = start_with(kafka)
+    await poll_values(c, 4)
+    await settle(kafka, 1)
+    await settle(kafka, 2)
+    return kafka, c
+
+
 def test_close_ends_the_session_at_every_broker():
     async def main() -> SessionKafka:
-        kafka = SessionKafka({T: 4})
-        for index in range(4):
-            kafka.append(tps(index).pop(), [b"v"])
-        c = start_with(kafka)
-        await poll_values(c, 4)
-        await settle(kafka, 1)
-        await settle(kafka, 2)
+        kafka, c = await sessions_at_both_brokers()
         assert {s["node"] for s in kafka.sessions.values()} == {1, 2}, "a session at each broker first"
         opened = {(s["node"], i) for i, s in kafka.sessions.items()}
         since = len(kafka.fetches)
@@ -41,13 +47,7 @@ def test_close_ends_the_session_at_every_broker():
 
 def test_close_waits_a_bounded_time_for_a_broker_that_does_not_answer_and_does_not_raise():
     async def main() -> tuple[SessionKafka, float]:
-        kafka = SessionKafka({T: 4})
-        for index in range(4):
-            kafka.append(tps(index).pop(), [b"v"])
-        c = start_with(kafka)
-        await poll_values(c, 4)
-        await settle(kafka, 1)
-        await settle(kafka, 2)
+        kafka, c = await sessions_at_both_brokers()
         kafka.hang_nodes.add(2)
         started = time.monotonic()
         await c.close()

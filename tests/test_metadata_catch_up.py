@@ -4,13 +4,9 @@ not one per chunk (each would re-apply every partition the chunk touched)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 
-from raftka.cluster import wait_until
-from raftka.cluster.controller_client import controller_request
-from raftka.common import errors
 from raftka.raft_meta.metadata.fetcher import MetadataFetcher
-from test_metadata_fetcher import create, wait_async
+from test_metadata_fetcher import create, register_unfenced_broker, wait_async
 
 TOPICS = 12
 CHUNK_BYTES = 64  # less than one entry: each fetch brings one batch
@@ -19,15 +15,7 @@ CHUNK_BYTES = 64  # less than one entry: each fetch brings one batch
 def test_a_fetcher_behind_the_log_publishes_one_update_when_caught_up(controller_cluster):
     cluster = controller_cluster
     cluster.wait_for_leader(timeout_s=30)
-    code, out = controller_request(cluster.bootstrap_controllers, 62,
-                                   {"broker_id": 1, "cluster_id": cluster.cluster_id, "incarnation_id": uuid.uuid4().hex,
-                                    "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1}]})
-    assert code == errors.NONE, out
-    epoch = out["broker_epoch"]
-    wait_until(lambda: controller_request(cluster.bootstrap_controllers, 63,
-                                          {"broker_id": 1, "broker_epoch": epoch,
-                                           "current_metadata_offset": 1 << 40})[1].get("is_fenced") is False,
-               20, what="broker 1 unfenced")
+    register_unfenced_broker(cluster)
     for i in range(TOPICS):
         create(cluster, f"t{i}")
     addresses = ["%s:%d" % cluster.controller_address(n) for n in cluster.nodes]

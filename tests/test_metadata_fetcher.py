@@ -13,6 +13,22 @@ from raftka.cluster import wait_until
 from raftka.cluster.controller_client import controller_request
 
 
+def register_unfenced_broker(cluster, broker_id: int = 1) -> int:
+    """Register ``broker_id`` (a listener nobody connects to) and wait until it is unfenced, so
+    topics can be placed on it; its broker epoch."""
+    code, out = controller_request(cluster.bootstrap_controllers, 62,
+                                   {"broker_id": broker_id, "cluster_id": cluster.cluster_id,
+                                    "incarnation_id": uuid.uuid4().hex,
+                                    "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1}]})
+    assert code == errors.NONE, out
+    epoch = out["broker_epoch"]
+    wait_until(lambda: controller_request(cluster.bootstrap_controllers, 63,
+                                          {"broker_id": broker_id, "broker_epoch": epoch,
+                                           "current_metadata_offset": 1 << 40})[1].get("is_fenced") is False,
+               20, what=f"broker {broker_id} unfenced")
+    return epoch
+
+
 def create(cluster, name):
     deadline = time.monotonic() + 30
     while True:
@@ -27,15 +43,7 @@ def create(cluster, name):
 def test_a_fetcher_follows_the_log_and_survives_the_loss_of_its_controller(controller_cluster):
     cluster = controller_cluster
     cluster.wait_for_leader(timeout_s=30)
-    code, out = controller_request(cluster.bootstrap_controllers, 62,
-                                   {"broker_id": 1, "cluster_id": cluster.cluster_id, "incarnation_id": uuid.uuid4().hex,
-                                    "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1}]})
-    assert code == errors.NONE, out
-    epoch = out["broker_epoch"]
-    wait_until(lambda: controller_request(cluster.bootstrap_controllers, 63,
-                                          {"broker_id": 1, "broker_epoch": epoch,
-                                           "current_metadata_offset": 1 << 40})[1].get("is_fenced") is False,
-               20, what="broker 1 unfenced")
+    epoch = register_unfenced_broker(cluster)
     create(cluster, "first")
     updates = []
     deltas = []  # (delta, image, thread) per callback
