@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
+from raftka.common.records import records_ext
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -44,9 +46,13 @@ def to_positive(number: int) -> int:
     return number & 0x7FFFFFFF
 
 
+# The C hash when the extension is built (the same function; tests/test_partitioner.py compares).
+_murmur2 = records_ext.murmur2 if records_ext is not None else murmur2
+
+
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     """The partition Kafka's default partitioner picks for a serialized key."""
-    return to_positive(murmur2(key)) % num_partitions
+    return (_murmur2(key) & 0x7FFFFFFF) % num_partitions  # to_positive, inlined (per record)
 
 
 class DefaultPartitioner:

@@ -341,6 +341,28 @@ def test_the_extension_is_built_and_every_hot_path_uses_it(monkeypatch):
     assert [r.value for r in fetcher.decode_records(batch, 0, -1, True, "t", 0)[0]] == [b"v", b"w"]
 
 
+# --- the producer's key hash -----------------------------------------------------------------------------------
+@pytest.mark.skipif(EXT is None, reason="the extension is not built")
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=70))
+def test_c_murmur2_is_the_python_murmur2(key):
+    from raftka.client.partitioner import murmur2
+    assert EXT.murmur2(key) == murmur2(key)
+    assert EXT.murmur2(bytearray(key)) == EXT.murmur2(memoryview(key)) == murmur2(key)
+
+
+@pytest.mark.skipif(EXT is None, reason="the extension is not built")
+def test_c_murmur2_gives_kafkas_vectors_and_the_partitioner_uses_it(monkeypatch):
+    from raftka.client import partitioner
+    from tests.test_client_unit import KAFKA_MURMUR2_VECTORS, MORE_MURMUR2_VECTORS
+    for key, expected in {**KAFKA_MURMUR2_VECTORS, **MORE_MURMUR2_VECTORS, b"": 275646681}.items():
+        assert EXT.murmur2(key) == expected, key
+    with pytest.raises(TypeError):
+        EXT.murmur2("text")  # a str is not serialized bytes, as in the Python hash
+    monkeypatch.setattr(partitioner, "murmur2", lambda _key: pytest.fail("the Python hash ran"))
+    assert partitioner.partition_for_key(b"foobar", 50) == (-790332482 & 0x7FFFFFFF) % 50
+
+
 def test_raftka_no_extensions_forces_the_pure_python_path():
     env = dict(os.environ, RAFTKA_NO_EXTENSIONS="1")
     code = ("from raftka.common import records as rec; b = rec.BatchBuilder(); b.append(1, None, b'v'); "
