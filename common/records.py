@@ -443,21 +443,34 @@ def _whole_batches(buf) -> list[tuple[int, BatchHeader]]:
     return found
 
 
-def assign_offsets(buf, base_offset: int, partition_leader_epoch: int) -> bytes:
+def assign_offsets(buf, base_offset: int, partition_leader_epoch: int,
+                   headers: list[BatchHeader] | None = None) -> bytes:
     """Stamp baseOffset and partitionLeaderEpoch on every batch of ``buf``; return new bytes.
 
     The first batch gets ``base_offset``, each next batch the offset after the previous one
     (``next_offset``), so offsets stay contiguous. Both fields lie outside the CRC: no record
     is touched and the CRC stays valid. ``buf`` must be exactly whole batches
-    (bytes, bytearray or memoryview); CorruptRecordError otherwise.
+    (bytes, bytearray or memoryview); CorruptRecordError otherwise. ``headers``: the batches'
+    headers as :func:`validate_batches` returned them for this ``buf`` (the leader's append),
+    which spares a second walk of the headers.
     """
-    out = bytearray(buf)
+    if headers is None:
+        found = _whole_batches(buf)
+    else:
+        found, pos = [], 0
+        for header in headers:
+            found.append((pos, header))
+            pos += header.batch_length + LOG_OVERHEAD_BYTES
+    # One copy: the stamped fields packed, the bytes between and after them as views.
+    epoch = _INT32.pack(partition_leader_epoch)
     offset = base_offset
-    for pos, header in _whole_batches(out):
-        _INT64.pack_into(out, pos + BASE_OFFSET_OFFSET, offset)
-        _INT32.pack_into(out, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+    view = memoryview(buf)
+    parts: list[bytes | memoryview] = []
+    for pos, header in found:
+        parts += (_INT64.pack(offset), view[pos + BATCH_LENGTH_OFFSET:pos + PARTITION_LEADER_EPOCH_OFFSET],
+                  epoch, view[pos + MAGIC_OFFSET:pos + header.batch_length + LOG_OVERHEAD_BYTES])
         offset += header.last_offset_delta + 1
-    return bytes(out)
+    return b"".join(parts)
 
 
 def set_log_append_time(buf, timestamp_ms: int) -> bytes:

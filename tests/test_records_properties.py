@@ -98,6 +98,8 @@ def test_assign_offsets_keeps_crcs_valid_and_offsets_contiguous(batches, base_of
         expected = header.next_offset
     assert [r.offset for r in rec.iter_records(out)] == list(
         range(base_offset, base_offset + sum(len(b) for b in batches)))
+    # The leader passes the headers it validated: the same bytes without a second walk.
+    assert rec.assign_offsets(buf, base_offset, epoch, rec.validate_batches(buf)) == out
     # Every byte outside baseOffset (0-7) and partitionLeaderEpoch (12-15) is unchanged.
     mask = bytearray(buf)
     for pos, _ in rec.iter_batches(out):
