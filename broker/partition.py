@@ -40,9 +40,15 @@ from typing import Any, Callable
 from raftka.common import errors
 from raftka.common.errors import (FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError,
                                   OffsetOutOfRangeError)
+from raftka.common.ratelog import RateLimitedLog
 from raftka.broker.metadata import PartitionInfo
 
 log = logging.getLogger(__name__)
+# ISR changes a leader takes are INFO one by one while few: at most one shrink and one expansion
+# a second (a single partition's change is always seen). A storm (a restarted broker rejoins
+# thousands of ISRs) goes to DEBUG past that, and the next INFO line counts the ones left out.
+ISR_INFO_INTERVAL_S = 1.0
+isr_lines = RateLimitedLog(log, interval_s=ISR_INFO_INTERVAL_S)
 
 
 class ReplicaState(enum.Enum):
@@ -220,8 +226,9 @@ class Partition:
         # replica.lag.time.max.ms to fetch from us before it can be dropped.
         self.followers = {r: FollowerProgress(last_caught_up_ms=now) for r in info.replicas if r != self.broker_id}
         self._maybe_advance_hw()
-        log.info("%s: leader at epoch %d, ISR %s, log end %d, HW %d", self.name, self.leader_epoch,
-                 list(self.isr), self.log.log_end_offset, self.log.high_watermark)
+        # At DEBUG: the replica manager logs one INFO line per metadata change for all partitions.
+        log.debug("%s: leader at epoch %d, ISR %s, log end %d, HW %d", self.name, self.leader_epoch,
+                  list(self.isr), self.log.log_end_offset, self.log.high_watermark)
         self._notify()
         self._wake_fetches()
 
@@ -236,8 +243,8 @@ class Partition:
         self.isr = info.isr
         self.followers = {}
         self.alter_in_flight = False
-        log.info("%s: follower of %d at epoch %d, log end %d", self.name, info.leader, info.leader_epoch,
-                 self.log.log_end_offset)
+        log.debug("%s: follower of %d at epoch %d, log end %d", self.name, info.leader, info.leader_epoch,
+                  self.log.log_end_offset)
         self._notify()  # acks=all waiters of a former leadership answer NOT_LEADER_OR_FOLLOWER
         self._wake_fetches()
 
@@ -265,7 +272,10 @@ class Partition:
                 self.isr_shrinks += 1
             elif len(self.isr) > len(old):
                 self.isr_expands += 1
-            log.info("%s: ISR %s -> %s (partition epoch %d)", self.name, list(old), list(self.isr), partition_epoch)
+            line = "%s: ISR %s -> %s (partition epoch %d)"
+            args = (self.name, list(old), list(self.isr), partition_epoch)
+            if not isr_lines.log(logging.INFO, "shrink" if len(self.isr) < len(old) else "expand", line, *args):
+                log.debug(line, *args)
             self._maybe_advance_hw()
         self._notify()
 

@@ -47,6 +47,10 @@ refused_fetch_log = RateLimitedLog(log)
 
 TP = tuple[str, int]
 FETCH_WAIT_MS_MAX = 30_000
+# Partition names one summary log line shows (role changes, stray logs); each partition's own
+# line is at DEBUG. A restart moves 10,000 replicas at once: one INFO line each flooded the log
+# and cost ~5% of the event loop.
+SUMMARY_NAMES_MAX = 10
 # The controller's Raft journal directory (<log.dirs[0]>/__cluster_metadata-0 in combined mode):
 # never a partition replica of ours, never deleted.
 METADATA_TOPIC = "__cluster_metadata"
@@ -69,6 +73,12 @@ class OfflineReplica:
         c = self.corruption
         return {"topic": tp[0], "partition": tp[1], "state": self.state, "file": str(c.file),
                 "position": c.position, "offset": c.offset, "cause": c.cause, "problem": c.problem}
+
+
+def _sample(tps: list[TP]) -> str:
+    """At most SUMMARY_NAMES_MAX partition names, then how many more."""
+    names = ", ".join(f"{topic}-{index}" for topic, index in tps[:SUMMARY_NAMES_MAX])
+    return names + (f" ... and {len(tps) - SUMMARY_NAMES_MAX:,} more" if len(tps) > SUMMARY_NAMES_MAX else "")
 
 
 def _wake(future: asyncio.Future) -> None:
@@ -145,6 +155,8 @@ class ReplicaManager:
                              if name in view.topics and previous.topics.get(name) is not view.topics[name])
             touched = set(changed) | {name for name in names if name in previous.topics and name not in view.topics}
         wanted: set[TP] = set()
+        # What this view changed here, for one INFO line (_log_moves): kind -> partitions.
+        moves: dict[str, list[TP]] = {"leader of": [], "follower of": [], "stopped": [], "new ISR of": []}
         for name in changed:
             topic = view.topics[name]
             for index, info in enumerate(topic.partitions):
@@ -155,6 +167,7 @@ class ReplicaManager:
                 partition = self.partitions.get(tp)
                 if partition is not None and self.topic_ids.get(tp) != topic.topic_id:
                     self._stop(tp, delete=True)  # a new topic of the same name
+                    moves["stopped"].append(tp)
                     partition = None
                 if partition is None:
                     partition = Partition(name, index, self.broker_id,
@@ -169,6 +182,8 @@ class ReplicaManager:
                 partition.min_insync_replicas = self.min_isr_of(topic.configs)
                 change = partition.apply_metadata(info)
                 self._isr_watch.add(tp)  # a new role or ISR: the ISR loop reschedules it
+                if change is not None and (change != "isr" or partition.is_leader):
+                    moves[f"{change} of" if change != "isr" else "new ISR of"].append(tp)
                 if change == "leader":
                     self._unfollow(tp)
                 elif change == "follower":
@@ -185,6 +200,24 @@ class ReplicaManager:
             for index in range(len(before.partitions) if before is not None else 0):
                 if (name, index) in self.partitions and (name, index) not in wanted:
                     self._stop((name, index), delete=True)
+                    moves["stopped"].append((name, index))
+        self._log_moves(view.offset, moves)
+
+    @staticmethod
+    def _log_moves(offset: int, moves: dict[str, list[TP]]) -> None:
+        """One INFO line for what a metadata view changed here, with the counts and at most
+        SUMMARY_NAMES_MAX partition names: "metadata offset 812: leader of 3,334, follower of
+        6,666 partition(s) of 1,000 topic(s): t0-0, t0-3, ... and 9,990 more". A role change or a
+        stop of a single partition is named; ISR changes alone are left to the partition's own
+        lines (partition.py) unless several came at once (a fenced broker leaves thousands)."""
+        isr_only = not any(tps for kind, tps in moves.items() if kind != "new ISR of")
+        if isr_only and len(moves["new ISR of"]) <= 1:
+            return
+        counts = ", ".join(f"{kind} {len(tps):,}" for kind, tps in moves.items() if tps)
+        every = [tp for tps in moves.values() for tp in tps]
+        topics = len({topic for topic, _ in every})
+        log.info("metadata offset %d: %s partition(s) of %s topic(s): %s", offset, counts, f"{topics:,}",
+                 _sample(every))
 
     def _follow(self, tp: TP, leader_id: int) -> None:
         fetcher = self.fetchers.get(leader_id)
@@ -205,7 +238,7 @@ class ReplicaManager:
         partition.stop()
         if delete:
             self.logs.delete(*tp)
-        log.info("%s: stopped%s", partition.name, " and deleted" if delete else "")
+        log.debug("%s: stopped%s", partition.name, " and deleted" if delete else "")
 
     # -- background: ISR proposals, HW checkpoints ---------------------------------------------------
 
@@ -308,12 +341,11 @@ class ReplicaManager:
                 log.exception("log maintenance failed")
 
     def checkpoint_all(self) -> None:
-        """Write every hosted partition's HW checkpoint now."""
-        for partition in list(self.partitions.values()):
-            try:
-                partition.log.checkpoint_high_watermark()
-            except (OSError, RaftkaError) as error:
-                log.warning("%s: HW checkpoint failed: %s", partition.name, error)
+        """Write every log dir's HW checkpoint now."""
+        try:
+            self.logs.checkpoint_high_watermarks()
+        except RaftkaError as error:
+            log.warning("HW checkpoint failed: %s", error)
 
     def delete_stray_logs(self) -> int:
         """Once caught up with the metadata log: delete local logs of partitions this broker no
@@ -321,8 +353,10 @@ class ReplicaManager:
         stray = [(lg.topic, lg.partition) for lg in self.logs.logs()
                  if (lg.topic, lg.partition) not in self.partitions and lg.topic != METADATA_TOPIC]
         for topic, index in stray:
-            log.info("%s-%d: deleting a stray log (not a replica here any more)", topic, index)
+            log.debug("%s-%d: deleting a stray log (not a replica here any more)", topic, index)
             self.logs.delete(topic, index)
+        if stray:
+            log.info("deleted %s stray log(s) (not replicas here any more): %s", f"{len(stray):,}", _sample(stray))
         return len(stray)
 
     async def close(self) -> None:

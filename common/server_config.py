@@ -91,6 +91,9 @@ SERVER_CONFIGS = (
             "Snapshot the metadata (and truncate the Raft journal) after this many records.", at_least(2))
     .define("metadata.log.max.snapshot.interval.ms", "long", 300_000,
             "Snapshot at least this often when records were appended.", at_least(1000))
+    .define("metadata.log.max.record.bytes.between.snapshots", "long", 20 * 1024 * 1024,
+            "Snapshot the metadata once records of this many bytes were appended since the last snapshot, "
+            "however few they are (a single entry can hold thousands of records).", at_least(1))
     .define("metadata.fetch.max.records", "int", 5000, "Most records one metadata fetch returns.", at_least(1))
     .define("max.connections", "int", 1000,
             "Most concurrent connections one listener accepts (Kafka: unbounded; we bound it). At the limit "

@@ -151,7 +151,8 @@ class RaftConfig:
     # node id -> "host:port" to dial instead of its voters address (a proxy in chaos tests). The
     # voter keeps its identity (the voters address) on the wire; only the TCP target changes.
     dial: dict[int, str] = field(default_factory=dict)
-    # Snapshot (and truncate the journal) after this many entries or seconds.
+    # Snapshot (and truncate the journal) after this many entries or seconds, or when asked
+    # (request_snapshot).
     snapshot_min_entries: int = 5000
     snapshot_min_interval_s: float = 300.0
     # host:port the Raft port listens on; None: this node's voters address (pysyncobj's own
@@ -507,6 +508,11 @@ class RaftClient:
         if box[1] is not None:
             raise box[1]
         return box[0]
+
+    def request_snapshot(self) -> None:
+        """Snapshot (and truncate the journal) at the next tick, before the entry or time bound
+        is reached: the state machine's own bound (bytes of records) asks for it. Any thread."""
+        self._node.forceLogCompaction()
 
     @property
     def leader_id(self) -> int | None:

@@ -313,6 +313,54 @@ def test_metadata_survives_a_full_restart_from_snapshots(cluster_factory):
     assert fetcher.snapshots_loaded == 1 and {f"s{i}" for i in range(30)} <= fetcher.image.topics.keys()
 
 
+def test_a_bytes_bound_snapshots_after_few_records_and_a_restarted_broker_catches_up_from_a_snapshot(
+        cluster_factory):
+    # metadata.log.max.record.bytes.between.snapshots: with an entry bound no test reaches, a
+    # 300-byte bound makes every controller snapshot after a few CreateTopics entries (about 54
+    # bytes each). Each snapshot moves the fetch window past the one before it, so a broker
+    # restarting (its fetcher starts from offset 0) loads a snapshot instead of replaying the
+    # history, then follows records.
+    bound = 300
+    cluster = cluster_factory(voters=3, configs={**CONFIGS, "metadata.log.snapshot.min.records": 1_000_000,
+                                                 "metadata.log.max.record.bytes.between.snapshots": bound})
+    cluster.wait_for_leader(timeout_s=30)
+    fake = FakeBrokers(cluster, [1])
+    try:
+        wait_unfenced(cluster, 1)
+        for i in range(30):
+            ok(cluster, 19, {"topics": [{"name": f"b{i}", "num_partitions": 4, "replication_factor": 1}]})
+
+        def asked(node_id):
+            return cluster.nodes[node_id].log_path.read_text(errors="replace").count("asking for a metadata snapshot")
+        wait_until(lambda: all(asked(n) >= 2 and (cluster.nodes[n].data_dir / "data" / "__cluster_metadata-0"
+                                                  / "raft.snapshot").exists() for n in cluster.nodes),
+                   20, what="two snapshots asked for by the bytes bound on every controller")
+        from raftka.raft_meta.metadata.fetcher import MetadataFetcher, fetch_entries
+        address = "%s:%d" % cluster.controller_address(1)
+        partition, entries = asyncio.run(fetch_entries(address, 1))
+        assert entries == [] and partition["snapshot_id"]["end_offset"] > 0, "offset 0 is behind the window"
+        assert partition["log_start_offset"] > 1
+
+        async def restarted_broker() -> MetadataFetcher:
+            fetcher = MetadataFetcher([address], replica_id=1, max_wait_ms=100)
+            try:
+                while await fetcher.fetch_once():
+                    pass
+                await asyncio.to_thread(ok, cluster, 19, {"topics": [{"name": "after", "num_partitions": 1,
+                                                                      "replication_factor": 1}]})
+                deadline = time.monotonic() + 20
+                while "after" not in fetcher.image.topics and time.monotonic() < deadline:
+                    await fetcher.fetch_once()
+            finally:
+                await fetcher.close()
+            return fetcher
+        fetcher = asyncio.run(restarted_broker())
+    finally:
+        fake.close()
+    assert fetcher.snapshots_loaded == 1, "one snapshot, then records"
+    assert {f"b{i}" for i in range(30)} | {"after"} <= fetcher.image.topics.keys()
+
+
 def test_kill_9_of_the_active_controller_then_the_next_metadata_change_commits(cluster, brokers):
     old = cluster.wait_for_leader(timeout_s=30)
     ok(cluster, 19, {"topics": [{"name": "before", "num_partitions": 1, "replication_factor": 3}]})

@@ -86,3 +86,74 @@ def test_a_snapshot_that_does_not_decode_is_refused_and_changes_nothing():
     copy = ControllerStateMachine(MetadataLoader())
     copy.restore(good)
     assert copy.metadata.image == image and copy.controllers == {1: ("h", 1)} and copy.offset == 3
+
+
+def test_a_snapshot_is_asked_for_once_the_bytes_bound_is_passed_however_few_the_records():
+    # metadata.log.max.record.bytes.between.snapshots: two big entries pass a 100-byte bound that
+    # an entry count of 5,000 would never reach; the Raft layer is asked once per interval.
+    asked: list[int] = []
+    machine = ControllerStateMachine(Recorder(), record_bytes_between_snapshots_max=100,
+                                     request_snapshot=lambda: asked.append(machine.offset))
+    machine.apply(metadata_record(b"a" * 59), 2)  # 60 bytes with the kind byte
+    assert asked == [] and machine.record_bytes_since_snapshot == 60
+    machine.apply(metadata_record(b"b" * 39), 3)  # 100: the bound is reached
+    machine.apply(metadata_record(b"c" * 10), 4)  # still past it: not asked again
+    assert asked == [3] and machine.record_bytes_since_snapshot == 111
+    machine.snapshot()  # what the Raft layer does when asked: a new interval starts
+    assert machine.record_bytes_since_snapshot == 0 and machine.snapshot_offset == 4
+    machine.apply(metadata_record(b"d" * 99), 5)
+    assert asked == [3, 5]
+
+
+def test_without_a_bytes_bound_nothing_is_asked():
+    asked: list[int] = []
+    machine = ControllerStateMachine(Recorder(), request_snapshot=lambda: asked.append(1))
+    machine.apply(metadata_record(b"x" * 100_000), 2)
+    assert asked == [] and machine.record_bytes_since_snapshot == 100_001
+
+
+def test_each_raft_snapshot_moves_the_fetch_window_past_the_snapshot_before_it():
+    # A fetcher a few entries behind the latest snapshot still gets records; one behind the
+    # snapshot before it (a broker restarting from offset 0) gets a snapshot of the state now.
+    machine = ControllerStateMachine(Recorder())
+    for index in (2, 3):
+        machine.apply(metadata_record(b"%d" % index), index)
+    machine.snapshot()  # at 3; the window still holds everything: no snapshot before it
+    assert [o for o, _ in machine.records_since(0, 10)[0]] == [2, 3] and machine.recent_from == 0
+    for index in (5, 6):
+        machine.apply(metadata_record(b"%d" % index), index)
+    machine.snapshot()  # at 6: the records up to 3 (the previous snapshot) leave the window
+    assert machine.recent_from == 3
+    assert [o for o, _ in machine.records_since(3, 10)[0]] == [5, 6]
+    records, snapshot, snapshot_offset = machine.records_since(0, 10)
+    assert records == [] and snapshot_offset == 6
+    restarted = ControllerStateMachine(Recorder())
+    restarted.restore(snapshot)
+    assert restarted.metadata.seen == [b"2", b"3", b"5", b"6"] and restarted.offset == 6
+    assert restarted.snapshot_offset == 6 and restarted.recent_from == 6
+
+
+def test_a_fetchers_snapshot_changes_neither_the_window_nor_the_bytes_count():
+    machine = ControllerStateMachine(Recorder(), record_bytes_between_snapshots_max=1000)
+    for index in (2, 3):
+        machine.apply(metadata_record(b"%d" % index), index)
+    machine.snapshot()
+    machine.apply(metadata_record(b"4"), 4)
+    data, offset = machine.current_snapshot()
+    data, offset = machine.current_snapshot()
+    assert offset == 4 and machine.recent_from == 0 and machine.record_bytes_since_snapshot == 2
+    copy = ControllerStateMachine(Recorder())
+    copy.restore(data)
+    assert copy.metadata.seen == [b"2", b"3", b"4"]
+
+
+def test_a_bound_passed_before_the_raft_layer_was_wired_asks_at_the_next_record():
+    # The journal replays on pysyncobj's tick thread, which may run before the controller hands
+    # the state machine RaftClient.request_snapshot: the ask must not be lost.
+    machine = ControllerStateMachine(Recorder(), record_bytes_between_snapshots_max=10)
+    machine.apply(metadata_record(b"x" * 20), 2)
+    asked: list[int] = []
+    machine.request_snapshot = lambda: asked.append(machine.offset)
+    machine.apply(metadata_record(b"y"), 3)
+    machine.apply(metadata_record(b"z"), 4)
+    assert asked == [3]

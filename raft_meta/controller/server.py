@@ -42,7 +42,9 @@ def build_metadata_machine(config: ServerConfig) -> Any:
 def build_raft(config: ServerConfig) -> tuple[RaftClient, ControllerStateMachine]:
     """The Raft member and its state machine. Main thread only (pysyncobj's tick thread)."""
     assert threading.current_thread() is threading.main_thread()
-    state = ControllerStateMachine(build_metadata_machine(config))
+    state = ControllerStateMachine(
+        build_metadata_machine(config),
+        record_bytes_between_snapshots_max=config["metadata.log.max.record.bytes.between.snapshots"])
     raft = RaftClient(
         RaftConfig(
             voters=config.voters, node_id=config.node_id, log_dir=config.metadata_dir,
@@ -53,6 +55,7 @@ def build_raft(config: ServerConfig) -> tuple[RaftClient, ControllerStateMachine
         state,
         on_leader_change=lambda leader, term: log.info("leader is now %s (term %d)", leader, term),
     )
+    state.request_snapshot = raft.request_snapshot  # the bytes bound (state.py) on top of raft's own
     return raft, state
 
 

@@ -249,8 +249,7 @@ class ControllerService:
         cached = self._fetch_snapshot
         if cached is not None and cached[0]["end_offset"] - 1 >= self.state.recent_from:
             return cached
-        with self.state.apply_lock:  # the snapshot and its offset from the same instant
-            data, offset = self.state.snapshot(), self.state.offset
+        data, offset = self.state.current_snapshot()
         snapshot_id = {"end_offset": offset + 1, "epoch": self.raft.term}
         self._fetch_snapshot = (snapshot_id, data)
         return self._fetch_snapshot

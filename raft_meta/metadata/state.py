@@ -16,6 +16,16 @@ Unknown kinds and undecodable payloads are skipped, deterministically on every n
 raises: an exception would be swallowed on one node and not another). The Raft index of the
 last applied record is the **metadata offset** (what BrokerHeartbeat reports as caught up).
 
+Snapshots and the fetch window: the Raft layer snapshots after ``metadata.log.snapshot.min.records``
+entries or ``metadata.log.max.snapshot.interval.ms``; this module adds Kafka's third bound, the
+bytes of records applied since the last snapshot (``metadata.log.max.record.bytes.between.snapshots``:
+one entry may hold thousands of records, so an entry count alone lets the log since the last
+snapshot, and with it a restarted broker's catch-up, grow with the cluster's history). Past it,
+``apply`` asks the Raft layer for a snapshot (``request_snapshot``). Each Raft snapshot also moves
+the fetch window (``recent``) on to the records after the snapshot before it: a fetcher a few
+entries behind still gets records, one from further back (a broker restarting from offset 0)
+loads a snapshot of the current state.
+
 Snapshot bytes: one framed ControllerSnapshotRecord (record_schemas.py: Raftka api key 10002)
 {offset, controllers [{node_id, host, port}], metadata (the metadata state machine's own
 snapshot bytes)}.
@@ -71,7 +81,10 @@ Listener = Callable[[int, "bytes | None", Any], None]  # (offset, record kind or
 class ControllerStateMachine:
     """StateMachine (raft.py) for the controller quorum and its observers."""
 
-    def __init__(self, metadata: MetadataMachine, *, recent_records_max: int = RECENT_RECORDS_MAX) -> None:
+    def __init__(self, metadata: MetadataMachine, *, recent_records_max: int = RECENT_RECORDS_MAX,
+                 record_bytes_between_snapshots_max: int | None = None,
+                 request_snapshot: Callable[[], None] | None = None) -> None:
+        assert record_bytes_between_snapshots_max is None or record_bytes_between_snapshots_max > 0
         self.metadata = metadata
         self.controllers: dict[int, tuple[str, int]] = {}
         self.offset = 0  # Raft index of the last applied record
@@ -85,6 +98,15 @@ class ControllerStateMachine:
         self.recent: collections.deque[tuple[int, bytes]] = collections.deque()
         self.recent_from = 0
         self.recent_records_max = recent_records_max
+        # Bytes of records applied since the last snapshot (taken or restored); past the bound,
+        # request_snapshot (RaftClient.request_snapshot, set by the controller) is called once
+        # (or at the first record after it is set: the journal may replay before).
+        # None (brokers' fetchers, tests): only the Raft layer's own bounds apply.
+        self.record_bytes_between_snapshots_max = record_bytes_between_snapshots_max
+        self.request_snapshot = request_snapshot
+        self.record_bytes_since_snapshot = 0
+        self._snapshot_asked = False  # since the last snapshot
+        self.snapshot_offset = 0  # offset of the last snapshot taken or restored
 
     def add_listener(self, listener: Listener) -> None:
         with self._lock:
@@ -93,6 +115,15 @@ class ControllerStateMachine:
     def apply(self, record: bytes, index: int) -> Any:
         with self.apply_lock:
             result = self._apply_locked(record, index)
+            self.record_bytes_since_snapshot += len(record)
+        bound = self.record_bytes_between_snapshots_max
+        if (bound is not None and self.record_bytes_since_snapshot >= bound and not self._snapshot_asked
+                and self.request_snapshot is not None):
+            self._snapshot_asked = True
+            log.info("asking for a metadata snapshot at offset %d: %d bytes of records since the one at offset %d "
+                     "(metadata.log.max.record.bytes.between.snapshots=%d)", index, self.record_bytes_since_snapshot,
+                     self.snapshot_offset, bound)
+            self.request_snapshot()
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:
@@ -127,7 +158,7 @@ class ControllerStateMachine:
         """Committed records after ``offset`` (exclusive), oldest first, at most ``max_records``.
 
         Returns (records, snapshot, snapshot_offset): when ``offset`` is older than the in-memory
-        window, ``snapshot`` is the full state (``snapshot()`` bytes) as of ``snapshot_offset``
+        window, ``snapshot`` is the full state (``current_snapshot`` bytes) as of ``snapshot_offset``
         and ``records`` follow it; otherwise snapshot is None. Safe from any thread.
         """
         with self.apply_lock:
@@ -140,8 +171,24 @@ class ControllerStateMachine:
             return [], self._snapshot_locked(), self.offset
 
     def snapshot(self) -> bytes:
+        """The Raft layer's snapshot of the state as of ``offset`` (raft.py calls it when it
+        compacts its journal). It starts a new interval: the bytes count restarts, and the fetch
+        window drops the records up to the previous snapshot (module docstring). For a snapshot
+        without these effects (a fetcher's), use ``current_snapshot``."""
         with self.apply_lock:
-            return self._snapshot_locked()
+            data = self._snapshot_locked()
+            previous, self.snapshot_offset = self.snapshot_offset, self.offset
+            while self.recent and self.recent[0][0] <= previous:
+                self.recent_from = self.recent.popleft()[0]
+            self.record_bytes_since_snapshot = 0
+            self._snapshot_asked = False
+        return data
+
+    def current_snapshot(self) -> tuple[bytes, int]:
+        """(snapshot bytes, offset) of the state now, for a fetcher behind the window; unlike
+        ``snapshot`` it changes nothing. Safe from any thread."""
+        with self.apply_lock:
+            return self._snapshot_locked(), self.offset
 
     def _snapshot_locked(self) -> bytes:
         return schemas.encode_frame(schemas.CONTROLLER_SNAPSHOT.api_key, {
@@ -169,7 +216,9 @@ class ControllerStateMachine:
             self.controllers = controllers
             self.offset = offset
             self.recent.clear()
-            self.recent_from = self.offset
+            self.recent_from = self.snapshot_offset = self.offset
+            self.record_bytes_since_snapshot = 0
+            self._snapshot_asked = False
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:
