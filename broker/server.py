@@ -87,7 +87,8 @@ class BrokerServer:
         self.logs = LogManager(config["log.dirs"], default_log_config,
                                hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
                                retention_check_interval_ms=config["log.retention.check.interval.ms"],
-                               recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"])
+                               recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"],
+                               open_files_max=config["log.open.files.max"])
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
         self.replicas.dial_proxies = config.proxies("broker.dial.proxies")
         self.metrics = BrokerMetrics(self)

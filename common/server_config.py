@@ -131,6 +131,12 @@ SERVER_CONFIGS = (
     .define("num.recovery.threads.per.data.dir", "int", 8,
             "Threads that open (and after an unclean stop recover) the partition logs of each log dir at "
             "start. Kafka's default is 1; opening a log here mostly waits on the disk.", at_least(1))
+    .define("log.open.files.max", "int", -1,
+            "Raftka only (Kafka keeps every segment file open and needs a high ulimit): most segment files "
+            "a broker keeps open at once; past it an idle one (about the least recently used) is closed and "
+            "reopened when read or written again. -1: the open-files soft limit (RLIMIT_NOFILE) less a quarter of "
+            "it, at most 2048, left to sockets and other files (docs/storage.md).",
+            lambda v: None if v == -1 or v >= 1 else f"must be a count of at least 1, or -1, got {v}")
     .define("replica.lag.time.max.ms", "long", 30_000, "A follower not caught up for this long leaves the ISR.",
             at_least(1))
     # -- broker role (process.roles=broker): Kafka's names ----------------------------------

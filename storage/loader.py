@@ -1,11 +1,14 @@
 """Opening a partition directory: Kafka's LogLoader, split from the running ``Log``.
 
 ``load`` runs once, from ``Log.open``, before the Log holds anything, and returns what it found
-(``LoadedLog``); the Log starts from that. It reads the
-checkpoints, removes leftovers (``.tmp`` files, indexes whose segment is gone, segments wholly
-below the log start offset), trusts segments below the recovery point (indexes checked, rebuilt
-if bad) and re-validates every batch from there on, cutting the log at the first batch that fails
-its length or CRC check. It then rebuilds the leader epoch cache and the producer state and sets
+(``LoadedLog``); the Log starts from that. It takes the log start offset, recovery point and high
+watermark the LogManager read from its log dir's checkpoint files (``CheckpointedOffsets``; a
+partition directory of an older Raftka still has its own files, read where the log dir's have no
+entry, and reported in ``LoadedLog.legacy_checkpoints`` for the LogManager to delete once its
+files cover the partition). It removes leftovers (``.tmp`` files, indexes whose segment is
+gone, segments wholly below the log start offset), trusts segments below the recovery point
+(indexes checked, rebuilt if bad) and re-validates every batch from there on, cutting the log at
+the first batch that fails its length or CRC check. It then rebuilds the leader epoch cache and the producer state and sets
 the log start offset, high watermark and recovery point. After a clean shutdown the recovery point
 is the log end; after a crash it stays where it was, nothing is fsynced, and the next flush makes
 what recovery validated durable (as Kafka's LogLoader). The broker's LogManager opens the logs of
@@ -22,7 +25,15 @@ from typing import Callable, Iterator
 
 from raftka.common.errors import CorruptRecordError
 from raftka.common.records import BatchHeader
-from raftka.storage.checkpoint import CheckpointError, CheckpointFile, fsync_dir
+from raftka.storage.checkpoint import (
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    OFFSET_CHECKPOINTS,
+    RECOVERY_POINT_CHECKPOINT,
+    CheckpointError,
+    CheckpointFile,
+    fsync_dir,
+)
 from raftka.storage.epoch_cache import LeaderEpochCache
 from raftka.storage.index import IndexError_
 from raftka.storage.producer_state import ProducerStateManager
@@ -35,13 +46,14 @@ CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 logger = logging.getLogger("raftka.storage.log")
 
 
-@dataclass
-class Checkpoints:
-    """The files a log keeps its offsets in (owned by the Log; the loader reads and updates them)."""
+@dataclass(frozen=True)
+class CheckpointedOffsets:
+    """A log's entries in its log dir's checkpoint files; None where a file has none (a new log,
+    one opened without a LogManager, or one an older Raftka wrote, see the module docstring)."""
 
-    log_start_offset: CheckpointFile
-    recovery_point: CheckpointFile
-    high_watermark: CheckpointFile
+    log_start_offset: int | None = None
+    recovery_point: int | None = None
+    high_watermark: int | None = None
 
 
 @dataclass
@@ -51,17 +63,25 @@ class LoadedLog:
     segments: list[LogSegment]
     log_start_offset: int
     high_watermark: int
-    hw_checkpointed: int  # the high watermark the checkpoint file holds
     recovery_point: int  # everything in the segments is validated and flushed up to here
     leader_epoch_cache: LeaderEpochCache
+    # Per-partition offset checkpoints of an older Raftka, to delete once the log dir's files
+    # hold this log's entries.
+    legacy_checkpoints: list[Path]
 
 
-def _read_checkpoint(name: str, file: CheckpointFile, default: int) -> int:
+def _offset(name: str, directory: Path, kind: str, checkpointed: int | None, legacy: list[Path]) -> int:
+    """The log dir's entry for ``kind``, else the value of the partition's own file an older
+    Raftka wrote (in ``legacy``), else 0."""
+    if checkpointed is not None:
+        return checkpointed
+    if directory / kind not in legacy:
+        return 0
     try:
-        return file.read_value(default)
+        return CheckpointFile(directory / kind, 1).read_value(0)
     except CheckpointError as error:
-        logger.warning("%s: %s; using %d", name, error, default)
-        return default
+        logger.warning("%s: %s; using 0", name, error)
+        return 0
 
 
 def headers_from(segments: list[LogSegment], offset: int) -> Iterator[BatchHeader]:
@@ -77,10 +97,11 @@ def headers_from(segments: list[LogSegment], offset: int) -> Iterator[BatchHeade
             yield header
 
 
-def load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: ProducerStateManager,
+def load(directory: Path, name: str, checkpoints: CheckpointedOffsets, producer_state: ProducerStateManager,
          new_segment: Callable[[int, bool], LogSegment], log_end_offset: Callable[[], int]) -> LoadedLog:
     """Recover the log in ``directory`` (see the module docstring). ``name`` is the log's name
-    in warnings; ``new_segment(base_offset, create)`` opens a segment with the log's config;
+    in warnings; ``checkpoints`` its offsets in the log dir's checkpoint files;
+    ``new_segment(base_offset, create)`` opens a segment with the log's config;
     ``log_end_offset`` is the running log's (for the leader epoch cache it hands back).
     ``producer_state`` is rebuilt in place. A failure closes every segment it opened."""
     segments: list[LogSegment] = []
@@ -92,22 +113,25 @@ def load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: P
         raise
 
 
-def _load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: ProducerStateManager,
+def _load(directory: Path, name: str, checkpoints: CheckpointedOffsets, producer_state: ProducerStateManager,
           new_segment: Callable[[int, bool], LogSegment], log_end_offset: Callable[[], int],
           segments: list[LogSegment]) -> LoadedLog:
     clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
-    lso_ckpt = _read_checkpoint(name, checkpoints.log_start_offset, 0)
-    rp_ckpt = _read_checkpoint(name, checkpoints.recovery_point, 0)
-    hw_ckpt = _read_checkpoint(name, checkpoints.high_watermark, 0)
-
     bases: set[int] = set()
+    legacy: list[Path] = []
     for entry in os.scandir(directory):
         if entry.name.endswith(".tmp"):
             os.unlink(entry.path)  # an interrupted atomic write; the old file is intact
             continue
+        if entry.name in OFFSET_CHECKPOINTS:
+            legacy.append(Path(entry.path))
+            continue
         base = parse_base_offset(entry.name)
         if base is not None and entry.name.endswith(LOG_SUFFIX):
             bases.add(base)
+    lso_ckpt = _offset(name, directory, LOG_START_OFFSET_CHECKPOINT, checkpoints.log_start_offset, legacy)
+    rp_ckpt = _offset(name, directory, RECOVERY_POINT_CHECKPOINT, checkpoints.recovery_point, legacy)
+    hw_ckpt = _offset(name, directory, HIGH_WATERMARK_CHECKPOINT, checkpoints.high_watermark, legacy)
     for entry in os.scandir(directory):  # indexes and snapshots whose segment is gone
         base = parse_base_offset(entry.name)
         if base is not None and base not in bases and entry.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
@@ -189,15 +213,12 @@ def _load(directory: Path, name: str, checkpoints: Checkpoints, producer_state: 
     # ~5 fsyncs per partition: most of a broker's restart at thousands of partitions. The
     # price is a rescan from the same point after another crash.
     recovery_point = leo if clean else min(rp_ckpt, leo)
+    # The LogManager writes them to its checkpoint files where they changed.
     if clean or rebuilt_flushed:
         epochs.sync()  # epochs re-assigned from batches the recovery point has passed
-    if recovery_point != (rp_ckpt if checkpoints.recovery_point.path.exists() else 0):  # missing reads as 0
-        checkpoints.recovery_point.write_value(recovery_point)
-    if lso_ckpt != log_start_offset:  # a missing file reads as 0
-        checkpoints.log_start_offset.write_value(log_start_offset)
     if clean:
         os.unlink(directory / CLEAN_SHUTDOWN_FILE)
         fsync_dir(directory)
     return LoadedLog(segments=segments, log_start_offset=log_start_offset,
-                     high_watermark=min(max(hw_ckpt, log_start_offset), leo), hw_checkpointed=hw_ckpt,
-                     recovery_point=recovery_point, leader_epoch_cache=epochs)
+                     high_watermark=min(max(hw_ckpt, log_start_offset), leo), recovery_point=recovery_point,
+                     leader_epoch_cache=epochs, legacy_checkpoints=legacy)

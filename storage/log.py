@@ -9,11 +9,22 @@ Files in the partition directory::
     00000000000000000000.log        record batches, byte for byte as produced (+ stamped offsets)
     00000000000000000000.index      sparse offset -> position index      (rebuilt when bad)
     00000000000000000000.timeindex  sparse max-timestamp -> offset index (rebuilt when bad)
-    leader-epoch-checkpoint         epoch start offsets                 (atomic replace)
-    replication-offset-checkpoint   the high watermark                  (in place, no fsync)
-    recovery-point-offset-checkpoint  offsets below it were fsynced      (atomic replace)
-    log-start-offset-checkpoint     first offset still readable          (atomic replace)
+    leader-epoch-checkpoint         epoch start offsets (exists from the log's creation; a new
+                                    epoch in place, truncations and flushes atomic replace)
     .clean-shutdown                 present only after a clean close()
+
+The log's high watermark, recovery point and log start offset are kept, as in Kafka, in one file
+of each kind per log dir, written by the LogManager (storage/manager.py)::
+
+    <log.dir>/replication-offset-checkpoint     every partition's high watermark  (no fsync)
+    <log.dir>/recovery-point-offset-checkpoint  offsets below it were fsynced     (fsync)
+    <log.dir>/log-start-offset-checkpoint       first offset still readable       (fsync)
+
+The Log exposes those offsets and reports their changes (``on_change``); ``Log.open`` takes what
+the files held (``checkpoints``). Two changes must be on disk before the log goes on, and the
+Log asks for that write (``checkpoint_now``): a DeleteRecords' new log start offset, before it is
+acknowledged and before any segment goes; a recovery point a truncation lowered. A Log opened
+without a LogManager keeps them in memory only.
 
 Contract:
 - Offsets are contiguous: each batch starts at the previous batch's last offset + 1, from the
@@ -66,7 +77,7 @@ from raftka.common.records import (
     validate_batch,
     validate_batches,
 )
-from raftka.storage.checkpoint import CheckpointFile, fsync_dir
+from raftka.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, fsync_dir
 from raftka.storage.config import LogConfig
 from raftka.storage import loader
 from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
@@ -87,10 +98,6 @@ RecordListTooLargeError = for_code(CODES["RECORD_LIST_TOO_LARGE"])
 # the same read must not flood the log (the count of the repeats comes with the next line).
 CORRUPTION_LOG_INTERVAL_S = 3600.0
 _corruption_log = RateLimitedLog(log, interval_s=CORRUPTION_LOG_INTERVAL_S)
-
-HW_CHECKPOINT = "replication-offset-checkpoint"
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -163,37 +170,42 @@ class Log:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.recovery_point = 0
-        self._hw_checkpointed = -1
-        self._rp_checkpointed = -1
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms()
         self._failed: str | None = None
         self._closed = False
         self.corruption: Corruption | None = None  # the lowest corrupt batch reads have met
-        self._hw_file = CheckpointFile(directory / HW_CHECKPOINT, 1)
-        self._rp_file = CheckpointFile(directory / RECOVERY_POINT_CHECKPOINT, 1)
-        self._lso_file = CheckpointFile(directory / LOG_START_CHECKPOINT, 1)
+        # Per-partition offset checkpoints of an older Raftka found at open (loader.py), for the
+        # LogManager to delete once its log dir's files cover this log.
+        self.legacy_checkpoints: list[Path] = []
         self.leader_epoch_cache = LeaderEpochCache(directory, lambda: self.log_end_offset)
         self.producer_state = ProducerStateManager(directory, clock_ms)
         # Called (by the appending thread, under the log's lock) whenever the high watermark, the
-        # unflushed records, the recovery point or the config change: the LogManager's periodic
-        # duties then visit only the logs that changed.
+        # unflushed records, the recovery point, the log start offset or the config change: the
+        # LogManager's periodic duties then visit only the logs that changed.
         self.on_change: Callable[["Log"], None] | None = None
+        # Called under the log's lock with a checkpoint's name and this log's new offset for it,
+        # when that must be on disk before the log goes on (module docstring); the LogManager
+        # writes its log dir's file at once. OSError when it cannot.
+        self.checkpoint_now: Callable[["Log", str, int], None] | None = None
 
     # --- opening -----------------------------------------------------------------------------
     @classmethod
     def open(cls, dir: Path, config: Mapping[str, Any] | LogConfig | None = None, *, topic: str,
-             partition: int, clock_ms: Callable[[], int] = _now_ms) -> "Log":
-        """Open (creating if needed) the log in ``dir`` and run recovery. ConfigError for a bad
-        config value, KafkaStorageError when the directory cannot be read or written."""
+             partition: int, clock_ms: Callable[[], int] = _now_ms,
+             checkpoints: loader.CheckpointedOffsets = loader.CheckpointedOffsets()) -> "Log":
+        """Open (creating if needed) the log in ``dir`` and run recovery. ``checkpoints``: the
+        log's offsets in its log dir's checkpoint files (none by default: a new log, or one
+        opened without a LogManager). ConfigError for a bad config value, KafkaStorageError
+        when the directory cannot be read or written."""
         cfg = config if isinstance(config, LogConfig) else LogConfig.from_mapping(config)
         directory = Path(dir)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self = cls(directory, cfg, topic=topic, partition=partition, clock_ms=clock_ms)
             self._start_from(loader.load(
-                directory, str(self), loader.Checkpoints(self._lso_file, self._rp_file, self._hw_file),
-                self.producer_state, lambda base, create: self._new_segment(base, create=create),
+                directory, str(self), checkpoints, self.producer_state,
+                lambda base, create: self._new_segment(base, create=create),
                 lambda: self.log_end_offset))
         except BaseException as error:  # the loader closed the segments it had opened
             if isinstance(error, OSError):
@@ -207,13 +219,13 @@ class Log:
                           index_bytes_max=self.config.segment_index_bytes, create=create)
 
     def _start_from(self, loaded: loader.LoadedLog) -> None:
-        """Take what the loader found; the checkpoint files now hold its offsets."""
+        """Take what the loader found."""
         self._set_segments(loaded.segments)
         self.log_start_offset = loaded.log_start_offset
         self.high_watermark = loaded.high_watermark
-        self._hw_checkpointed = loaded.hw_checkpointed
-        self.recovery_point = self._rp_checkpointed = loaded.recovery_point
+        self.recovery_point = loaded.recovery_point
         self.leader_epoch_cache = loaded.leader_epoch_cache
+        self.legacy_checkpoints = loaded.legacy_checkpoints
 
     def _headers_from(self, offset: int) -> Iterable[BatchHeader]:
         """Headers of every batch from the one holding ``offset`` to the log end."""
@@ -448,9 +460,7 @@ class Log:
 
     def _after_write_error(self, seg: LogSegment, error: OSError) -> None:
         try:
-            actual = os.fstat(seg.fd).st_size
-            if actual != seg.size:
-                os.ftruncate(seg.fd, seg.size)
+            seg.trim_to_size()
         except OSError as second:
             self._failed = f"{error}; then could not cut the partial write: {second}"
             log.error("%s: %s", self, self._failed)
@@ -615,38 +625,10 @@ class Log:
                 self._changed()
             return hw
 
-    def checkpoint_high_watermark(self) -> None:
-        """Write the high watermark to ``replication-offset-checkpoint`` if it changed."""
-        with self._lock:
-            if self.high_watermark == self._hw_checkpointed or self._closed:
-                return
-            try:
-                # In place, not fsynced: Kafka fsyncs one file per log dir, here each partition
-                # has its own, and a temp file, rename and two fsyncs per partition stalled a
-                # 5,000-partition broker for seconds per pass (it was fenced). A machine crash
-                # may leave an older HW, which is safe: it is a lower bound, restarts truncate
-                # by leader epoch, and the leader sends the current HW with the first fetch.
-                self._hw_file.overwrite_value(self.high_watermark)
-            except OSError as error:
-                raise self._error(KafkaStorageError, f"could not write {self._hw_file.path}: "
-                                  f"{error.strerror or error}") from error
-            self._hw_checkpointed = self.high_watermark
-
-    def _checkpoint_recovery_point(self) -> None:
-        if self.recovery_point != self._rp_checkpointed:
-            self._rp_file.write_value(self.recovery_point)
-            self._rp_checkpointed = self.recovery_point
-
-    def checkpoint_recovery_point(self) -> None:
-        """Write the recovery point (everything below it has been fsynced) if it changed."""
-        with self._lock:
-            if self._closed:
-                return
-            try:
-                self._checkpoint_recovery_point()
-            except OSError as error:
-                raise self._error(KafkaStorageError, f"could not write {self._rp_file.path}: "
-                                  f"{error.strerror or error}") from error
+    def _checkpoint_now(self, name: str, offset: int) -> None:
+        """Have ``offset`` written to this log dir's checkpoint ``name`` now (module docstring)."""
+        if self.checkpoint_now is not None:
+            self.checkpoint_now(self, name, offset)
 
     def flush(self, *, active_indexes: bool = False) -> None:
         """fsync every segment with data at or past the recovery point; move the recovery point
@@ -724,8 +706,11 @@ class Log:
             self._segments[-1].delete()
             self._set_segments(self._segments[:-1])
         leo = self.log_end_offset
-        self.recovery_point = min(self.recovery_point, leo)
-        self._checkpoint_recovery_point()
+        if self.recovery_point > leo:
+            # A stale, higher recovery point on disk would let the next open trust records
+            # written after this truncation without re-validating them.
+            self.recovery_point = leo
+            self._checkpoint_now(RECOVERY_POINT_CHECKPOINT, leo)
         self.high_watermark = min(self.high_watermark, leo)
         self._changed()
         self.leader_epoch_cache.truncate_from_end(leo)
@@ -773,12 +758,16 @@ class Log:
                     seg.delete()
                 self.producer_state.clear()
                 self._set_segments([self._new_segment(offset, create=True)])
+                # The offset may lie below the old log start and recovery point (truncate_to
+                # below the log start): stale, higher ones on disk would hide or trust records
+                # appended from here on.
+                self._checkpoint_now(LOG_START_OFFSET_CHECKPOINT, offset)
                 self.log_start_offset = offset
-                self._lso_file.write_value(offset)
+                if offset < self.recovery_point:
+                    self._checkpoint_now(RECOVERY_POINT_CHECKPOINT, offset)
                 self.recovery_point = offset
-                self._checkpoint_recovery_point()
                 self.high_watermark = offset
-                self.checkpoint_high_watermark()
+                self._changed()
                 self.leader_epoch_cache.clear()
                 self._unflushed_messages = 0
                 self.corruption = None
@@ -818,7 +807,8 @@ class Log:
         """DeleteRecords: make ``offset`` the log start offset (nothing below it is read again)
         and delete the segments wholly below it. ``offset`` may not pass the high watermark
         (OffsetOutOfRangeError); at or below the current start it changes nothing. Returns the
-        log start offset. Durable before it returns: the checkpoint is written first."""
+        log start offset. Durable before it returns: the log dir's log-start-offset checkpoint is
+        written first (``checkpoint_now``)."""
         with self._lock:
             self._check_usable()
             if offset > self.high_watermark:
@@ -829,16 +819,20 @@ class Log:
                 count = 0
                 while count < len(self._segments) - 1 and self._segments[count + 1].base_offset <= offset:
                     count += 1
-                self._advance_start(offset, count, "records deleted")
+                self._advance_start(offset, count, "records deleted", durable=True)
             return self.log_start_offset
 
-    def _advance_start(self, new_start: int, count: int, why: str) -> None:
+    def _advance_start(self, new_start: int, count: int, why: str, *, durable: bool = False) -> None:
         """Move the log start offset to ``new_start`` and delete the first ``count`` segments
-        (all wholly below it)."""
+        (all wholly below it). ``durable``: the checkpoint goes first (DeleteRecords, which may
+        move the start inside a segment; after a crash, open() deletes what lies below it).
+        Otherwise (retention, whole segments) the next maintenance pass writes it: a crash
+        before that leaves an older start below the first remaining segment, which open() moves
+        up to that segment's base offset."""
         doomed = self._segments[:count]
         try:
-            # The checkpoint goes first: after a crash, open() deletes what lies below it.
-            self._lso_file.write_value(new_start)
+            if durable:
+                self._checkpoint_now(LOG_START_OFFSET_CHECKPOINT, new_start)
             self.log_start_offset = new_start
             self._set_segments(self._segments[count:])
             for seg in doomed:
@@ -847,6 +841,7 @@ class Log:
             self.leader_epoch_cache.truncate_from_start(new_start)
             if self.corruption is not None and self.corruption.offset < new_start:
                 self.corruption = None  # its segment is gone
+            self._changed()
         except OSError as error:
             raise self._error(KafkaStorageError, f"{why} in {self.dir}: "
                               f"{error.strerror or error}") from error
@@ -859,15 +854,14 @@ class Log:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush, write every checkpoint, mark the shutdown clean, close the files."""
+        """Flush, snapshot the producer state, mark the shutdown clean, close the files (the
+        LogManager then writes the offsets to its log dir's checkpoint files)."""
         with self._lock:
             if self._closed:
                 return
             try:
                 if not self._failed:
                     self.flush(active_indexes=True)
-                    self.checkpoint_high_watermark()
-                    self._checkpoint_recovery_point()
                     # Snapshot unsynced (it is checksummed); one directory fsync then makes
                     # its rename and the clean-shutdown marker durable together.
                     self.producer_state.take_snapshot(self.log_end_offset, fsync=False)

@@ -17,12 +17,16 @@ Contract:
   position and the offset it should have begun with, so the log can cut there.
 - ``recover`` re-validates every batch from position 0 (length, magic, CRC, contiguous
   offsets), rebuilds both indexes, and truncates the file at the first bad byte.
-- ``flush`` fsyncs the log file and both indexes.
-Not thread-safe by itself; ``Log`` serialises access.
+- ``flush`` fsyncs the log file (unless this process fsynced it since its last write) and both
+  indexes.
+- The ``.log`` file's descriptor comes from a ``FileHandleCache`` (storage/file_handles.py,
+  bounded by ``log.open.files.max``): it is opened on first use and may be closed while the
+  segment is idle; every system call on the file goes through ``self.file``. ``close`` and
+  ``delete`` take the file out of the cache.
+Not thread-safe by itself; ``Log`` serialises access (the cache is safe across logs).
 """
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -37,6 +41,7 @@ from raftka.common.records import (
     read_header,
     validate_batch,
 )
+from raftka.storage.file_handles import FileHandleCache, segment_files
 from raftka.storage.index import IndexError_, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -94,14 +99,18 @@ class LogSegment:
     """A segment file and its two sparse indexes (see the module docstring for the contract)."""
 
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 index_bytes_max: int, create: bool) -> None:
+                 index_bytes_max: int, create: bool, files: FileHandleCache | None = None) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
         self.index_interval_bytes = index_interval_bytes
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(self.log_path, flags, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        files = segment_files() if files is None else files
+        if create:  # a new segment is the active one: written next, so opened now
+            self.file = files.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+            self.size = 0
+        else:  # opened on first use: loading thousands of logs opens only what it reads
+            self.size = os.stat(self.log_path).st_size
+            self.file = files.file(self.log_path, os.O_RDWR)
         self.offset_index = OffsetIndex(directory / file_name(base_offset, INDEX_SUFFIX),
                                         base_offset, index_bytes_max)
         self.time_index = TimeIndex(directory / file_name(base_offset, TIME_INDEX_SUFFIX),
@@ -119,17 +128,10 @@ class LogSegment:
         as it was (the partial write is cut off) and is re-raised."""
         start = self.size
         try:
-            view = memoryview(data)
-            pos = start
-            while view:
-                written = os.pwrite(self.fd, view, pos)
-                if written <= 0:
-                    raise OSError(28, "no progress writing the segment (disk full?)")
-                view = view[written:]
-                pos += written
+            self.file.write_at(data, start)
         except OSError:
             try:
-                os.ftruncate(self.fd, start)
+                self.file.truncate(start)
             except OSError:
                 pass  # the Log marks itself failed; recovery cuts the tail at next open
             raise
@@ -177,15 +179,7 @@ class LogSegment:
     # --- reads -------------------------------------------------------------------------------
     def pread(self, position: int, length: int) -> bytes:
         """``length`` bytes at ``position`` (fewer only at the end of the file)."""
-        chunks = []
-        while length > 0:
-            chunk = os.pread(self.fd, length, position)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            position += len(chunk)
-            length -= len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return self.file.pread(length, position)
 
     def header_at(self, position: int) -> BatchHeader:
         return read_header(self.pread(position, BATCH_OVERHEAD_BYTES), 0)
@@ -316,7 +310,7 @@ class LogSegment:
         """For retention: the largest record timestamp, or the file's mtime when there is none."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        return int(self.file.stat().st_mtime * 1000)
 
     # --- opening and recovery ----------------------------------------------------------------
     def load(self, next_offset_hint: int | None) -> None:
@@ -368,9 +362,9 @@ class LogSegment:
         headers: list[BatchHeader] = []
         position = 0
         problem: str | None = None
-        size = os.fstat(self.fd).st_size
+        size = self.file.size()
         if size:
-            with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as mapped:
+            with self.file.map_read(size) as mapped:
                 while position < size:
                     try:
                         header = validate_batch(mapped, position)
@@ -387,7 +381,7 @@ class LogSegment:
                     position += header.size
         truncated = size - position
         if truncated:
-            os.ftruncate(self.fd, position)
+            self.file.truncate(position)
         self.size = position
         self.next_offset = expected
         self.offset_index.rewrite()
@@ -409,7 +403,7 @@ class LogSegment:
         (``truncate_to``, or a corrupt batch a read found there: nothing at or past ``position``
         is read). Returns bytes removed."""
         removed = self.size - position
-        os.ftruncate(self.fd, position)
+        self.file.truncate(position)
         self.size = position
         self.next_offset = next_offset
         self.offset_index.truncate_to(next_offset)
@@ -436,26 +430,30 @@ class LogSegment:
         """Make the log file durable (fsync), and both indexes unless ``indexes`` is False. The
         active segment's indexes are rebuilt after any unclean stop, so writing them at every
         flush would buy nothing (and their growing files make each fsync's journal commit
-        heavier); they reach their files at roll and close."""
-        os.fsync(self.fd)
+        heavier); they reach their files at roll and close. A log file this process fsynced
+        since its last write is skipped (the cache does not reopen it)."""
+        self.file.fsync()
         if indexes:
             self.offset_index.sync_to_file(fsync=True)
             self.time_index.sync_to_file(fsync=True)
 
+    def trim_to_size(self) -> None:
+        """Cut the file back to ``size`` when a failed write left bytes past it (OSError when
+        that fails too)."""
+        if self.file.size() != self.size:
+            self.file.truncate(self.size)
+
     def close(self) -> None:
-        if self.fd >= 0:
+        if not self.file.closed:
             try:
                 self.offset_index.sync_to_file(fsync=False)
                 self.time_index.sync_to_file(fsync=False)
             finally:
-                os.close(self.fd)
-                self.fd = -1
+                self.file.close()
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             try:
                 os.unlink(path)

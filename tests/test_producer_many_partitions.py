@@ -87,27 +87,26 @@ def test_the_accumulator_expires_batches_and_forgets_the_emptied_partitions():
     assert list(acc.queues) == [tps[0]] and acc.queues[tps[0]][0].count == 1
 
 
-def test_the_high_watermark_checkpoint_is_overwritten_in_place(tmp_path):
-    path = tmp_path / "replication-offset-checkpoint"
-    cp = CheckpointFile(path, 1)
-    cp.overwrite_value(1234)  # no file yet: created in place
+def test_a_checkpoint_is_overwritten_in_place(tmp_path):
+    path = tmp_path / "leader-epoch-checkpoint"
+    cp = CheckpointFile(path, 2)
+    cp.overwrite([(0, 1234)])  # no file yet: created in place
     inode = os.stat(path).st_ino
-    cp.overwrite_value(1_000_000)
-    assert path.read_text() == "0\n1\n1000000\n"
-    cp.overwrite_value(7)  # shorter: the tail is cut
-    assert path.read_text() == "0\n1\n7\n"
-    assert cp.read_value(-1) == 7
+    cp.overwrite([(0, 1234), (1, 1_000_000)])
+    assert path.read_text() == "0\n2\n0 1234\n1 1000000\n"
+    cp.overwrite([(7, 0)])  # shorter: the tail is cut
+    assert path.read_text() == "0\n1\n7 0\n"
+    assert cp.read() == [(7, 0)]
     assert os.stat(path).st_ino == inode, "written in place, no temp file and rename"
-    assert not (tmp_path / "replication-offset-checkpoint.tmp").exists()
+    assert not (tmp_path / "leader-epoch-checkpoint.tmp").exists()
 
 
-def test_new_epochs_and_high_watermarks_are_written_over_their_files_in_place(tmp_path, monkeypatch):
+def test_new_epochs_are_written_over_their_files_in_place(tmp_path, monkeypatch):
     """Each new leader epoch of a partition (a leader change, a follower's batch of a new epoch)
     wrote its leader-epoch checkpoint through a temp file and a rename (~0.5 ms under load: 24%
-    of a broker's samples when thousands of partitions changed leaders), as did a high
-    watermark's first checkpoint. Counted: no temp file and rename on a leader's or a follower's
-    first records, a new epoch or a new high watermark; the epoch file keeps its inode (written
-    in place) and reads back whole."""
+    of a broker's samples when thousands of partitions changed leaders). Counted: no temp file
+    and rename on a leader's or a follower's first records or a new epoch; the epoch file keeps
+    its inode (written in place) and reads back whole."""
     from raftka.storage import Log, checkpoint
     from test_storage import make_batch
     replaced: list[str] = []
@@ -126,9 +125,6 @@ def test_new_epochs_and_high_watermarks_are_written_over_their_files_in_place(tm
     leader.leader_epoch_cache.assign(6, leader.log_end_offset)  # a leader change
     leader.append_as_leader(make_batch(1), 6)
     follower.append_as_follower(bytes(leader.read(2, 1 << 20).records))
-    for log_ in (leader, follower):
-        log_.update_high_watermark(log_.log_end_offset)
-        log_.checkpoint_high_watermark()
     assert replaced == []
     assert not list(tmp_path.rglob("*.tmp"))
     assert os.stat(epoch_file).st_ino == inode, "written in place, no temp file and rename"

@@ -33,6 +33,7 @@ from raftka.common.records import (
 )
 from raftka.storage import Log, LogManager
 from raftka.storage.epoch_cache import LeaderEpochCache
+from raftka.storage.loader import CheckpointedOffsets
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,9 +55,16 @@ def batches_of(data: bytes) -> list:
     return [h for _, h in found]
 
 
-def open_log(path: Path, **config) -> Log:
+def open_log(path: Path, checkpoints: CheckpointedOffsets = CheckpointedOffsets(), **config) -> Log:
+    """The log ``topic-0`` under ``path``, opened without a LogManager; ``checkpoints``: the
+    offsets its log dir's checkpoint files would hold (``checkpointed``)."""
     cfg = {k.replace("_", "."): v for k, v in config.items()}
-    return Log.open(path / "topic-0", cfg, topic="topic", partition=0)
+    return Log.open(path / "topic-0", cfg, topic="topic", partition=0, checkpoints=checkpoints)
+
+
+def checkpointed(lg: Log) -> CheckpointedOffsets:
+    """The offsets a LogManager's checkpoint pass would write for ``lg`` now."""
+    return CheckpointedOffsets(lg.log_start_offset, lg.recovery_point, lg.high_watermark)
 
 
 def read_all(lg: Log, start: int | None = None) -> list:
@@ -309,11 +317,12 @@ def test_missing_or_bad_indexes_are_rebuilt_on_open(tmp_path, clean, damage):
     for i in range(40):
         lg.append_as_leader(make_batch(2, ts=1000 * i), 0)
     expected = read_all(lg)
+    saved = CheckpointedOffsets()
     if clean:
         lg.close()
     else:
         lg.flush()
-        lg.checkpoint_recovery_point()
+        saved = checkpointed(lg)  # as the LogManager's maintenance writes them
     for path in (tmp_path / "topic-0").glob("*index"):
         if damage == "delete":
             path.unlink()
@@ -321,7 +330,7 @@ def test_missing_or_bad_indexes_are_rebuilt_on_open(tmp_path, clean, damage):
             path.write_bytes(os.urandom(path.stat().st_size + 3))
         else:
             path.write_bytes(path.read_bytes()[:5])
-    lg = open_log(tmp_path, segment_bytes=3000, index_interval_bytes=0)
+    lg = open_log(tmp_path, saved, segment_bytes=3000, index_interval_bytes=0)
     assert read_all(lg) == expected
     assert lg.offset_for_timestamp(20_000) == (40, 20_000)
     assert all(len(s.offset_index) > 5 for s in lg.segments[:-1])
@@ -582,14 +591,13 @@ def test_high_watermark_is_checkpointed_and_recovered_clamped_to_the_log_end(tmp
     assert lg.update_high_watermark(7) == 7
     assert lg.update_high_watermark(50) == 10
     lg.update_high_watermark(8)
-    lg.checkpoint_high_watermark()
+    saved = checkpointed(lg)
     lg.truncate_to(0)  # no close: the checkpoint still says 8
-    lg = open_log(tmp_path)
+    lg = open_log(tmp_path, saved)
     assert lg.log_end_offset == 0 and lg.high_watermark == 0
     lg.append_as_leader(make_batch(10), 0)
     lg.update_high_watermark(6)
-    lg.checkpoint_high_watermark()
-    assert open_log(tmp_path).high_watermark == 6
+    assert open_log(tmp_path, checkpointed(lg)).high_watermark == 6
 
 
 def test_flush_messages_fsyncs_and_moves_the_recovery_point(tmp_path):
@@ -644,7 +652,8 @@ def test_retention_ms_deletes_segments_whose_newest_record_is_too_old(tmp_path):
 
 
 def test_delete_records_moves_the_log_start_inside_a_segment_and_deletes_the_segments_below(tmp_path):
-    lg = open_log(tmp_path, segment_bytes=1000, retention_ms=-1)
+    manager = LogManager([str(tmp_path)], {"segment.bytes": 1000, "retention.ms": -1})
+    lg = manager.get_or_create("topic", 0)
     for _ in range(30):
         lg.append_as_leader(make_batch(3), 0)
     with pytest.raises(OffsetOutOfRangeError, match="past the high watermark"):
@@ -660,9 +669,10 @@ def test_delete_records_moves_the_log_start_inside_a_segment_and_deletes_the_seg
     assert lg.delete_records_before(10) == target  # an older offset changes nothing
     with pytest.raises(OffsetOutOfRangeError):
         lg.delete_records_before(61)
-    lg.close()
-    lg = open_log(tmp_path, segment_bytes=1000)  # the checkpoint keeps the start
-    assert lg.log_start_offset == target
+    manager.close()
+    manager = LogManager([str(tmp_path)], {"segment.bytes": 1000})  # the checkpoint keeps the start
+    assert manager.get("topic", 0).log_start_offset == target
+    manager.close()
 
 
 # --- disk errors -------------------------------------------------------------------------------
@@ -801,7 +811,7 @@ def test_log_manager_maintenance_applies_retention_flush_and_checkpoints(tmp_pat
     result = manager.run_maintenance(now[0])
     assert result["deleted_segments"] > 0 and result["flushed_logs"] == 1
     assert lg.recovery_point == lg.log_end_offset
-    assert (tmp_path / "t-0" / "replication-offset-checkpoint").read_text().split() == ["0", "1", "20"]
+    assert (tmp_path / "replication-offset-checkpoint").read_text().split() == ["0", "1", "t", "0", "20"]
     manager.close()
 
 

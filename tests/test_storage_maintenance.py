@@ -1,7 +1,8 @@
 """LogManager.run_maintenance costs what changed, not what is hosted (storage/manager.py).
 
-Many logs, a clock moved by hand, and the Log duties counted: after one pass, an idle tick
-visits no log; an append and a high watermark move bring back only that log's checkpoint; a
+Many logs, a clock moved by hand, and the Log duties and checkpoint writes counted: after one
+pass, an idle tick visits no log and writes no file; an append and a high watermark move bring
+back one write of the log dir's high-watermark checkpoint, holding the new value; a
 flush waits for its flush.ms deadline (also one moved by AlterConfigs); retention scans every
 log once per retention_check_interval_ms. A leader change writes the leader-epoch checkpoint
 without an fsync; the next flush makes it durable.
@@ -13,6 +14,7 @@ from collections import Counter
 import pytest
 
 from raftka.storage import Log, LogManager
+from raftka.storage.checkpoint import OffsetCheckpointFile
 
 from test_storage import make_batch
 
@@ -23,16 +25,21 @@ RETENTION_INTERVAL_MS = 300_000
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts of calls to each Log duty, by duty name."""
+    """Counts of calls to each Log duty, by duty name, and of checkpoint writes, by file name."""
     calls: Counter = Counter()
-    for name in ("checkpoint_high_watermark", "checkpoint_recovery_point", "maybe_flush", "delete_old_segments",
-                 "remove_expired_producers"):
+    for name in ("maybe_flush", "delete_old_segments", "remove_expired_producers"):
         original = getattr(Log, name)
 
         def wrapper(self, *args, _name=name, _original=original, **kwargs):
             calls[_name] += 1
             return _original(self, *args, **kwargs)
         monkeypatch.setattr(Log, name, wrapper)
+    write = OffsetCheckpointFile.write
+
+    def counting_write(self, offsets, *, fsync):
+        calls[self.path.name] += 1
+        return write(self, offsets, fsync=fsync)
+    monkeypatch.setattr(OffsetCheckpointFile, "write", counting_write)
     return calls
 
 
@@ -59,8 +66,9 @@ def test_an_idle_tick_visits_no_log_and_a_changed_log_alone_is_checkpointed(tmp_
     logs[7].update_high_watermark(logs[7].log_end_offset)
     now[0] += HW_INTERVAL_MS
     manager.run_maintenance()
-    assert counted["checkpoint_high_watermark"] == 1
-    assert (logs[7].dir / "replication-offset-checkpoint").read_text().split() == ["0", "1", "3"]
+    assert counted == {"replication-offset-checkpoint": 1}
+    hws = OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint").read()
+    assert hws[("t", 7)] == 3 and len(hws) == LOGS
     manager.close()
 
 

@@ -14,7 +14,7 @@ import pytest
 from raftka.common.errors import ConfigError, KafkaStorageError
 from raftka.storage import Log, LogManager
 from raftka.storage.segment import LogSegment
-from tests.test_storage import assert_contiguous, make_batch, open_log, read_all
+from tests.test_storage import assert_contiguous, checkpointed, make_batch, open_log, read_all
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_an_unclean_open_fsyncs_nothing_and_keeps_the_recovery_point(tmp_path, f
     for i in range(12):
         lg.append_as_leader(make_batch(3, tag=i), 0)
     lg.flush()
-    lg.checkpoint_recovery_point()  # as the LogManager's maintenance does
+    saved = checkpointed(lg)  # as the LogManager's maintenance writes them
     flushed = lg.log_end_offset
     for i in range(4):  # unflushed tail
         lg.append_as_leader(make_batch(3, tag=i), 0)
@@ -43,15 +43,14 @@ def test_an_unclean_open_fsyncs_nothing_and_keeps_the_recovery_point(tmp_path, f
     assert lg.recovery_point == flushed < leo
 
     fsyncs.clear()
-    lg = open_log(tmp_path, segment_bytes=1000)  # the first log is abandoned: a crash
+    lg = open_log(tmp_path, saved, segment_bytes=1000)  # the first log is abandoned: a crash
     assert fsyncs == []
     assert lg.log_end_offset == leo and read_all(lg) == expected
     # The tail is validated but not durable: the recovery point stays, so another crash
     # (or a machine crash) re-validates it.
     assert lg.recovery_point == flushed
-    assert (tmp_path / "topic-0" / "recovery-point-offset-checkpoint").read_text().split()[-1] == str(flushed)
 
-    lg = open_log(tmp_path, segment_bytes=1000)  # a second crash: same log again
+    lg = open_log(tmp_path, saved, segment_bytes=1000)  # a second crash: same log again
     assert lg.log_end_offset == leo and read_all(lg) == expected
     lg.append_as_leader(make_batch(2), 0)
     lg.flush()  # the next flush makes the recovered tail durable and moves the point
@@ -64,7 +63,7 @@ def test_segments_below_the_recovery_point_are_not_rescanned(tmp_path, monkeypat
     for i in range(30):
         lg.append_as_leader(make_batch(3, tag=i), 0)
     lg.flush()
-    lg.checkpoint_recovery_point()
+    saved = checkpointed(lg)
     lg.append_as_leader(make_batch(3), 0)
     assert len(lg.segments) >= 4
     leo, expected = lg.log_end_offset, read_all(lg)
@@ -76,7 +75,7 @@ def test_segments_below_the_recovery_point_are_not_rescanned(tmp_path, monkeypat
         recovered.append(self.base_offset)
         return real(self)
     monkeypatch.setattr(LogSegment, "recover", counting)
-    lg = open_log(tmp_path, segment_bytes=1000)
+    lg = open_log(tmp_path, saved, segment_bytes=1000)
     assert recovered == [lg.segments[-1].base_offset]  # only the unflushed active segment
     assert lg.log_end_offset == leo and read_all(lg) == expected
 

@@ -46,8 +46,9 @@ LOG = "log"
 
 def raise_open_files_limit(needed: int | None = None) -> tuple[int, int]:
     """Raise this process's soft RLIMIT_NOFILE to its hard limit, so the nodes it starts inherit
-    it: a broker keeps one file open per log segment of every replica it holds, and 10,000
-    partitions (RF 3, 3 brokers) outgrow the common soft limit of 1,024. With ``needed`` above
+    it: a broker keeps a file open per log segment of every replica it holds, up to
+    ``log.open.files.max`` (derived from this limit by default), so 10,000 partitions (RF 3, 3
+    brokers) on the common soft limit of 1,024 would reopen segment files all the time. With ``needed`` above
     the hard limit, the hard limit is raised as well, up to fs.nr_open (the kernel allows that
     to root, or with CAP_SYS_RESOURCE); ClusterError, one line, when the soft limit stays below
     ``needed``. Returns (soft, hard) after the attempt; a limit the kernel refuses is otherwise
