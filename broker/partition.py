@@ -109,7 +109,7 @@ class Partition:
     # Fetch sessions holding this partition (broker/fetch_session.py), told of the same changes as
     # the waiters, so an incremental fetch reads only partitions with news.
     _sessions: set = field(default_factory=set)
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _changed: asyncio.Event | None = None  # made when someone waits (changed()): not per append
     # acks=all waiters in append order: [next_offset, leader_epoch, deadline, future]. One timer
     # (for the earliest deadline it knows of) serves them all, instead of a wait_for per request.
     _acks_waiters: collections.deque = field(default_factory=collections.deque)
@@ -139,13 +139,16 @@ class Partition:
     # -- waking long polls and acks=all waiters -----------------------------------------------
 
     def _notify(self) -> None:
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+        if self._changed is not None:
+            event, self._changed = self._changed, None
+            event.set()
         if self._acks_waiters:
             self._settle_acks_waiters()
 
     def changed(self) -> asyncio.Event:
         """An event set at the next append, HW move or role change of this partition."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
         return self._changed
 
     def add_fetch_waiter(self, future: asyncio.Future, replica: bool) -> None:

@@ -156,7 +156,9 @@ class LogSegment:
 
     @property
     def indexes_full(self) -> bool:
-        return self.offset_index.full or self.time_index.full
+        # Asked at every append: the two indexes' lengths read directly, not through .full.
+        offsets, times = self.offset_index, self.time_index
+        return len(offsets.relative_offsets) >= offsets.max_entries or len(times.timestamps) >= times.max_entries
 
     def rolling_timestamp(self, now_ms: int) -> int:
         """The time this segment's age is counted from (first batch's timestamp, as Kafka)."""
