@@ -794,6 +794,8 @@ class Server:
             if chunks and not conn.closing:
                 data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
                 try:
+                    if conn.writer.transport.is_closing():  # uvloop raises RuntimeError for it
+                        raise ConnectionResetError("the client's connection is closing")
                     conn.writer.write(data)  # the transport buffers what the socket does not take
                 except (ConnectionError, OSError):
                     conn.abort()

@@ -458,6 +458,11 @@ class Connection:
         if self._flush_scheduled:
             self._outgoing.append(frame)
             return
+        if self._writer.transport.is_closing():
+            # The peer went away and the read loop has not said so yet. uvloop raises
+            # RuntimeError for a write on a closed handle (asyncio's loop drops it): a lost
+            # connection either way, failed by the caller like any other.
+            raise ConnectionResetError("the connection is closing")
         self._flush_scheduled = True
         asyncio.get_running_loop().call_soon(self._flush)
         self._writer.write(frame)
@@ -468,7 +473,8 @@ class Connection:
             return
         data = b"".join(self._outgoing) if len(self._outgoing) > 1 else self._outgoing[0]
         self._outgoing.clear()
-        if self._close_error is None:
+        # Closing (see _send): the frames' requests are in flight and fail with the connection.
+        if self._close_error is None and not self._writer.transport.is_closing():
             self._writer.write(data)
 
     async def _read_loop(self) -> None:

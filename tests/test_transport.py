@@ -788,3 +788,48 @@ def test_round_trips_per_second_on_loopback():
     print(f"\ntransport on loopback: {sequential:,.0f} sequential round trips/s, "
           f"{pipelined:,.0f} pipelined requests/s (100 in flight)")
     assert sequential > 500 and pipelined > 1000
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_request_on_a_connection_closed_under_it_fails_with_network_exception(loop_name):
+    # The peer is gone and the transport has closed (uvloop: its handle) but the read loop has
+    # not run yet: a request submitted then fails like any lost connection. uvloop raised
+    # RuntimeError for the write; it escaped to the producer's sender, whose acknowledgements then
+    # stopped (scripts/bench.sh failover, 2026-11-26).
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop_errors: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: loop_errors.append(context))
+        server = await echo_server(Echo()).start(HOST, 0)
+        conn = await echo_connection(HOST, server.port)
+        transport = conn._writer.transport
+        submitted: asyncio.Future = loop.create_future()
+
+        def closed() -> bool:  # uvloop: the handle itself closed (a turn after abort())
+            return transport.is_closing() and (loop_name == "asyncio" or "closed=True" in repr(transport))
+
+        def submit_once_closed() -> None:  # a callback each turn, ahead of the read loop's wake-up
+            if not closed():
+                loop.call_soon(submit_once_closed)
+                return
+            try:
+                submitted.set_result(conn.submit(ApiKey.FETCH, {"i": 3}, timeout_ms=5000))
+            except BaseException as error:  # noqa: BLE001 - the test reports what escaped
+                submitted.set_exception(error)
+        try:
+            first = conn.submit(ApiKey.FETCH, {"i": 1}, timeout_ms=5000)
+            queued = conn.submit(ApiKey.FETCH, {"i": 2}, timeout_ms=5000)  # written at the end of the turn
+            transport.abort()
+            loop.call_soon(submit_once_closed)
+            late = await submitted  # a RuntimeError from the write would be raised here
+            for future in (first, queued, late):
+                with pytest.raises(NetworkExceptionError):
+                    await future
+            assert conn.closed
+            assert loop_errors == []
+        finally:
+            await conn.close()
+            await server.close()
+    factory = __import__("uvloop").new_event_loop if loop_name == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(asyncio.wait_for(main(), 30))

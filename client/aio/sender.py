@@ -382,6 +382,9 @@ class Sender:
             future = self.cluster.submit(node, API_PRODUCE, body)
         except RaftkaError:  # closed meanwhile, a body that cannot be encoded: the task path reports it
             return False
+        except Exception:  # a bug below must not stop the pass with these batches taken: as above
+            log.exception("submitting a Produce to broker %d failed", node)
+            return False
         if future is None:
             return False
         future.add_done_callback(functools.partial(self._produce_sent, node, batches))
