@@ -1,6 +1,5 @@
-"""Small text checkpoint files, replaced atomically (write a temp file, fsync, rename, fsync dir),
-or, where an older or unreadable file is safe (the leader-epoch cache's unsynced entries),
-overwritten in place.
+"""Small text checkpoint files, replaced atomically (write a temp file, fsync, rename, fsync dir;
+``fsync=False`` where an older file is safe).
 
 Format (Kafka's checkpoint layout): line 1 the format version (0), line 2 the number of entries,
 then one entry per line, fields separated by one space. Two kinds of entries:
@@ -142,25 +141,6 @@ class CheckpointFile:
         if not entries:
             return default
         return entries[0][0]
-
-    def overwrite(self, entries: list[tuple[int, ...]]) -> None:
-        """For checkpoints written often where an older or unreadable file is safe (the
-        leader-epoch cache's unsynced entries, rebuilt from the batches): the text written over
-        the file's bytes in place, without a temp file, rename or fsync; a missing file is
-        created in place. On this box's ext4 a temp file and a rename cost ~0.23 ms idle
-        (~0.5 ms under load; the rename flushes the new file's data), an in-place write
-        ~0.005 ms: when thousands of partitions change leaders the difference is seconds of a
-        broker's event loop. A write of a few bytes at offset 0 is seen whole; a machine crash
-        may leave the old content, and a crash between a shorter write and the truncation
-        behind it leaves a file that does not parse (CheckpointError: the caller's fallback)."""
-        data = self._text(entries)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, data, 0)
-            if os.fstat(fd).st_size > len(data):
-                os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
 
 
 class OffsetCheckpointFile:

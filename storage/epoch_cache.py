@@ -11,17 +11,17 @@ checkpoint not yet replaced): recovery re-assigns from the partitionLeaderEpoch 
 recovered batch, and truncates entries past the log end offset. A missing or unreadable file is
 rebuilt from the batch headers of the whole log.
 
-A new epoch (``assign``: a leader change, or a batch of a new epoch) writes the file without
-an fsync, as Kafka does since KAFKA-15046: a broker taking over a thousand leaderships at once
-would otherwise wait on two fsyncs each and miss its controller heartbeats. It writes over the
-file in place (``CheckpointFile.overwrite``: ~0.01 ms, where a temp file and a rename cost
-~0.5 ms under load, seconds when thousands of partitions change leaders): a file a machine crash
-tore is rebuilt from the batch headers. ``sync`` makes it durable; the log calls it before it
-moves the recovery point, so recovery, which re-assigns epochs from the batches past the recovery
-point, never needs an entry a machine crash lost.
+A new epoch (``assign``: a leader change, or a batch of a new epoch) changes memory only; the
+file is written, with an fsync, by ``sync``, which the log calls before it moves the recovery
+point. Recovery re-assigns epochs from the batches past the recovery point, so an entry the file
+lacks after a crash is one recovery finds again. Kafka writes the file at each new epoch (without
+an fsync since KAFKA-15046); here even that write was the cost: the first records of thousands of
+new partitions (or the first after a leader change) each created or rewrote a file on the event
+loop, ~0.03 ms idle and ~1 ms when other writers fill the filesystem's journal: half of a
+follower's time in a produce spread over 5,000 new partitions.
 Truncations, rare and not re-derivable, still fsync at once, except those of opening a log: the
 loader truncates to the recovered log end and log start at every open, so the entries it drops
-only leave memory; the file keeps them until the next write of the cache (``sync``, a new epoch).
+only leave memory; the file keeps them until the next write of the cache (``sync``).
 A crash before that loses nothing, the next open drops them again. (A restart of a broker would
 otherwise rewrite the file, temp file and rename, of every partition whose latest epoch starts at
 its log end, as a leader's does until its first record: most of opening 10,000 logs.)
@@ -112,10 +112,9 @@ class LeaderEpochCache:
         return True
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset``; persisted when it changes anything."""
+        """Record that ``epoch`` starts at ``start_offset``: in memory until ``sync`` (module
+        docstring)."""
         if self._assign(epoch, start_offset):
-            # In place (CheckpointFile.overwrite): a torn file is rebuilt from the batches.
-            self.checkpoint.overwrite(self.epoch_entries())
             self._unsynced = True
 
     def truncate_from_end(self, end_offset: int, *, fsync: bool = True) -> None:

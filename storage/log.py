@@ -9,8 +9,8 @@ Files in the partition directory::
     00000000000000000000.log        record batches, byte for byte as produced (+ stamped offsets)
     00000000000000000000.index      sparse offset -> position index      (rebuilt when bad)
     00000000000000000000.timeindex  sparse max-timestamp -> offset index (rebuilt when bad)
-    leader-epoch-checkpoint         epoch start offsets (exists from the log's creation; a new
-                                    epoch in place, truncations and flushes atomic replace)
+    leader-epoch-checkpoint         epoch start offsets (written by flushes and truncations,
+                                    atomic replace; a new epoch waits for the next flush)
     .clean-shutdown                 present only after a clean close()
 
 The log's high watermark, recovery point and log start offset are kept, as in Kafka, in one file
@@ -81,7 +81,7 @@ from raftka.common.records import (
 from raftka.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, fsync_dir
 from raftka.storage.config import LogConfig
 from raftka.storage import loader
-from raftka.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from raftka.storage.epoch_cache import LeaderEpochCache
 from raftka.storage.index import RELATIVE_OFFSET_MAX
 from raftka.storage.loader import CLEAN_SHUTDOWN_FILE
 from raftka.storage.producer_state import ProducerStateManager
@@ -455,17 +455,11 @@ class Log:
         self._cache_tail(data, batches)
         # Epochs and producer state follow the bytes now in the log.
         self.producer_state.on_append(headers, base if leader else None)
-        try:
-            if leader_epoch is not None:
-                self.leader_epoch_cache.assign(leader_epoch, base)
-            else:
-                for header in headers:
-                    self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        except OSError as error:
-            # The batches are in the log but the epoch checkpoint is not: go offline (as Kafka
-            # does for a failing log dir); the next open re-derives epochs from the batches.
-            self._failed = f"writing {LEADER_EPOCH_CHECKPOINT} failed: {error.strerror or error}"
-            raise self._error(KafkaStorageError, self._failed) from error
+        if leader_epoch is not None:
+            self.leader_epoch_cache.assign(leader_epoch, base)
+        else:
+            for header in headers:
+                self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()

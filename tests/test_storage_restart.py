@@ -85,6 +85,7 @@ def test_the_epoch_truncation_of_an_unclean_open_is_not_fsynced(tmp_path, fsyncs
     lg.append_as_leader(make_batch(3), 0)
     lg.leader_epoch_cache.assign(1, lg.log_end_offset)  # a new leader that has not appended yet
     assert lg.leader_epoch_cache.epoch_entries() == [(0, 0), (1, 3)]
+    lg.flush()  # the file holds both entries
 
     fsyncs.clear()
     lg = open_log(tmp_path)  # crash
