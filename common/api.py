@@ -25,18 +25,25 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     FETCH_SNAPSHOT = 59
@@ -62,18 +69,25 @@ API_NAMES: Final[dict[int, str]] = {
     ApiKey.SYNC_GROUP: "SyncGroup",
     ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
     ApiKey.LIST_GROUPS: "ListGroups",
+    ApiKey.SASL_HANDSHAKE: "SaslHandshake",
     ApiKey.API_VERSIONS: "ApiVersions",
     ApiKey.CREATE_TOPICS: "CreateTopics",
     ApiKey.DELETE_TOPICS: "DeleteTopics",
     ApiKey.DELETE_RECORDS: "DeleteRecords",
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
     ApiKey.OFFSET_FOR_LEADER_EPOCH: "OffsetsForLeaderEpoch",
+    ApiKey.DESCRIBE_ACLS: "DescribeAcls",
+    ApiKey.CREATE_ACLS: "CreateAcls",
+    ApiKey.DELETE_ACLS: "DeleteAcls",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.ALTER_CONFIGS: "AlterConfigs",
+    ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
     ApiKey.CREATE_PARTITIONS: "CreatePartitions",
     ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
     ApiKey.OFFSET_DELETE: "OffsetDelete",
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
     ApiKey.DESCRIBE_QUORUM: "DescribeQuorum",
     ApiKey.ALTER_PARTITION: "AlterPartition",
     ApiKey.FETCH_SNAPSHOT: "FetchSnapshot",
