@@ -6,6 +6,7 @@ from typing import Any
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 from raftka.common.api import API_NAMES
+from raftka.storage.file_handles import segment_files
 
 
 class Histogram:
@@ -52,6 +53,7 @@ class BrokerMetrics:
         node = f'node="{b.broker_id}"'
         partitions = list(b.replicas.partitions.values())
         sessions = b.replicas.fetch_sessions
+        files = segment_files()
         lines = [
             "# TYPE raftka_broker_bytes_in_total counter", f"raftka_broker_bytes_in_total{{{node}}} {self.bytes_in}",
             "# TYPE raftka_broker_bytes_out_total counter", f"raftka_broker_bytes_out_total{{{node}}} {self.bytes_out}",
@@ -112,6 +114,16 @@ class BrokerMetrics:
             "# TYPE raftka_broker_incremental_fetch_session_evictions_total counter",
             f"raftka_broker_incremental_fetch_session_evictions_total{{{node}}} "
             f"{sessions.evictions if sessions is not None else 0}",
+            # The process's segment-file descriptor cache (storage/file_handles.py): open now,
+            # its bound (log.open.files.max), reopened on use, closed to stay under the bound.
+            "# TYPE raftka_broker_segment_files_open gauge",
+            f"raftka_broker_segment_files_open{{{node}}} {files.open_count}",
+            "# TYPE raftka_broker_segment_files_open_max gauge",
+            f"raftka_broker_segment_files_open_max{{{node}}} {files.open_files_max}",
+            "# TYPE raftka_broker_segment_file_opens_total counter",
+            f"raftka_broker_segment_file_opens_total{{{node}}} {files.opens}",
+            "# TYPE raftka_broker_segment_file_evictions_total counter",
+            f"raftka_broker_segment_file_evictions_total{{{node}}} {files.evictions}",
             "# TYPE raftka_broker_truncations_total counter",
             f"raftka_broker_truncations_total{{{node}}} {b.replicas.truncations}",
             # Replicas out of service because their log is corrupt (Kafka's OfflineReplicaCount),

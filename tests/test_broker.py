@@ -461,6 +461,11 @@ def test_health_is_ready_and_metrics_are_prometheus_text(cluster):
                  "raftka_broker_isr_shrinks_total", "raftka_broker_request_latency_seconds_bucket",
                  "raftka_broker_request_queue_depth", "raftka_partition_high_watermark"):
         assert name in metrics, name
+    # the segment-file cache: the broker's open segments, under its bound
+    figures = {line.split("{")[0]: int(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("raftka_broker_segment_file")}
+    assert 0 < figures["raftka_broker_segment_files_open"] <= figures["raftka_broker_segment_files_open_max"]
+    assert {"raftka_broker_segment_file_opens_total", "raftka_broker_segment_file_evictions_total"} <= set(figures)
     # the listener's connection counters: a bad frame shows up as a closed connection
     def closed_bad_frame() -> int:
         text = http_get(cluster.http_address(broker), "/metrics")[1]
