@@ -2,6 +2,7 @@
 # The Raftka quickstart: from a fresh clone to a running cluster, a stream of events, and back.
 #
 #   scripts/quickstart.sh [--keep] [--no-spark] [--dir DIR] [--events N] [--matches M] [--base-port P]
+#                         [--spark-seconds S]
 #
 # 1. creates .venv and installs Raftka into it (the first time only);
 # 2. starts 3 controllers + 3 brokers in the background (raftka cluster up; DIR, default .raftka);
@@ -9,7 +10,8 @@
 # 4. produces N (100,000) World Cup match events keyed by match id, acks=all, and consumes them
 #    with 3 consumers, checking that every match's events arrive in order (examples/worldcup_demo.py);
 # 5. with Java 17+ (and without --no-spark), runs the Spark demo on the committed events: a
-#    streaming aggregation of goals and cards per match and team (raftka spark demo);
+#    streaming aggregation of goals and cards per match and team, with S (10) seconds of live
+#    feed (raftka spark demo --seconds S);
 # 6. prints a summary and stops the cluster (--keep leaves it running for the console tools:
 #    raftka topics describe worldcup-events, raftka consume worldcup-events --from-beginning ...).
 # A cluster that was already running in DIR is used and left running.
@@ -17,7 +19,7 @@
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 
 keep=0
 spark=1
@@ -25,14 +27,16 @@ dir=.raftka
 events=100000
 matches=3000
 base_port=0
+spark_seconds=10
 while [ $# -gt 0 ]; do
     case "$1" in
         --keep) keep=1; shift ;;
         --no-spark) spark=0; shift ;;
-        --dir|--events|--matches|--base-port)
+        --dir|--events|--matches|--base-port|--spark-seconds)
             [ $# -ge 2 ] || die "$1 needs a value (see --help)"
             case "$1" in
                 --dir) dir="$2" ;; --events) events="$2" ;; --matches) matches="$2" ;; --base-port) base_port="$2" ;;
+                --spark-seconds) spark_seconds="$2" ;;
             esac
             shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -82,8 +86,8 @@ if [ "$spark" = 1 ] && [ "$have_java" = 1 ]; then
     # is shown.
     spark_log="$dir/spark-demo.log"
     echo
-    echo "\$ raftka spark demo --dir $dir --seconds 10    (Spark's log: $spark_log)"
-    if ! "$raftka" spark demo --dir "$dir" --seconds 10 2> "$spark_log"; then
+    echo "\$ raftka spark demo --dir $dir --seconds $spark_seconds    (Spark's log: $spark_log)"
+    if ! "$raftka" spark demo --dir "$dir" --seconds "$spark_seconds" 2> "$spark_log"; then
         tail -n 30 "$spark_log" >&2
         die "the Spark demo failed; its whole log is in $spark_log"
     fi

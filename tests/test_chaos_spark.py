@@ -1,6 +1,8 @@
 """Chaos with Spark: a Spark streaming query (`raftka spark sink`, topic -> Parquet with a
 checkpoint, in its own process, through the client proxies) runs while partition leaders are
 isolated or killed -9 (scenario `spark`). Its output must equal the committed log exactly.
+The default suite runs it for 15 s (one fault: seed 5 kills a leader), `-m soak` for 30 s (seed
+5: a kill, then an isolation); the fault schedule starts once Spark read its first rows.
 
 - The real run: VALID, every sink check 0, Spark's output holding every record of the final log
   (and nothing else), Spark's micro-batches completing while faults were on.
@@ -28,7 +30,8 @@ from raftka.cluster import project_env
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 SEED = 5
-DURATION_S = 30
+SMOKE_DURATION_S = 15
+SOAK_DURATION_S = 30
 
 
 def _java_missing_reason() -> str | None:
@@ -41,17 +44,19 @@ def _java_missing_reason() -> str | None:
 
 
 def _explain(results: dict) -> str:
-    return "\n".join(summary(results)) + f"\n(raftka chaos run --scenario spark --duration {DURATION_S} " \
-                                        f"--seed {results['seed']})"
+    return "\n".join(summary(results)) + f"\n(raftka chaos run --scenario spark --duration " \
+                                        f"{results['duration_s']:g} --seed {results['seed']})"
 
 
-@pytest.fixture(scope="module")
-def spark_run(tmp_path_factory):
+@pytest.fixture(scope="module", params=[
+    pytest.param(SMOKE_DURATION_S, id=f"{SMOKE_DURATION_S}s"),
+    pytest.param(SOAK_DURATION_S, id=f"{SOAK_DURATION_S}s", marks=pytest.mark.soak)])
+def spark_run(request, tmp_path_factory):
     reason = _java_missing_reason()
     if reason:
         pytest.skip(reason)
     out = tmp_path_factory.mktemp("chaos-spark")
-    results = run(scenarios.get("spark"), duration_s=DURATION_S, seed=SEED, out=out,
+    results = run(scenarios.get("spark"), duration_s=request.param, seed=SEED, out=out,
                   say=lambda line: print(line, flush=True))
     return out, results, read_history(out / "history.jsonl")
 
@@ -62,7 +67,7 @@ def _final_and_sink(ops: list[dict]) -> tuple[dict, dict]:
     return final, sink
 
 
-def test_sparks_output_equals_the_committed_log_after_leader_isolation_and_kills(spark_run):
+def test_sparks_output_equals_the_committed_log_through_leader_isolations_or_kills(spark_run):
     out, results, ops = spark_run
     assert results["valid"], _explain(results)
     assert not results["problems"], _explain(results)
