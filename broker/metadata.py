@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from raftka.common.scram import ScramCredential, ScramMechanism
 from raftka.raft_meta.metadata.fetcher import MetadataFetcher
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
 
@@ -55,7 +56,8 @@ class MetadataView:
     """Committed metadata as of ``offset`` (immutable once built)."""
 
     def __init__(self, offset: int, brokers: dict[int, BrokerInfo], topics: Mapping[str, TopicInfo],
-                 controllers: dict[int, tuple[str, int]], cluster_configs: dict[str, Any] | None = None) -> None:
+                 controllers: dict[int, tuple[str, int]], cluster_configs: dict[str, Any] | None = None,
+                 scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] | None = None) -> None:
         self.offset = offset
         self.brokers = brokers
         # Read-only. A topic unchanged since the previous view keeps its TopicInfo object; an
@@ -65,6 +67,12 @@ class MetadataView:
         # Cluster-wide config overrides. The same object as the previous view's while unchanged (the
         # replica manager re-applies every topic when it is not): an empty one is kept, not replaced.
         self.cluster_configs = cluster_configs if cluster_configs is not None else {}
+        # user -> {mechanism: credential}: the image's own read-only mapping (credentials are frozen).
+        self.scram_credentials = scram_credentials if scram_credentials is not None else {}
+
+    def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """The user's committed SCRAM credential for ``mechanism``, or None."""
+        return self.scram_credentials.get(user, {}).get(mechanism)
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         """The committed state of ``topic``-``index``, or None."""
@@ -103,7 +111,7 @@ def _view_of(image: Any, offset: int, controllers: dict, previous: MetadataView,
     cluster_configs = dict(image.cluster_configs)
     if cluster_configs == previous.cluster_configs:
         cluster_configs = previous.cluster_configs
-    return MetadataView(offset, brokers, topics, dict(controllers), cluster_configs)
+    return MetadataView(offset, brokers, topics, dict(controllers), cluster_configs, image.scram_credentials)
 
 
 class MetadataFollower:

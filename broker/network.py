@@ -15,7 +15,9 @@ names and defaults), with +-20% jitter so that many fetchers do not redial in st
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
+import ssl
 import time
 from typing import Any, Final, Mapping
 
@@ -23,7 +25,12 @@ from raftka.common.errors import NetworkExceptionError, RequestTimedOutError
 from raftka.common.server import Request, Response, Server
 from raftka.common.transport import Connection
 
-__all__ = ["PeerConnection", "Request", "Response", "Server"]
+__all__ = ["LISTENER", "PeerConnection", "Request", "Response", "Server"]
+
+# The listener name the request being handled came in on (set in each request's own task by the
+# broker's per-listener handler): Metadata and FindCoordinator answer with endpoints on that
+# same listener, as Kafka does, so a client on the SSL listener is sent to SSL ports.
+LISTENER: contextvars.ContextVar[str] = contextvars.ContextVar("raftka_listener", default="PLAINTEXT")
 
 RECONNECT_BACKOFF_MS_DEFAULT: Final = 50  # reconnect.backoff.ms
 RECONNECT_BACKOFF_MAX_MS_DEFAULT: Final = 1000  # reconnect.backoff.max.ms
@@ -39,8 +46,10 @@ class PeerConnection:
                  connect_timeout_ms: int = 5000,
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
-                 rng: random.Random | None = None, kafka_versions: Mapping[int, int] | None = None) -> None:
+                 rng: random.Random | None = None, kafka_versions: Mapping[int, int] | None = None,
+                 ssl: ssl.SSLContext | None = None) -> None:
         self.address = address
+        self.ssl = ssl  # the peer's listener is TLS (inter.broker.listener.name)
         # api key -> the version it is sent at (transport.Connection); others at the newest declared
         self.kafka_versions = dict(kafka_versions or {})
         self.client_id = client_id
@@ -93,7 +102,8 @@ class PeerConnection:
             return await Connection.open(host, int(port), client_id=self.client_id,
                                          connect_timeout_ms=max(1, min(self.connect_timeout_ms, timeout_ms)),
                                          max_frame_bytes=self.max_frame_bytes,
-                                         request_timeout_ms=timeout_ms, kafka_versions=self.kafka_versions)
+                                         request_timeout_ms=timeout_ms, kafka_versions=self.kafka_versions,
+                                         ssl=self.ssl)
         except (NetworkExceptionError, RequestTimedOutError):
             self._note_failure()
             raise

@@ -111,7 +111,7 @@ class ReplicaFetcher:
                 await self._connection.close()
             self._connection = PeerConnection(address, client_id=f"broker-{self.manager.broker_id}-fetcher",
                                               max_frame_bytes=self.manager.config["socket.request.max.bytes"],
-                                              kafka_versions=KAFKA_VERSIONS)
+                                              kafka_versions=KAFKA_VERSIONS, ssl=self.manager.peer_ssl)
             self._address = address
         return self._connection
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -106,6 +107,10 @@ class ReplicaManager:
         self.fetch_sessions: FetchSessionCache | None = None
         self.view: MetadataView = EMPTY
         self.dial_proxies: dict[int, str] = {}  # broker.dial.proxies: broker id -> address to dial
+        # How followers (and the group coordinator) dial other brokers: inter.broker.listener.name
+        # and, when that listener is TLS, its context (set by the broker at start).
+        self.inter_broker_listener = "PLAINTEXT"
+        self.peer_ssl: ssl.SSLContext | None = None
         self.truncations = 0
         self.offline: dict[TP, OfflineReplica] = {}  # corrupt replicas (module docstring)
         self.corrupt_replicas = 0  # replicas taken offline for corruption, ever
@@ -120,13 +125,13 @@ class ReplicaManager:
     # -- metadata -> roles -----------------------------------------------------------------------
 
     def endpoint_of(self, broker_id: int) -> str | None:
-        """A broker's PLAINTEXT endpoint as committed, or None."""
+        """A broker's endpoint on inter.broker.listener.name as committed, or None."""
         if broker_id in self.dial_proxies:
             return self.dial_proxies[broker_id]
         broker = self.view.brokers.get(broker_id)
         if broker is None:
             return None
-        return broker.endpoints.get("PLAINTEXT")
+        return broker.endpoints.get(self.inter_broker_listener)
 
     def min_isr_of(self, configs: dict) -> int:
         """min.insync.replicas of a topic: its override, else the cluster-wide override, else

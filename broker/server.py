@@ -2,12 +2,16 @@
 
 ``run_broker(config)`` runs on one asyncio loop:
 
-1. opens the partition logs (``log.dirs``) and starts the PLAINTEXT listener (and HTTP);
+1. opens the partition logs (``log.dirs``) and starts one listener per client listener of
+   ``listeners`` (each with its security protocol from ``listener.security.protocol.map``: TLS
+   for SSL and SASL_SSL, SASL for SASL_PLAINTEXT and SASL_SSL against the SCRAM credentials in
+   the metadata log, see ``_sasl_for``), and HTTP;
 2. registers with the active controller (BrokerRegistration, following NOT_CONTROLLER), then
    follows the committed metadata log and heartbeats every ``broker.heartbeat.interval.ms``
    with the metadata offset it has applied; the controller unfences it once caught up;
 3. becomes leader or follower of each partition only as committed metadata says;
-4. prints ``raftka broker <id> ready plaintext=<host:port> [http=<host:port>]`` once registered,
+4. prints ``raftka broker <id> ready plaintext=<host:port> [ssl=<host:port> ...] [http=<host:port>]``
+   (each client listener under its name in lower case) once registered,
    unfenced and caught up with the metadata log (the cluster API waits for this line);
 5. on SIGTERM: controlled shutdown (asks to be fenced, so leadership moves away first, at most
    ``controlled.shutdown.timeout.ms``), closes the listener and the logs (HW checkpointed).
@@ -28,10 +32,10 @@ from raftka.broker.controller_channel import AlterPartitionManager, ControllerCh
 from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
 from raftka.broker.limits import ByteBudget
 from raftka.storage import LogManager
-from raftka.broker.metadata import MetadataFollower, MetadataView
+from raftka.broker.metadata import EMPTY as EMPTY_VIEW, MetadataFollower, MetadataView
 from raftka.broker.kafka_wire import ANSWER_SHIMS, HANDLER_WRAPPERS, REQUEST_SHIMS
 from raftka.broker.metrics import BrokerMetrics
-from raftka.broker.network import Request, Server
+from raftka.broker.network import LISTENER, Request, Server
 from raftka.common.api import ApiKey
 from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
@@ -40,16 +44,19 @@ from raftka.common.errors import RaftkaError
 from raftka.common.messages import BROKER_API
 from raftka.common.meta_properties import read_cluster_id
 from raftka.common.schema import ZERO_UUID
+from raftka.common import security
+from raftka.common.sasl import SaslServerSettings
+from raftka.common.scram import ScramCredential, ScramMechanism
 from raftka.common.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
 
 
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
-             ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS)
+             ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+             ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
 INTERNAL_TOPIC_PREFIX = "__"  # __consumer_offsets: Metadata marks it is_internal, as Kafka does
 REGISTER_TIMEOUT_MS = 60_000
-SECURITY_PROTOCOL_PLAINTEXT = 0  # Kafka's SecurityProtocol id of the one listener a broker registers
 ACKS_VALUES = (-1, 0, 1)
 PRODUCE_TIMEOUT_MS_MAX = 300_000
 DELETE_RECORDS_TIMEOUT_MS_MAX = 300_000  # a DeleteRecords answer waits for the ISR at most this long
@@ -102,7 +109,8 @@ class BrokerServer:
         self.fenced = True
         self.caught_up = False
         self.stopping = False
-        self.server: Server | None = None
+        self.servers: dict[str, Server] = {}  # client listener name -> its server
+        self.server: Server | None = None  # the PLAINTEXT listener's (else the first): /metrics counts it
         self._caught_up_event = asyncio.Event()
         self._metadata_event = asyncio.Event()
         self._producer_ids: list[int] = [0, 0]  # [next, end) of our AllocateProducerIds block
@@ -128,13 +136,23 @@ class BrokerServer:
 
     async def start(self) -> None:
         """Listen, register with the quorum, follow the metadata log, heartbeat."""
-        host, port = self.config.listeners["PLAINTEXT"]
-        self.server = Server(self.handle, **self.config.server_limits,  # socket.request.max.bytes, max.connections, ...
-                             max_in_flight_per_connection=self.config["queued.max.requests"],
-                             # ApiVersions is the transport's own answer
-                             kafka_api={k: BROKER_API[k] for k in (*self.handlers, ApiKey.API_VERSIONS)},
-                             name=f"broker {self.broker_id}")
-        await self.server.start(host, port)
+        config = self.config
+        self.replicas.inter_broker_listener = config.inter_broker_listener
+        self.replicas.peer_ssl = config.inter_broker_ssl_context()
+        for name in config.client_listeners:
+            protocol = config.security_protocol(name)
+            sasl = self._sasl_for(name, protocol)
+            tls = config.server_ssl_context(name) if security.uses_tls(protocol) else None
+            server = Server(self._listener_handler(name), **config.server_limits,  # socket.request.max.bytes, ...
+                            sasl=sasl,
+                            max_in_flight_per_connection=config["queued.max.requests"],
+                            # ApiVersions is the transport's own answer
+                            kafka_api={k: BROKER_API[k] for k in (*self.handlers, ApiKey.API_VERSIONS)},
+                            name=f"broker {self.broker_id} {name}")
+            self.servers[name] = server
+            host, port = config.listeners[name]
+            await server.start(host, port, ssl=tls)
+        self.server = self.servers.get("PLAINTEXT") or next(iter(self.servers.values()))
         if self.http and "HTTP" in self.config.listeners:
             from raftka.broker.http import start_http
             http_host, http_port = self.config.listeners["HTTP"]
@@ -151,14 +169,46 @@ class BrokerServer:
         """Wait until registered, unfenced and caught up with the metadata log."""
         await asyncio.wait_for(self._caught_up_event.wait(), timeout_s)
 
+    def _sasl_for(self, listener: str, protocol: str) -> SaslServerSettings | None:
+        """What a SASL_* listener authenticates connections with: its ``sasl.enabled.mechanisms``
+        against the SCRAM credentials this broker's metadata holds (PLAIN too checks the password
+        against them). None for PLAINTEXT and SSL. Brokers do not authenticate to each other yet,
+        so a SASL listener cannot be the inter-broker one."""
+        if not security.uses_sasl(protocol):
+            return None
+        if listener == self.config.inter_broker_listener:
+            raise errors.ConfigError("inter.broker.listener.name",
+                                     f"{listener} is {protocol}: brokers do not authenticate to each other with "
+                                     "SASL in this version; use a PLAINTEXT or SSL listener between brokers")
+        mechanisms = self.config.listener_value(listener, "sasl.enabled.mechanisms")
+        return SaslServerSettings(tuple(mechanisms), self.scram_credential)
+
+    def _listener_handler(self, listener: str) -> Callable[[Request], Any]:
+        """``handle`` for the requests of one listener: they see its name in ``LISTENER`` (set in
+        the request's own task, so nothing else sees it)."""
+        async def handle(request: Request) -> "tuple[int, Any] | None":
+            LISTENER.set(listener)
+            return await self.handle(request)
+        return handle
+
+    def advertised_endpoints(self) -> list[tuple[str, str, int]]:
+        """(listener, host, port) of every client listener as given to others (a port 0 in the
+        config: the one bound)."""
+        out = []
+        for name in self.config.client_listeners:
+            host, port = self.config.advertised(name)
+            if port == 0 and name in self.servers:
+                port = self.servers[name].port
+            out.append((name, host, port))
+        return out
+
     async def register(self) -> None:
-        """BrokerRegistration (Kafka's) with a new incarnation id, retried until accepted."""
-        host, port = self.config.advertised_plaintext
-        if self.server is not None and port == 0:
-            port = self.server.port
+        """BrokerRegistration (Kafka's) with a new incarnation id, retried until accepted: every
+        client listener with its security protocol's id."""
         body = {"broker_id": self.broker_id, "cluster_id": self.cluster_id, "incarnation_id": self.incarnation_id,
-                "listeners": [{"name": "PLAINTEXT", "host": host, "port": port,
-                               "security_protocol": SECURITY_PROTOCOL_PLAINTEXT}],
+                "listeners": [{"name": name, "host": host, "port": port,
+                               "security_protocol": security.SECURITY_PROTOCOLS[self.config.security_protocol(name)]}
+                              for name, host, port in self.advertised_endpoints()],
                 "rack": self.config["broker.rack"]}
         deadline = time.monotonic() + REGISTER_TIMEOUT_MS / 1000
         while True:  # SIGTERM interrupts (serve_broker races start() with the stop event)
@@ -206,6 +256,11 @@ class BrokerServer:
         self.groups.on_metadata(view, caught_up=self.caught_up)
         if self.caught_up and not self.fenced:
             self._caught_up_event.set()
+
+    def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """The user's committed SCRAM credential for ``mechanism`` as this broker's metadata has it
+        (a SASL server's credential lookup); None when there is none or no metadata yet."""
+        return (self.metadata.view if self.metadata is not None else EMPTY_VIEW).scram_credential(user, mechanism)
 
     async def _heartbeat_loop(self) -> None:
         interval_s = self.config["broker.heartbeat.interval.ms"] / 1000
@@ -280,8 +335,8 @@ class BrokerServer:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self.server is not None:
-            await self.server.close()
+        for server in self.servers.values():
+            await server.close()
         await self.groups.close()
         await self.replicas.close()
         await self.alter_partitions.close()
@@ -339,8 +394,9 @@ class BrokerServer:
         view = self.replicas.view
         wanted = None if body["topics"] is None else [t["name"] for t in body["topics"] if t["name"] is not None]
         brokers = []
+        listener = LISTENER.get()  # Kafka's rule: endpoints on the listener the request came in on
         for broker in sorted(view.brokers.values(), key=lambda b: b.broker_id):
-            endpoint = broker.endpoint()
+            endpoint = broker.endpoint(listener)
             if broker.fenced or endpoint is None:
                 continue
             brokers.append({"node_id": broker.broker_id, "host": endpoint[0], "port": endpoint[1],
@@ -371,7 +427,7 @@ class BrokerServer:
         view = self.replicas.view
         brokers = []
         for broker in sorted(view.brokers.values(), key=lambda b: b.broker_id):
-            endpoint = broker.endpoint() or ("", -1)
+            endpoint = broker.endpoint(LISTENER.get()) or ("", -1)
             brokers.append({"broker_id": broker.broker_id, "host": endpoint[0], "port": endpoint[1],
                             "rack": broker.rack, "fenced": broker.fenced})
         return errors.NONE, {"cluster_id": self.cluster_id, "controller_id": self._controller_id(), "brokers": brokers}
@@ -496,7 +552,8 @@ class BrokerServer:
 
     def _forwarder(self, api_key: int) -> Callable[[dict], Any]:
         """CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
-        CreatePartitions: the active controller answers."""
+        CreatePartitions, DescribeUserScramCredentials, AlterUserScramCredentials: the active
+        controller answers."""
         async def forward(body: dict) -> tuple[int, dict]:
             return await self.controllers.request(api_key, body, retry_in_doubt=False)
         return forward
@@ -587,9 +644,8 @@ async def serve_broker(config: ServerConfig, stop: asyncio.Event, say: Callable[
             await asyncio.wait([ready, stopped], return_when=asyncio.FIRST_COMPLETED)
             if ready.done() and not ready.cancelled() and not ready.exception():
                 note = " http=%s:%d" % config.listeners["HTTP"] if http and "HTTP" in config.listeners else ""
-                host, _ = config.advertised_plaintext
-                say(f"raftka broker {config.node_id} ready plaintext={host}:{broker.server.port}{note} "
-                    f"epoch={broker.broker_epoch}")
+                listed = "".join(f" {name.lower()}={host}:{port}" for name, host, port in broker.advertised_endpoints())
+                say(f"raftka broker {config.node_id} ready{listed}{note} epoch={broker.broker_epoch}")
             await stopped
             say(f"raftka broker {config.node_id} stopping")
             await broker.controlled_shutdown()

@@ -5,7 +5,8 @@
 ``client.aio`` has the asyncio flavour the blocking classes wrap. ``raftka.common`` holds the
 wire code (frames, record batches, the error table) shared with the servers.
 """
-from raftka.client.admin import AdminClient
+from raftka.client.admin import (AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                 UserScramCredentialsDescription, UserScramCredentialUpsertion)
 from raftka.client.aio.group import CommitFailedError, ConsumerRebalanceListener
 from raftka.client.assignors import (CooperativeStickyAssignor, RangePartitionAssignor, RoundRobinPartitionAssignor,
                               StickyAssignor)
@@ -28,6 +29,9 @@ __all__ = ["Producer", "Consumer", "AdminClient", "KafkaProducer", "KafkaConsume
            "KafkaAdminClient", "NewTopic", "NewPartitions", "TopicPartition", "RecordMetadata", "ConsumerRecord",
            "OffsetAndTimestamp", "BrokerMetadata", "ConfigResource", "ConfigEntry", "AlterConfigOp",
            "AlterConfigOpType",
+           # SCRAM credentials (confluent-kafka's names)
+           "ScramMechanism", "ScramCredentialInfo", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
+           "UserScramCredentialsDescription",
            "FutureRecordMetadata", "DefaultPartitioner", "murmur2", "RaftkaError",
            "KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",
            "KafkaClosedError", "SerializationError",

@@ -5,6 +5,8 @@ from typing import Any, Iterable, Sequence
 
 from raftka.client._sync import LoopThread
 from raftka.client.aio.admin import AdminClient as AioAdminClient
+from raftka.client.aio.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                     UserScramCredentialsDescription, UserScramCredentialUpsertion)
 from raftka.common.errors import RaftkaError
 from raftka.client.aio.group import GroupInformation
 from raftka.client.structs import (ConfigEntry, ConfigResource, NewPartitions, NewTopic, OffsetAndMetadata,
@@ -13,7 +15,8 @@ from raftka.client.structs import (ConfigEntry, ConfigResource, NewPartitions, N
 
 class AdminClient:
     """Create, delete, list and describe topics, add partitions, describe the cluster, describe and alter topic
-    configs, list and describe consumer groups, their offsets and lag, delete groups and offsets.
+    configs, list and describe consumer groups, their offsets and lag, delete groups and offsets, set, remove and
+    describe users' SCRAM credentials.
     Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``, ``retry_backoff_ms``."""
 
     def __init__(self, **configs: Any) -> None:
@@ -119,6 +122,22 @@ class AdminClient:
         """Per partition: committed offset, log end offset (high watermark), lag, owner."""
         return self._io.run(self._aio.describe_consumer_group_lag(group_id))
 
+    def alter_user_scram_credentials(
+            self, alterations: Sequence[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+            timeout_ms: int | None = None, raise_errors: bool = True) -> dict[str, RaftkaError | None]:
+        """Set (UserScramCredentialUpsertion) and remove (UserScramCredentialDeletion) users'
+        SCRAM credentials: {user: None or error}; raises the first error unless
+        ``raise_errors=False``. The password is salted and hashed here: it never goes over the wire."""
+        return self._io.run(self._aio.alter_user_scram_credentials(alterations, timeout_ms, raise_errors))
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None, timeout_ms: int | None = None,
+                                        raise_errors: bool = True
+                                        ) -> dict[str, UserScramCredentialsDescription | RaftkaError]:
+        """{user: UserScramCredentialsDescription(user, [ScramCredentialInfo(mechanism,
+        iterations)])} of ``users`` (None: every user with a credential); a named user without
+        one raises ResourceNotFoundError unless ``raise_errors=False``."""
+        return self._io.run(self._aio.describe_user_scram_credentials(users, timeout_ms, raise_errors))
+
     def close(self) -> None:
         """Close connections and the I/O thread. Safe to call twice."""
         if not self._io.alive:
@@ -139,3 +158,7 @@ async def _make(configs: dict[str, Any]) -> AioAdminClient:
     admin = AioAdminClient(**configs)
     admin.cluster.start()
     return admin
+
+
+__all__ = ["AdminClient", "ScramCredentialInfo", "ScramMechanism", "UserScramCredentialDeletion",
+           "UserScramCredentialsDescription", "UserScramCredentialUpsertion"]

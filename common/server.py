@@ -38,6 +38,7 @@ import ipaddress
 import logging
 import mmap
 import socket
+import ssl as ssl_module
 import struct
 import time
 from dataclasses import dataclass, field
@@ -45,11 +46,14 @@ from typing import Any, Awaitable, Callable, Final, Mapping, NamedTuple, Union
 
 from raftka.common import errors
 from raftka.common.api import api_name
+from raftka.common.authenticator import ANONYMOUS, SASL_API_KEYS, Authenticator
 from raftka.common.errors import FrameError, RaftkaError
 from raftka.common.codec import (CodecError, decode_request_header, decoder, encoder_into, request_header_version,
                                  response_header_version)
+from raftka.common.messages import KAFKA_API, TRAILING_BYTES_ALLOWED
 from raftka.common.messages.error_answers import error_answer
 from raftka.common.ratelog import RateLimitedLog
+from raftka.common.sasl import SaslServerSettings
 from raftka.common.schema import FieldError, Message
 from raftka.common.transport import (
     CLOSE_TIMEOUT_MS, CONNECTIONS_FIRST_BYTE_TIMEOUT_MS_DEFAULT, CONNECTIONS_MAX_IDLE_MS_DEFAULT,
@@ -98,6 +102,7 @@ ANSWER_ESTIMATE_DECAY_S: Final = 60.0
 # the largest block freed): 5 clients that never read their answers left +48 MiB for good.
 TRIM_AFTER_RELEASED_BYTES: Final = 32 * 1024 * 1024
 TRIM_INTERVAL_S: Final = 10.0
+LISTEN_BACKLOG: Final = 100  # a TLS listener's accept queue (asyncio's servers use the same)
 
 
 @dataclass(slots=True)
@@ -114,6 +119,7 @@ class Request:
     connection_id: int  # unique per accepted connection of this server
     received_monotonic: float = 0.0
     header_version: int = 1  # Kafka's request header version: 1, or 2 for a flexible version
+    principal: str = ANONYMOUS  # who the connection authenticated as (SASL: User:<name>)
 
 
 class Response(NamedTuple):
@@ -156,13 +162,16 @@ class ServerMetrics:
     connections_closed_bad_frame: int = 0  # not a Kafka request this listener declares
     connections_closed_frame_timeout: int = 0  # request.frame.timeout.ms
     connections_closed_first_byte_timeout: int = 0  # connections.first.byte.timeout.ms
+    connections_closed_unauthenticated: int = 0  # SASL: another request before authentication, or a failed one
+    connections_closed_tls_handshake: int = 0  # a TLS listener's handshake failed (plaintext, garbage, bad cert)
 
 
 class _ServerConnection:
     __slots__ = ("id", "peer", "host", "reader", "writer", "queue", "running", "buffered_bytes",
                  "last_activity", "wake_reader", "reader_done", "closing", "finished", "answered",
                  "reaped_unsent", "connected_at", "frames", "in_frame", "frame_seen_at",
-                 "frame_seen_frames", "partial_bytes", "reserved_bytes", "unsent_peak")
+                 "frame_seen_frames", "partial_bytes", "reserved_bytes", "unsent_peak", "authenticator",
+                 "principal")
 
     def __init__(self, connection_id: int, peer: Any, host: str, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
@@ -189,6 +198,8 @@ class _ServerConnection:
         self.partial_bytes = 0  # charged to Server.partial_frame_bytes for a frame read in chunks
         self.reserved_bytes = 0  # estimated answer bytes of this connection's running handlers
         self.unsent_peak = 0  # most unsent answer bytes seen (reaper, backpressure): freed at the close
+        self.authenticator: Authenticator | None = None  # a SASL listener's gate (common/authenticator.py)
+        self.principal = ANONYMOUS
 
     def unsent_bytes(self) -> int:
         transport = self.writer.transport
@@ -254,6 +265,11 @@ class Server:
     for any other api key, at a version not declared, or whose bytes do not decode as declared
     closes its connection (counted in ``connections_closed_bad_frame``), as Kafka does; ApiVersions
     (18) is answered here from the declarations.
+    ``sasl`` (common/sasl.py's SaslServerSettings: enabled mechanisms, ``credential_lookup``)
+    makes a SASL listener: each connection must authenticate before anything but ApiVersions,
+    SaslHandshake and SaslAuthenticate is served (common/authenticator.py; this server answers
+    those two itself), and its requests then carry ``principal`` ``User:<name>``; without it
+    every request's principal is ``User:ANONYMOUS``.
     ``handler_timeout_ms`` is a safety net: a handler still running after it is cancelled and
     answered REQUEST_TIMED_OUT (handlers bound their own waits, e.g. a Fetch's
     ``max_wait_ms``, far below it).
@@ -277,7 +293,7 @@ class Server:
                  handler_timeout_ms: int = HANDLER_TIMEOUT_MS_DEFAULT,
                  queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES_DEFAULT,
                  kafka_api: Mapping[int, tuple[Message, Message]],
-                 name: str = "server") -> None:
+                 name: str = "server", sasl: SaslServerSettings | None = None) -> None:
         for key, value in (("max_frame_bytes", max_frame_bytes), ("max_connections", max_connections),
                            ("max_in_flight_per_connection", max_in_flight_per_connection),
                            ("max_buffered_bytes_per_connection", max_buffered_bytes_per_connection),
@@ -314,6 +330,11 @@ class Server:
         # api key -> (request, response) declarations this listener serves (common/messages/);
         # their versions are what ApiVersions advertises.
         self.kafka_api: dict[int, tuple[Message, Message]] = dict(kafka_api)
+        # A SASL listener: each connection authenticates first (common/authenticator.py), and
+        # this server answers SaslHandshake and SaslAuthenticate itself.
+        self.sasl = sasl
+        if sasl is not None:
+            self.kafka_api.update({key: KAFKA_API[key] for key in SASL_API_KEYS})
         # (api key, version) -> what decodes and answers it (_kafka_plan); one per declared pair
         self._kafka_plans: dict[tuple[int, int], tuple[int, Any, int, Any]] = {}
         self.name = name
@@ -329,6 +350,10 @@ class Server:
         self._handler_tasks: dict[asyncio.Task, float] = {}
         self._timed_out: set[asyncio.Task] = set()  # cancelled by the reaper for handler_timeout_ms
         self._server: asyncio.base_events.Server | None = None
+        self.ssl: ssl_module.SSLContext | None = None  # start(ssl=...): a TLS listener
+        self._listening: socket.socket | None = None  # a TLS listener's socket, and its accept loop
+        self._accepting: asyncio.Task | None = None
+        self._handshakes: set[asyncio.Task] = set()  # TLS handshakes in progress
         self._reaper: asyncio.Task | None = None
         self._closed = False
         # Causes an outsider can repeat at will: one log line per cause per minute, with a count.
@@ -339,19 +364,78 @@ class Server:
         self.on_peer_closed: Callable[[int], None] | None = None
 
     # -- lifecycle --
-    async def start(self, host: str, port: int) -> "Server":
-        """Listen on ``host:port`` (port 0: any free port, then see ``self.port``)."""
-        self._server = await asyncio.start_server(self._serve, host, port, limit=STREAM_LIMIT_BYTES)
+    async def start(self, host: str, port: int, ssl: "ssl_module.SSLContext | None" = None) -> "Server":
+        """Listen on ``host:port`` (port 0: any free port, then see ``self.port``); with ``ssl``,
+        every connection starts with a TLS handshake (common/security.py, _accept_tls)."""
+        loop = asyncio.get_running_loop()
+        self.ssl = ssl
+        if ssl is None:
+            self._server = await asyncio.start_server(self._serve, host, port, limit=STREAM_LIMIT_BYTES)
+            self.port = self._server.sockets[0].getsockname()[1]
+        else:
+            self._listening = _listening_socket(host, port)
+            self.port = self._listening.getsockname()[1]
+            self._accepting = loop.create_task(self._accept_tls(self._listening))
         self.host = host
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._reaper = asyncio.get_running_loop().create_task(self._reap())
+        self._reaper = loop.create_task(self._reap())
         return self
+
+    # -- TLS listeners --
+    # Accepted here rather than by asyncio's TLS server: that one drops a failed handshake
+    # without telling anyone (no count, no log line), and StreamWriter.start_tls on an accepted
+    # connection loses the client's first bytes under uvloop (it reads them before the
+    # connection's task runs). The handshake runs before _serve, so the connection limits
+    # (with their eviction of unused connections) apply once it is done; handshakes in
+    # progress are bounded by max_connections on their own, each by first_byte_timeout_ms.
+    async def _accept_tls(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, peer = await loop.sock_accept(listening)
+            except OSError as error:  # EMFILE and the like: the next accept may succeed
+                self._rejected.warning("accept", "%s: accept failed: %s", self.name, error)
+                await asyncio.sleep(0.1)
+                continue
+            if len(self._handshakes) >= self.max_connections:
+                self.metrics.connections_refused += 1
+                self._rejected.warning("refused-handshakes", "%s: refusing connection from %s: %d TLS handshakes "
+                                       "in progress (max.connections=%d)", self.name, peer, len(self._handshakes),
+                                       self.max_connections)
+                sock.close()
+                continue
+            task = loop.create_task(self._handshake(sock, peer))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, sock: socket.socket, peer: Any) -> None:
+        """One TLS handshake, within first_byte_timeout_ms; then the connection is served as any
+        other (_serve). A plaintext client, garbage or a refused certificate costs its
+        connection only, with one log line per minute."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=STREAM_LIMIT_BYTES, loop=loop),
+                                                     self._serve, loop=loop),
+                sock, ssl=self.ssl, ssl_handshake_timeout=self.first_byte_timeout_ms / 1000)
+        except (ssl_module.SSLError, OSError, asyncio.TimeoutError) as error:
+            sock.close()
+            self.metrics.connections_closed_tls_handshake += 1
+            reason = getattr(error, "reason", None) or str(error) or type(error).__name__
+            self._rejected.warning("tls-handshake", "%s: closing connection from %s: TLS handshake failed: %s",
+                                   self.name, peer, reason)
 
     async def close(self) -> None:
         """Stop listening, close every connection, cancel handlers still running."""
         self._closed = True
         if self._server is not None:
             self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            for task in self._handshakes:
+                task.cancel()
+            await asyncio.wait([self._accepting, *self._handshakes], timeout=CLOSE_TIMEOUT_MS / 1000)
+        if self._listening is not None:
+            self._listening.close()
         if self._reaper is not None:
             self._reaper.cancel()
         for conn in list(self._connections.values()):
@@ -400,6 +484,8 @@ class Server:
             "connections_closed_bad_frame": m.connections_closed_bad_frame,
             "connections_closed_frame_timeout": m.connections_closed_frame_timeout,
             "connections_closed_first_byte_timeout": m.connections_closed_first_byte_timeout,
+            "connections_closed_unauthenticated": m.connections_closed_unauthenticated,
+            "connections_closed_tls_handshake": m.connections_closed_tls_handshake,
             "answer_bytes_unsent": self.answer_bytes_unsent,
             "request_bytes_in_flight": self.request_bytes_in_flight,
             "partial_frame_bytes": self.partial_frame_bytes,
@@ -417,6 +503,8 @@ class Server:
         writer.transport.set_write_buffer_limits(high=self.max_buffered_bytes_per_connection)
         conn = _ServerConnection(self._next_connection_id, peer, host, reader, writer)
         conn.answered = functools.partial(self._answered, conn)
+        if self.sasl is not None:
+            conn.authenticator = Authenticator(self.sasl, peer, self.name)
         self._connections[conn.id] = conn
         self._connections_per_ip[host] = self._connections_per_ip.get(host, 0) + 1
         self._unused[conn.id] = conn
@@ -520,6 +608,11 @@ class Server:
                 raise FrameError(f"not a Kafka request (first byte 0x{payload[:1].hex() or 'none'})")
             api_key, api_version, correlation_id, client_id, body, header_version = self._decode_kafka(payload)
             del payload  # a large frame's bytes are freed here, not at the next frame
+            authenticator = conn.authenticator
+            if authenticator is not None and not authenticator.allows(api_key):
+                self._close(conn, "sasl-unauthenticated", "connections_closed_unauthenticated", logging.INFO,
+                            f"{api_name(api_key)} before SASL authentication")
+                return
             # Backpressure: while too much is owed to this client (answers unsent, or estimated
             # for handlers still running), or too many request bytes are being handled, hold this
             # request and read no further (the socket pauses once asyncio's read buffer fills).
@@ -539,13 +632,22 @@ class Server:
             self.request_bytes_in_flight += size
             conn.reserved_bytes += estimate
             request = Request(api_key, api_version, correlation_id, client_id, body, conn.peer,
-                              conn.id, conn.last_activity, header_version)
+                              conn.id, conn.last_activity, header_version, conn.principal)
             self.metrics.requests[api_key] += 1
             conn.running += 1
             task = loop.create_task(self._run(conn, request, size, estimate))
             self._handler_tasks[task] = conn.last_activity
             task.add_done_callback(conn.answered)
             conn.queue.append(task)
+            if authenticator is not None and api_key in SASL_API_KEYS and not authenticator.complete:
+                # The next request must meet the state this one leaves: wait for its answer.
+                await asyncio.wait((task,))
+                if authenticator.failed:  # answered; closed once the answer is written
+                    self.metrics.connections_closed_unauthenticated += 1
+                    conn.closing = True
+                    return
+                if authenticator.complete:
+                    conn.principal = authenticator.principal or ANONYMOUS
 
     def _decode_kafka(self, payload: bytes) -> tuple[int, int, int, str | None, Any, int]:
         """A Kafka request frame's (api_key, api_version, correlation_id, client_id, body,
@@ -601,7 +703,8 @@ class Server:
                 return None
             raise FrameError(f"{api_name(api_key)} version {version} is not supported "
                              f"(versions {versions[0]}..{versions[-1]})")
-        plan = (request_header_version(request_message, version), decoder(request_message, version),
+        decode = decoder(request_message, version, allow_trailing=api_key in TRAILING_BYTES_ALLOWED)
+        plan = (request_header_version(request_message, version), decode,
                 response_header_version(response_message, version), encoder_into(response_message, version))
         self._kafka_plans[(api_key, version)] = plan  # at most one per declared api key and version
         return plan
@@ -715,7 +818,10 @@ class Server:
                    estimate: int) -> bytes | None:
         """Handle one request; the encoded answer frame, or None to send nothing."""
         try:
-            code, body = await self._answer(request)
+            if conn.authenticator is not None and request.api_key in SASL_API_KEYS:
+                code, body = errors.NONE, await conn.authenticator.answer(request.api_key, request.body)
+            else:
+                code, body = await self._answer(request)
         except _NoAnswer:
             return None
         finally:
@@ -945,6 +1051,15 @@ def _release_free_memory() -> None:
     """Give the C allocator's free pages back to the OS (see TRIM_AFTER_RELEASED_BYTES)."""
     if _malloc_trim is not None:
         _malloc_trim(0)
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A non-blocking listening socket on ``host:port`` (SO_REUSEADDR, as asyncio's servers)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, address = infos[0]
+    listening = socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
+    listening.setblocking(False)
+    return listening
 
 
 def _host_of(peer: Any) -> str:

@@ -10,12 +10,15 @@ protocol: BrokerRegistration, CreateTopics, DescribeQuorum, ...). They must diff
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from dataclasses import dataclass
+import ssl
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from raftka.common.configs import INT_MAX, REQUIRED, ConfigDef, at_least, between
+from raftka.common import sasl, scram, security
+from raftka.common.configs import INT_MAX, REQUIRED, ConfigDef, ConfigKey, at_least, between, one_of
 from raftka.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,28 @@ def _connection_overrides(value: str) -> str | None:
     return None
 
 
+# Kafka's default map, plus Raftka's own listener names so configs written before it keep working.
+PROTOCOL_MAP_DEFAULT = ("PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
+                        "CONTROLLER:PLAINTEXT", "HTTP:PLAINTEXT")
+HTTP_LISTENER = "HTTP"  # /health and /metrics: served by broker/http.py, not the Kafka protocol
+LISTENER_PREFIX = "listener.name."
+
+
+def _protocol_map(value: list[str]) -> str | None:
+    try:
+        security.parse_protocol_map(value)
+    except ConfigError as error:
+        return error.message.partition(": ")[2]
+    return None
+
+
+def _sasl_mechanisms(value: list[str]) -> str | None:
+    unknown = [m for m in value if m.upper() not in sasl.MECHANISMS]
+    if not value or unknown:
+        return f"{', '.join(unknown) or 'none given'}: use one or more of {', '.join(sasl.MECHANISMS)}"
+    return None
+
+
 def _roles(value: list[str]) -> str | None:
     if not value:
         return "must name at least one role (broker, controller)"
@@ -72,6 +97,37 @@ SERVER_CONFIGS = (
     .define("controller.listener.names", "list", ["CONTROLLER"], "Listener names used by the controller RPC.")
     .define("listeners", "list", [], "name://host:port,...; CONTROLLER://host:port is the controller RPC port.")
     .define("advertised.listeners", "list", [], "Endpoints given to others, when they differ from listeners.")
+    .define("listener.security.protocol.map", "list", list(PROTOCOL_MAP_DEFAULT),
+            "NAME:PROTOCOL,...: each listener's security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). "
+            "Kafka's default, plus CONTROLLER:PLAINTEXT and HTTP:PLAINTEXT for Raftka's own listener names.",
+            _protocol_map)
+    .define("inter.broker.listener.name", "string", "PLAINTEXT",
+            "The listener followers dial to replicate from a leader (and brokers dial each other on).")
+    # -- TLS (PEM only); each may be given for one listener as listener.name.<name>.<key> -------
+    .define("ssl.keystore.type", "string", "PEM", "Format of the keystore: PEM only.", one_of("PEM"))
+    .define("ssl.keystore.location", "string", None,
+            "PEM file with the listener's certificate chain and its private key.")
+    .define("ssl.keystore.certificate.chain", "string", None,
+            "The certificate chain as PEM text (with ssl.keystore.key, instead of ssl.keystore.location).")
+    .define("ssl.keystore.key", "password", None, "The private key as PEM text (with ssl.keystore.certificate.chain).")
+    .define("ssl.key.password", "password", None, "Password of an encrypted private key.")
+    .define("ssl.truststore.type", "string", "PEM", "Format of the truststore: PEM only.", one_of("PEM"))
+    .define("ssl.truststore.location", "string", None,
+            "PEM file of the CA certificates peers' certificates must chain to: clients' (ssl.client.auth) "
+            "and, for a broker dialling the inter-broker listener, other brokers'.")
+    .define("ssl.client.auth", "string", "none",
+            "none, requested or required: whether TLS clients must show a certificate.",
+            one_of(*security.CLIENT_AUTH_MODES))
+    .define("ssl.enabled.protocols", "list", list(security.ENABLED_PROTOCOLS_DEFAULT),
+            "TLS versions allowed: TLSv1.2, TLSv1.3.")
+    .define("ssl.endpoint.identification.algorithm", "string", "https",
+            "https: a broker dialling another over TLS checks that its certificate names the host dialled; "
+            "empty: no host name check (the certificate must still chain to the truststore).",
+            lambda v: None if v in ("https", "") else f"must be https or empty, got {v!r}")
+    .define("sasl.enabled.mechanisms", "list", list(scram.MECHANISMS),
+            "SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener offers: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN "
+            "(Kafka's default, GSSAPI, is not offered). PLAIN sends the password itself: offer it on SASL_SSL only.",
+            _sasl_mechanisms)
     .define("log.dirs", "list", REQUIRED, "Directories for data; the controller keeps its Raft journal and snapshots in the first.")
     .define("broker.session.timeout.ms", "int", 9000, "A broker without a heartbeat this long is fenced.", at_least(1))
     .define("broker.heartbeat.interval.ms", "int", 2000, "How often brokers heartbeat to the active controller.",
@@ -209,6 +265,10 @@ SERVER_CONFIGS = (
 )
 
 
+# Keys Kafka lets a listener override (listener.name.<name>.<key>).
+LISTENER_KEYS = tuple(name for name in SERVER_CONFIGS.names()
+                      if name.startswith("ssl.") or name == "sasl.enabled.mechanisms")
+
 # Old Raftka names still read, with a warning: old name -> Kafka's name.
 DEPRECATED_NAMES = {"connections.max": "max.connections"}
 
@@ -289,6 +349,8 @@ class ServerConfig:
     dial: dict[int, str]  # node id -> address to dial instead (controller.quorum.voter.proxies)
     listeners: dict[str, tuple[str, int]]  # listener name -> (host, port)
     secret: str | None
+    # listener name -> its own ssl.* values (listener.name.<name>.<key>), typed
+    listener_values: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[DEPRECATED_NAMES.get(key, key)]
@@ -341,12 +403,75 @@ class ServerConfig:
     def is_broker(self) -> bool:
         return "broker" in self.roles
 
-    @property
-    def advertised_plaintext(self) -> tuple[str, int]:
-        """The PLAINTEXT endpoint given to others: advertised.listeners, else listeners."""
+    def advertised(self, listener: str) -> tuple[str, int]:
+        """The endpoint of ``listener`` given to others: advertised.listeners, else listeners."""
         advertised = parse_listeners(self.values["advertised.listeners"], "advertised.listeners")
-        host, port = advertised.get("PLAINTEXT") or self.listeners["PLAINTEXT"]
+        host, port = advertised.get(listener) or self.listeners[listener]
         return ("127.0.0.1" if host in ("", "0.0.0.0") else host), port
+
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        """listener.security.protocol.map as {listener name: security protocol}."""
+        return security.parse_protocol_map(self.values["listener.security.protocol.map"])
+
+    def security_protocol(self, listener: str) -> str:
+        """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (checked at load: every listener has one)."""
+        return self.protocol_map.get(listener, security.PLAINTEXT)
+
+    @property
+    def client_listeners(self) -> list[str]:
+        """The Kafka-protocol listeners a broker serves (all but the controller's and HTTP), in
+        the order of ``listeners``."""
+        skip = {*self.values["controller.listener.names"], HTTP_LISTENER}
+        return [name for name in self.listeners if name not in skip]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        return self.values["inter.broker.listener.name"]
+
+    def listener_value(self, listener: str, key: str) -> Any:
+        """``key`` (one of LISTENER_KEYS) for ``listener``: its listener.name.<name>.<key>, else
+        the key."""
+        own = self.listener_values.get(listener, {})
+        return own[key] if key in own else self.values[key]
+
+    def _ssl_key_names(self, listener: str) -> dict[str, str]:
+        """security.SERVER_KEY_NAMES as given for ``listener`` (errors name the key that was set)."""
+        own = self.listener_values.get(listener, {})
+        return {arg: f"{LISTENER_PREFIX}{listener.lower()}.{key}" if key in own else key
+                for arg, key in security.SERVER_KEY_NAMES.items()}
+
+    def server_ssl_context(self, listener: str) -> ssl.SSLContext:
+        """The TLS context of a listener whose protocol is SSL or SASL_SSL; ConfigError naming
+        the key when its keystore or truststore is missing or unreadable."""
+        value = functools.partial(self.listener_value, listener)
+        names = self._ssl_key_names(listener)
+        if not (value("ssl.keystore.location") or value("ssl.keystore.certificate.chain") or value("ssl.keystore.key")):
+            raise ConfigError(names["certfile"], f"listener {listener} is {self.security_protocol(listener)} and "
+                                                 "needs a keystore (ssl.keystore.location, or "
+                                                 "ssl.keystore.certificate.chain with ssl.keystore.key)")
+        return security.server_ssl_context(
+            certfile=value("ssl.keystore.location"), certificate_chain=value("ssl.keystore.certificate.chain"),
+            key=value("ssl.keystore.key"), password=value("ssl.key.password"),
+            cafile=value("ssl.truststore.location"), client_auth=value("ssl.client.auth"),
+            enabled_protocols=value("ssl.enabled.protocols"), names=names)
+
+    def inter_broker_ssl_context(self) -> ssl.SSLContext | None:
+        """How a broker dials another's inter-broker listener: None for PLAINTEXT, else a TLS
+        context trusting ssl.truststore.location (the system's CAs when unset), showing this
+        broker's keystore (for ssl.client.auth), checking host names unless
+        ssl.endpoint.identification.algorithm is empty."""
+        listener = self.inter_broker_listener
+        if not security.uses_tls(self.security_protocol(listener)):
+            return None
+        value = functools.partial(self.listener_value, listener)
+        names = self._ssl_key_names(listener)
+        chain = value("ssl.keystore.certificate.chain")
+        return security.client_ssl_context(
+            value("ssl.truststore.location"), None if chain else value("ssl.keystore.location"), None,
+            value("ssl.key.password"), value("ssl.endpoint.identification.algorithm") == "https",
+            certificate_chain=chain, key=value("ssl.keystore.key") if chain else None,
+            enabled_protocols=value("ssl.enabled.protocols"), names=names)
 
     @property
     def metadata_dir(self) -> str:
@@ -354,8 +479,26 @@ class ServerConfig:
 
 
 def parse_properties(text: str) -> dict[str, str]:
+    """A Java properties file's ``key=value`` (or ``key: value``) lines; ``#`` and ``!`` start
+    comments; a line ending in an odd number of backslashes continues on the next one (its
+    leading blanks dropped), as Java reads them."""
     out: dict[str, str] = {}
+    lines: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
     for number, raw in enumerate(text.splitlines(), 1):
+        part = raw.lstrip() if pending is not None else raw
+        if pending is None and part.strip()[:1] in ("#", "!"):
+            continue
+        joined = (pending[0], pending[1] + part) if pending is not None else (number, part)
+        trailing = len(part) - len(part.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending = (joined[0], joined[1][:-1])
+            continue
+        pending = None
+        lines.append(joined)
+    if pending is not None:
+        lines.append(pending)
+    for number, raw in lines:
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
@@ -379,10 +522,55 @@ def parse_listeners(values: list[str], key: str = "listeners") -> dict[str, tupl
     return listeners
 
 
+def _split_listener_values(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(the other keys, {lower-case listener name: {ssl key: typed value}}) of ``raw``: Kafka's
+    per-listener ``listener.name.<name>.<key>``, for the ssl.* keys."""
+    rest: dict[str, Any] = {}
+    per_listener: dict[str, dict[str, Any]] = {}
+    for name, value in raw.items():
+        if not name.startswith(LISTENER_PREFIX):
+            rest[name] = value
+            continue
+        listener, _, key = name[len(LISTENER_PREFIX):].partition(".")
+        if not listener or key not in LISTENER_KEYS:
+            raise ConfigError(name, f"expected {LISTENER_PREFIX}<listener>.<key> with one of {', '.join(LISTENER_KEYS)}")
+        declared: ConfigKey = SERVER_CONFIGS.keys[key]
+        per_listener.setdefault(listener.lower(), {})[key] = replace(declared, name=name).parse(value)
+    return rest, per_listener
+
+
+def _check_listeners(values: dict[str, Any], listeners: dict[str, tuple[str, int]],
+                     per_listener: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every listener has a security protocol; the controller's and HTTP are PLAINTEXT; every
+    listener.name.<name>.* names a listener. Returns the per-listener values by listener name."""
+    protocols = security.parse_protocol_map(values["listener.security.protocol.map"])
+    for name in listeners:
+        protocol = protocols.get(name)
+        if protocol is None and name != HTTP_LISTENER:
+            raise ConfigError("listener.security.protocol.map",
+                              f"listener {name} (in listeners) has no security protocol here; add {name}:PROTOCOL")
+        if name in values["controller.listener.names"] and protocol != security.PLAINTEXT:
+            raise ConfigError("listener.security.protocol.map",
+                              f"{name}:{protocol}: the controller listener is PLAINTEXT only in this version "
+                              "(keep it on loopback or a private network; docs/security.md)")
+        if name == HTTP_LISTENER and protocol not in (None, security.PLAINTEXT):
+            raise ConfigError("listener.security.protocol.map", f"{name}:{protocol}: the HTTP listener serves "
+                                                                 "/health and /metrics over plain HTTP only")
+    by_name = {name.lower(): name for name in listeners}
+    out: dict[str, dict[str, Any]] = {}
+    for lower, own in per_listener.items():
+        if lower not in by_name:
+            raise ConfigError(f"{LISTENER_PREFIX}{lower}.{next(iter(own))}", f"no listener named {lower} in listeners")
+        out[by_name[lower]] = own
+    return out
+
+
 def server_config(raw: Mapping[str, Any]) -> ServerConfig:
-    values = SERVER_CONFIGS.parse(_renamed(raw))
+    raw, per_listener = _split_listener_values(_renamed(raw))
+    values = SERVER_CONFIGS.parse(raw)
     voters = parse_voters(values["controller.quorum.voters"])
     listeners = parse_listeners(values["listeners"])
+    listener_values = _check_listeners(values, listeners, per_listener)
     dial = {}
     if values["controller.quorum.voter.proxies"].strip():
         try:
@@ -424,15 +612,29 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
                     parse_voters(values[key])
                 except ConfigError as error:
                     raise ConfigError(key, error.message.partition(": ")[2]) from None
-        if "PLAINTEXT" not in listeners:
-            raise ConfigError("listeners", "a broker needs a PLAINTEXT://host:port listener for clients and followers")
         advertised = parse_listeners(values["advertised.listeners"], "advertised.listeners")
-        if "PLAINTEXT" in advertised and advertised["PLAINTEXT"][0] in ("", "0.0.0.0"):
-            raise ConfigError("advertised.listeners", "give a host others can dial, not 0.0.0.0")
+        for name, (host, _) in advertised.items():
+            if name not in listeners:
+                raise ConfigError("advertised.listeners", f"{name} is not in listeners")
+            if host in ("", "0.0.0.0"):
+                raise ConfigError("advertised.listeners", f"{name}: give a host others can dial, not 0.0.0.0")
         if not values["controller.quorum.bootstrap.servers"] and "controller" not in values["process.roles"]:
             raise ConfigError("controller.quorum.bootstrap.servers",
                               "a broker needs the controllers' RPC listeners (host:port,...)")
-    return ServerConfig(values, voters, dial, listeners, secret)
+    config = ServerConfig(values, voters, dial, listeners, secret, listener_values)
+    if "broker" in values["process.roles"]:
+        inter_broker = values["inter.broker.listener.name"]
+        if inter_broker not in config.client_listeners:
+            raise ConfigError("inter.broker.listener.name",
+                              f"{inter_broker} is not one of this broker's client listeners "
+                              f"({', '.join(config.client_listeners) or 'none in listeners'})")
+        # Load every keystore and truststore now: a missing or bad file fails the start with
+        # the key that names it, not the first client's handshake.
+        for name in config.client_listeners:
+            if security.uses_tls(config.security_protocol(name)):
+                config.server_ssl_context(name)
+        config.inter_broker_ssl_context()
+    return config
 
 
 def load_server_config(path: str) -> ServerConfig:

@@ -27,6 +27,7 @@ import asyncio
 import collections
 import functools
 import logging
+import ssl as ssl_module
 import struct
 import time
 from typing import Any, Final, Mapping
@@ -37,7 +38,9 @@ from raftka.common.codec import (CodecError, decode_response_header, decoder, en
                                  request_header_version, response_header_version)
 from raftka.common.errors import FrameError, NetworkExceptionError, RaftkaError, RequestTimedOutError
 from raftka.common.messages import KAFKA_API
+from raftka.common.sasl import SaslClientSettings, authenticate
 from raftka.common.schema import Message
+from raftka.common.security import handshake_failure
 
 log = logging.getLogger(__name__)
 
@@ -295,22 +298,39 @@ class Connection:
                    max_frame_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                    request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
                    kafka_versions: Mapping[int, int] | None = None,
-                   kafka_api: Declarations = KAFKA_API) -> "Connection":
-        """Connect to ``host:port``. RequestTimedOutError after ``connect_timeout_ms``,
-        NetworkExceptionError when the connection is refused or fails."""
+                   kafka_api: Declarations = KAFKA_API,
+                   ssl: "ssl_module.SSLContext | None" = None,
+                   sasl: SaslClientSettings | None = None) -> "Connection":
+        """Connect to ``host:port`` (over TLS with ``ssl``, checking the certificate against
+        ``host`` when the context checks host names). RequestTimedOutError after
+        ``connect_timeout_ms`` (the TLS handshake included), NetworkExceptionError when the
+        connection is refused or fails, SslAuthenticationError when the handshake fails.
+        With ``sasl`` (a SASL_PLAINTEXT or SASL_SSL listener) the connection authenticates
+        before it is returned (common/sasl.py): SaslAuthenticationFailedError when refused."""
         # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for loses a cancel that lands
         # as the connect completes (see client/aio/timeouts.py); a cancelled caller got a connection.
         try:
             async with asyncio.timeout(connect_timeout_ms / 1000):
-                reader, writer = await asyncio.open_connection(host, port, limit=STREAM_LIMIT_BYTES)
+                reader, writer = await asyncio.open_connection(
+                    host, port, limit=STREAM_LIMIT_BYTES, ssl=ssl, server_hostname=host if ssl is not None else None,
+                    ssl_handshake_timeout=connect_timeout_ms / 1000 if ssl is not None else None)
         except asyncio.TimeoutError:
             raise RequestTimedOutError(f"connecting to {host}:{port} took over {connect_timeout_ms} ms") from None
+        except ssl_module.SSLError as error:
+            raise handshake_failure(error, f"{host}:{port}") from None
         except OSError as error:
             raise NetworkExceptionError(f"cannot connect to {host}:{port}: {_os_error_text(error)}") from None
-        return cls(reader, writer, host=host, port=port, client_id=client_id,
-                   max_in_flight_requests=max_in_flight_requests, max_frame_bytes=max_frame_bytes,
-                   request_timeout_ms=request_timeout_ms, kafka_versions=kafka_versions,
-                   kafka_api=kafka_api)
+        connection = cls(reader, writer, host=host, port=port, client_id=client_id,
+                         max_in_flight_requests=max_in_flight_requests, max_frame_bytes=max_frame_bytes,
+                         request_timeout_ms=request_timeout_ms, kafka_versions=kafka_versions,
+                         kafka_api=kafka_api)
+        if sasl is not None:
+            try:
+                await authenticate(connection, sasl, connection.address)
+            except BaseException:
+                await connection.close()
+                raise
+        return connection
 
     @property
     def address(self) -> str:

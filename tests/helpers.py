@@ -22,3 +22,55 @@ def wait_for_topic(admin: Any, name: str, partitions: int | None = None,
         return None
     return wait_until(ready, timeout_s, what=f"topic {name} with a leader for each of "
                                              f"{partitions if partitions is not None else 'its'} partitions")
+
+
+def cluster_with_listeners(*names: str) -> Any:
+    """A Cluster class whose brokers each listen, beside PLAINTEXT, on one more port per listener
+    name in ``names`` (e.g. "SSL", "SASL_SSL"; their protocols come from Kafka's default
+    listener.security.protocol.map): ``ports[name][broker id]`` and ``bootstrap(name)``."""
+    from raftka.cluster import Cluster
+    from raftka.cluster.ports import free_ports
+
+    class ListenersCluster(Cluster):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.ports = {name: dict(zip(self.broker_ids, free_ports(len(self.broker_ids)))) for name in names}
+
+        def config_values(self, node_id: int) -> dict[str, Any]:
+            values = super().config_values(node_id)
+            if node_id in self.broker_ids:
+                values["listeners"] += "".join(f",{name}://127.0.0.1:{self.ports[name][node_id]}" for name in names)
+            return values
+
+        def bootstrap(self, name: str) -> str:
+            return ",".join(f"127.0.0.1:{port}" for port in self.ports[name].values())
+
+    return ListenersCluster
+
+
+# Brokers fenced, ISRs shrunk and groups rebalanced within seconds: for tests of real clusters
+# that kill processes or run consumer groups.
+FAST_CLUSTER_CONFIGS = {
+    "broker.session.timeout.ms": 2000,
+    "broker.heartbeat.interval.ms": 250,
+    "replica.lag.time.max.ms": 2000,
+    "default.replication.factor": 3,
+    "min.insync.replicas": 2,
+    "offsets.topic.num.partitions": 3,
+    "group.initial.rebalance.delay.ms": 100,
+    "group.min.session.timeout.ms": 500,
+}
+
+
+def read_values(consumer: Any, count: int) -> set[bytes]:
+    """The values of the records ``consumer`` (a Raftka Consumer) yields until it has ``count``
+    different ones, or its consumer_timeout_ms passes; closes it."""
+    seen: set[bytes] = set()
+    try:
+        for record in consumer:
+            seen.add(record.value)
+            if len(seen) == count:
+                break
+    finally:
+        consumer.close()
+    return seen

@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable
 from raftka.broker.group.coordinator import CoordinatorConfig, GroupCoordinator
 from raftka.broker.group.records import OFFSETS_TOPIC, partition_for
 from raftka.broker.group.store import EndOffsets, ReplicaOffsetsStore
+from raftka.broker.network import LISTENER
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
@@ -134,7 +135,8 @@ class GroupService:
                                              f"{OFFSETS_TOPIC} is being created")
         info = topic.partitions[partition_for(key, len(topic.partitions))]
         broker = view.brokers.get(info.leader)
-        endpoint = broker.endpoint() if broker is not None and not broker.fenced else None
+        # On the listener this request came in on (Kafka's rule, as Metadata).
+        endpoint = broker.endpoint(LISTENER.get()) if broker is not None and not broker.fenced else None
         if endpoint is None:
             return errors.NONE, _coordinator(errors.COORDINATOR_NOT_AVAILABLE,
                                              f"{OFFSETS_TOPIC} partition of group {key} has no leader")

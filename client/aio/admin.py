@@ -6,13 +6,23 @@ IncrementalAlterConfigs go to any broker, which forwards them to the active cont
 ``request_timeout_ms``. Group requests go to the group's coordinator (FindCoordinator);
 ListGroups to every broker (each knows the groups it coordinates). A coordinator that moved or
 is loading is retried within ``request_timeout_ms``.
+
+SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials) take
+confluent-kafka's shapes: ``UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism,
+iterations), password, salt=None)`` and ``UserScramCredentialDeletion(user, mechanism)``. The
+client salts and hashes the password itself (PBKDF2, common/scram.py, with a fresh random salt
+unless one is given): only the salted password goes over the wire, and the controllers keep only
+what SCRAM needs to check a proof.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
 import asyncio
+import enum
+import os
 import time
+from dataclasses import dataclass, field
 
 from raftka.client.aio.cluster import (API_ALTER_CONFIGS, API_CREATE_TOPICS, API_DELETE_TOPICS,
                                 API_DESCRIBE_CLUSTER, API_DESCRIBE_CONFIGS, Cluster)
@@ -21,8 +31,9 @@ from raftka.client.aio.fetcher import list_offsets
 from raftka.client.aio.subscription_state import EARLIEST, LATEST
 from raftka.client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
 from raftka.client.assignors import decode_assignment, decode_subscription
+from raftka.client.aio.security import SECURITY_DEFAULTS, apply_security
 from raftka.client.errors import ConfigError, KafkaTimeoutError
-from raftka.common import errors
+from raftka.common import errors, scram
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
 from raftka.client.structs import (AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
@@ -35,12 +46,84 @@ DEFAULTS: dict[str, Any] = {
     "retry_backoff_ms": 100,
     "metadata_max_age_ms": 300_000,
     "connection_factory": None,
+    **SECURITY_DEFAULTS,
 }
 IGNORED = {"api_version"}
 _RETRIABLE_CODES = tuple(code for code, spec in errors.SPECS.items() if spec.retriable)
 _COORDINATOR_RETRY = {errors.NOT_COORDINATOR, errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS}
 OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST}
 ENDPOINT_TYPE_BROKERS = 1  # DescribeCluster: describe the brokers (2, the controllers, is a controller's answer)
+
+
+class ScramMechanism(enum.IntEnum):
+    """A SASL/SCRAM mechanism, numbered as Kafka (and confluent-kafka) number them."""
+
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    """A credential's mechanism and PBKDF2 iteration count (4,096 to 16,384)."""
+
+    mechanism: ScramMechanism
+    iterations: int = scram.DEFAULT_ITERATIONS
+
+
+@dataclass(frozen=True)
+class UserScramCredentialsDescription:
+    """A user's SCRAM credentials as DescribeUserScramCredentials shows them: never a salt or a key."""
+
+    user: str
+    scram_credential_infos: list[ScramCredentialInfo]
+
+
+@dataclass(frozen=True)
+class UserScramCredentialUpsertion:
+    """Set ``user``'s credential for one mechanism from ``password`` (str, or UTF-8 bytes).
+    ``salt``: None picks a fresh random one (what you want). Neither shows in the repr."""
+
+    user: str
+    scram_credential_info: ScramCredentialInfo
+    password: str | bytes = field(repr=False)
+    salt: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class UserScramCredentialDeletion:
+    """Remove ``user``'s credential for ``mechanism``."""
+
+    user: str
+    mechanism: ScramMechanism
+
+
+def _mechanism_number(mechanism: "ScramMechanism | scram.ScramMechanism | str | int") -> int:
+    """Kafka's number of a mechanism given as ScramMechanism, its SASL name or its number; 0 when
+    unknown (the controller answers UNSUPPORTED_SASL_MECHANISM)."""
+    if isinstance(mechanism, scram.ScramMechanism):
+        return mechanism.number
+    if isinstance(mechanism, str):
+        found = scram.MECHANISMS.get(mechanism.upper().replace("_", "-"))
+        return found.number if found is not None else ScramMechanism.UNKNOWN
+    return int(mechanism)
+
+
+def _upsertion_body(upsertion: UserScramCredentialUpsertion) -> dict[str, Any]:
+    """The wire entry: the salted password, derived here (the password never leaves the client).
+    Iterations out of bounds or an unknown mechanism go as they are, for the controller to refuse."""
+    info = upsertion.scram_credential_info
+    number = _mechanism_number(info.mechanism)
+    salt = os.urandom(scram.SALT_BYTES) if upsertion.salt is None else bytes(upsertion.salt)
+    password = upsertion.password
+    if isinstance(password, (bytes, bytearray)):
+        password = bytes(password).decode("utf-8")
+    salted = b""
+    mechanism = scram.MECHANISMS_BY_NUMBER.get(number)
+    if mechanism is not None and scram.ITERATIONS_MIN <= info.iterations <= scram.ITERATIONS_MAX:
+        salted = scram.salted_password(mechanism, password, salt, info.iterations)
+    return {"name": upsertion.user, "mechanism": number, "iterations": info.iterations, "salt": salt,
+            "salted_password": salted}
 
 
 def _raise_or_collect(results: dict[str, RaftkaError | None], raise_errors: bool) -> dict[str, RaftkaError | None]:
@@ -77,6 +160,7 @@ class AdminClient:
         if unknown:
             raise ConfigError(sorted(unknown)[0], "unknown admin config")
         self.config = {**DEFAULTS, **{k: v for k, v in configs.items() if k not in IGNORED}}
+        apply_security(self.config)
         c = self.config
         self.cluster = Cluster(c["bootstrap_servers"], client_id=c["client_id"] or "raftka-admin",
                                request_timeout_ms=c["request_timeout_ms"],
@@ -496,6 +580,64 @@ class AdminClient:
                 await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
         return done
 
+    async def alter_user_scram_credentials(
+            self, alterations: Sequence[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+            timeout_ms: int | None = None, raise_errors: bool = True) -> dict[str, RaftkaError | None]:
+        """Set and remove users' SCRAM credentials (AlterUserScramCredentials): {user: None or the
+        error}; with ``raise_errors`` (default) the first error is raised instead. A user may be
+        named once per call (DuplicateResourceError for all its alterations otherwise); users
+        succeed or fail independently. Errors: UnacceptableCredentialError (iterations outside
+        4,096..16,384, empty salt), UnsupportedSaslMechanismError, ResourceNotFoundError
+        (deleting a credential that is not there), InvalidRequestError (an empty user name)."""
+        deletions, upsertions = [], []
+        for alteration in alterations:
+            if isinstance(alteration, UserScramCredentialUpsertion):
+                upsertions.append(_upsertion_body(alteration))
+            elif isinstance(alteration, UserScramCredentialDeletion):
+                deletions.append({"name": alteration.user, "mechanism": _mechanism_number(alteration.mechanism)})
+            else:
+                raise TypeError(f"give UserScramCredentialUpsertion or UserScramCredentialDeletion, "
+                                f"not {type(alteration).__name__}")
+        answer = await self._call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                                  {"deletions": deletions, "upsertions": upsertions}, timeout_ms)
+        results: dict[str, RaftkaError | None] = {}
+        for r in answer.get("results") or []:
+            code = r.get("error_code", 0) or 0
+            results[r["user"]] = errors.error_for(code, r.get("error_message")) if code else None
+        for alteration in alterations:  # an answer that failed as a whole lists no user
+            if alteration.user not in results:
+                results[alteration.user] = errors.error_for(
+                    errors.UNKNOWN_SERVER_ERROR, f"no result for user {alteration.user!r}: the request failed as a "
+                                                 "whole (it may still have taken effect)")
+        return _raise_or_collect(results, raise_errors)
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None,
+                                              timeout_ms: int | None = None, raise_errors: bool = True
+                                              ) -> dict[str, UserScramCredentialsDescription | RaftkaError]:
+        """Users' SCRAM mechanisms and iterations (DescribeUserScramCredentials; never a salt or a
+        key): {user: UserScramCredentialsDescription}, every user with a credential when
+        ``users`` is None. A named user without a credential is ResourceNotFoundError, raised
+        unless ``raise_errors=False``, which puts the error in its place."""
+        names = None if users is None else list(users)
+        answer = await self._call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                                  {"users": None if names is None else [{"name": n} for n in names]},
+                                  timeout_ms, read_only=True)
+        if answer.get("error_code"):
+            raise errors.error_for(answer["error_code"], answer.get("error_message"))
+        out: dict[str, UserScramCredentialsDescription | RaftkaError] = {}
+        for r in answer.get("results") or []:
+            code = r.get("error_code", 0) or 0
+            if code:
+                error = errors.error_for(code, r.get("error_message"))
+                if raise_errors:
+                    raise error
+                out[r["user"]] = error
+                continue
+            infos = [ScramCredentialInfo(_known_mechanism(c["mechanism"]), c["iterations"])
+                     for c in r.get("credential_infos") or []]
+            out[r["user"]] = UserScramCredentialsDescription(r["user"], infos)
+        return out
+
     async def describe_consumer_group_lag(self, group_id: str) -> list[dict[str, Any]]:
         """Per partition the group owns or committed: {topic, partition, committed_offset (-1:
         none), log_end_offset (the high watermark), lag (None without a commit), member_id,
@@ -518,3 +660,10 @@ class AdminClient:
                          "member_id": m.member_id if m else None, "client_id": m.client_id if m else None,
                          "host": m.client_host if m else None})
         return rows
+
+
+def _known_mechanism(number: int) -> ScramMechanism:
+    try:
+        return ScramMechanism(number)
+    except ValueError:
+        return ScramMechanism.UNKNOWN

@@ -27,6 +27,7 @@ from raftka.client.aio.timeouts import cancel_and_wait, wait_for
 from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
 from raftka.common import errors
 from raftka.common.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
+from raftka.common.security import SslAuthenticationError
 from raftka.client.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,10 @@ DEFAULT_PORT = 9092
 TRACKED = object()  # refresh_metadata's default: the topics this client tracks
 CONNECTIONS_MAX = 1024  # distinct broker addresses one client keeps connections to
 CLOSE_TIMEOUT_S = 2.0  # how long close() waits for its metadata task, and for connections being opened
+# After the brokers refused this client's credentials (SASL_AUTHENTICATION_FAILED), the metadata
+# task tries again this seldom (Kafka's reconnect.backoff.max.ms): each try costs the broker a
+# password hash, and only a changed credential makes it succeed.
+AUTHENTICATION_RETRY_BACKOFF_MS = 1000
 
 
 class ConnectionLike(Protocol):
@@ -217,6 +222,8 @@ class Cluster:
         self._updated = asyncio.Condition()
         self._refresh_count = 0
         self._last_refresh_error: BaseException | None = None
+        # The brokers refused this client's credentials at the last refresh: waiters fail with it at once.
+        self._authentication_error: RaftkaError | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()  # connections being closed after a failure
         self._closed = False
@@ -416,6 +423,7 @@ class Cluster:
         last: BaseException | None = None
         while True:
             candidates = self.candidate_addresses()
+            refused = 0  # this round's brokers that refused us for good (a failed TLS handshake)
             for i, address in enumerate(candidates):
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
@@ -427,6 +435,7 @@ class Cluster:
                     code, answer = await self.request_address(address, api_key, body, timeout_ms=attempt_ms)
                 except (NetworkExceptionError, RequestTimedOutError) as error:
                     last = error
+                    refused += not error.retriable
                     continue
                 if code in retry:
                     last = errors.error_for(code, (answer or {}).get("error_message")
@@ -434,7 +443,7 @@ class Cluster:
                     continue
                 return code, answer
             left_s = deadline - time.monotonic()
-            if left_s <= 0:
+            if left_s <= 0 or (candidates and refused == len(candidates)):
                 if isinstance(last, RaftkaError) and not last.retriable:
                     raise last
                 raise KafkaTimeoutError(f"no broker answered within {timeout_ms} ms "
@@ -524,8 +533,9 @@ class Cluster:
         self.request_update()
         try:
             async with self._updated:
-                await wait_for(self._updated.wait_for(lambda: self._refresh_count > count),
-                                       timeout_ms / 1000)
+                await wait_for(self._updated.wait_for(
+                    lambda: self._refresh_count > count or self._authentication_error is not None),
+                               timeout_ms / 1000)
             return True
         except asyncio.TimeoutError:
             return False
@@ -547,6 +557,8 @@ class Cluster:
             if left_ms <= 0:
                 break
             await self.wait_for_update(left_ms)
+            if self._authentication_error is not None:  # not retried: the credentials are wrong
+                raise type(self._authentication_error)(self._authentication_error.message)
             parts = self.metadata.partitions_for(topic)
             if parts is not None and (partition is None or partition in parts):
                 return parts
@@ -573,16 +585,22 @@ class Cluster:
                 except asyncio.TimeoutError:
                     pass
             self._update_wanted.clear()
+            backoff_ms = self.retry_backoff_ms
             try:
                 await self.refresh_metadata()
-                self._last_refresh_error = None
+                self._last_refresh_error = self._authentication_error = None
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # retried after the backoff; waiters see their timeout
                 self._last_refresh_error = error
                 log.debug("metadata refresh failed: %s", error)
                 self._update_wanted.set()
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
+                if isinstance(error, (errors.SaslAuthenticationFailedError, SslAuthenticationError)):
+                    self._authentication_error = error
+                    backoff_ms = max(backoff_ms, AUTHENTICATION_RETRY_BACKOFF_MS)
+                    async with self._updated:
+                        self._updated.notify_all()
+            await asyncio.sleep(backoff_ms / 1000)
 
 
 async def _close_quietly(conn: Any) -> None:

@@ -47,6 +47,7 @@ from raftka.client.aio.group import GroupMember
 from raftka.client.aio.subscription_state import EARLIEST, LATEST, RESETS, SubscriptionState
 from raftka.client.aio.timeouts import cancel_and_wait, wait_for
 from raftka.client.assignors import make_assignors
+from raftka.client.aio.security import SECURITY_DEFAULTS, apply_security
 from raftka.client.errors import ConfigError, IllegalStateError, KafkaClosedError
 from raftka.client.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -82,6 +83,7 @@ DEFAULTS: dict[str, Any] = {
     "metadata_max_age_ms": 300_000,
     "check_crcs": True,
     "connection_factory": None,
+    **SECURITY_DEFAULTS,
 }
 # kafka-python options that mean nothing here; accepted and ignored.
 IGNORED = {"api_version", "isolation_level"}
@@ -118,6 +120,7 @@ def consumer_config(configs: dict[str, Any]) -> dict[str, Any]:
         make_assignors(config["partition_assignment_strategy"])
     except ValueError as error:
         raise ConfigError("partition_assignment_strategy", str(error)) from None
+    apply_security(config)
     return config
 
 

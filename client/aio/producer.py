@@ -42,6 +42,7 @@ from raftka.client.aio.accumulator import (COMPRESSION_CHOICES, COMPRESSION_CODE
 from raftka.client.aio.cluster import Cluster
 from raftka.client.aio.sender import Sender
 from raftka.client.aio.timeouts import wait_for
+from raftka.client.aio.security import SECURITY_DEFAULTS, apply_security
 from raftka.client.errors import ConfigError, KafkaClosedError, KafkaTimeoutError, SerializationError
 from raftka.client.futures import FutureRecordMetadata
 from raftka.client.partitioner import DefaultPartitioner
@@ -81,6 +82,7 @@ DEFAULTS: dict[str, Any] = {
     "max_in_flight_requests_per_connection": 5,
     "enable_idempotence": True,
     "connection_factory": None,
+    **SECURITY_DEFAULTS,
 }
 
 
@@ -113,6 +115,7 @@ def producer_config(configs: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError("retries", "enable_idempotence=True needs retries > 0")
     if config["delivery_timeout_ms"] < config["linger_ms"] + config["request_timeout_ms"]:
         raise ConfigError("delivery_timeout_ms", "must be >= linger_ms + request_timeout_ms")
+    apply_security(config)
     return config
 
 

@@ -43,4 +43,6 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,  # Kafka's only version
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,  # Kafka's only version
 }

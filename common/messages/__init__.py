@@ -3,18 +3,19 @@ explains the declarations, common/codec.py compiles them into encoders and decod
 
 One module per family: ``data`` (Produce, Fetch, ListOffsets, Metadata, ...), ``groups`` (the
 group coordinator's APIs), ``admin`` (topics and configs), ``controller`` (the broker-controller
-APIs). Each declares ``REQUESTS`` and ``RESPONSES``, tuples of Messages; names, field order, types,
-versions, defaults and tags follow Kafka's published message definitions, and ``valid_versions`` is
-the range Raftka serves (docs/protocol.md is generated from these).
+APIs), ``security`` (SASL). Each declares ``REQUESTS`` and ``RESPONSES``, tuples of Messages;
+names, field order, types, versions, defaults and tags follow Kafka's published message
+definitions, and ``valid_versions`` is the range Raftka serves (docs/protocol.md is generated from
+these).
 """
 from __future__ import annotations
 
 from typing import Final
 
-from raftka.common.messages import admin, controller, data, groups
+from raftka.common.messages import admin, controller, data, groups, security
 from raftka.common.schema import Message
 
-FAMILIES: Final = (data, groups, admin, controller)
+FAMILIES: Final = (data, groups, admin, controller, security)
 
 
 def _pairs() -> dict[int, tuple[Message, Message]]:
@@ -31,3 +32,6 @@ KAFKA_API: Final[dict[int, tuple[Message, Message]]] = _pairs()
 # What a broker's listener serves in Kafka's protocol (the controller's APIs it does not).
 CONTROLLER_ONLY_KEYS: Final = frozenset({55, 56, 59, 62, 63, 64, 67})
 BROKER_API: Final = {k: v for k, v in KAFKA_API.items() if k not in CONTROLLER_ONLY_KEYS}
+# Requests decoded without refusing bytes after the body (Kafka's brokers never check for them):
+# librdkafka ends AlterUserScramCredentials with a second empty tagged-field section.
+TRAILING_BYTES_ALLOWED: Final = frozenset({51})

@@ -11,7 +11,8 @@ and goes on to the leader's CONTROLLER listener.
 Every API is served in Kafka's protocol (common/messages/): the broker-controller APIs
 (BrokerRegistration, BrokerHeartbeat, AlterPartition, UnregisterBroker, AllocateProducerIds,
 DescribeQuorum), the metadata-log Fetch and FetchSnapshot, and the admin APIs brokers forward
-(CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs).
+(CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
+DescribeUserScramCredentials, AlterUserScramCredentials).
 
 A decision is a committed record: the metadata handlers (``QuorumController`` in
 quorum_controller.py, attached by server.py) build typed metadata records, commit them through Raft (``RaftClient.submit``) and answer only after the commit. A leader
@@ -48,6 +49,8 @@ API_DESCRIBE_CONFIGS = 32
 API_ALTER_CONFIGS = 33
 API_CREATE_PARTITIONS = 37
 API_INCREMENTAL_ALTER_CONFIGS = 44
+API_DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+API_ALTER_USER_SCRAM_CREDENTIALS = 51
 API_DESCRIBE_QUORUM = 55
 API_ALTER_PARTITION = 56
 API_FETCH_SNAPSHOT = 59
@@ -72,7 +75,7 @@ REGISTER_ATTEMPTS_MAX = 1000  # ~ minutes of retrying while no leader exists
 CONTROLLER_APIS = frozenset({
     API_FETCH, API_CREATE_TOPICS, API_CREATE_PARTITIONS, API_DELETE_TOPICS,
     API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_INCREMENTAL_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION,
-    API_FETCH_SNAPSHOT,
+    API_FETCH_SNAPSHOT, API_DESCRIBE_USER_SCRAM_CREDENTIALS, API_ALTER_USER_SCRAM_CREDENTIALS,
     API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
 })
 # DescribeQuorum v2 lists each voter's CONTROLLER listener (as Kafka) and its Raft port under this name.

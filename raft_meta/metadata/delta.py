@@ -13,7 +13,8 @@ same records on the same image give the same next image on every voter, observer
 What changed, for brokers reacting to it (``on_metadata_update(delta, image)``):
 ``changed_topics`` (created or changed, new value), ``deleted_topics`` (as they were in the base
 image; a topic deleted and re-created under the same name appears in both, with different topic
-ids), ``changed_brokers``, ``unregistered_brokers`` and ``local_changes(broker_id)``.
+ids), ``changed_brokers``, ``unregistered_brokers``, ``changed_scram_users`` and
+``local_changes(broker_id)``.
 """
 from __future__ import annotations
 
@@ -23,14 +24,15 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from raftka.common import errors
+from raftka.common import errors, scram
 from raftka.raft_meta.metadata.image import (
     NO_LEADER, BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map,
 )
 from raftka.raft_meta.metadata.records import (
     PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord,
     MetadataRecord, MetadataRecordError, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord, UnregisterBrokerRecord,
+    RegisterBrokerRecord, RemoveTopicRecord, RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord,
+    UnregisterBrokerRecord, UserScramCredentialRecord,
 )
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
 
@@ -72,6 +74,8 @@ class MetadataDelta:
         self._brokers: dict[int, BrokerRegistration | None] = {}  # None: unregistered
         self._cluster_configs: Mapping[str, Any] | None = None
         self._next_producer_id: int | None = None
+        # user -> {mechanism: credential} as after the delta (empty: no credential left)
+        self._scram: dict[str, Mapping[scram.ScramMechanism, scram.ScramCredential]] = {}
         self._undo: list[tuple[str, Any, bool, Any]] = []  # (what, key, was set, old value)
 
     @classmethod
@@ -100,6 +104,11 @@ class MetadataDelta:
             delta._cluster_configs = new.cluster_configs
         if new.next_producer_id != old.next_producer_id:
             delta._next_producer_id = new.next_producer_id
+        if new.scram_credentials != old.scram_credentials:
+            for user in set(new.scram_credentials) | set(old.scram_credentials):
+                after = new.scram_credentials.get(user, {})
+                if after != old.scram_credentials.get(user, {}):
+                    delta._scram[user] = after
         return delta
 
     # -- reading through the delta ---------------------------------------------------------
@@ -122,6 +131,17 @@ class MetadataDelta:
         if name is not None and (topic := self.topic(name)) is not None and topic.topic_id == topic_id:
             return name
         return None
+
+    def scram_credentials_of(self, user: str) -> Mapping[scram.ScramMechanism, scram.ScramCredential]:
+        """{mechanism: credential} of ``user`` as after the delta (empty when it has none)."""
+        if user in self._scram:
+            return self._scram[user]
+        return self.image.scram_credentials.get(user, {})
+
+    @property
+    def changed_scram_users(self) -> frozenset[str]:
+        """Users whose SCRAM credentials this delta set or removed."""
+        return frozenset(self._scram)
 
     @property
     def next_producer_id(self) -> int:
@@ -162,7 +182,7 @@ class MetadataDelta:
 
     def is_empty(self) -> bool:
         return not (self._topics or self._brokers or self._cluster_configs is not None
-                    or self._next_producer_id is not None)
+                    or self._next_producer_id is not None or self._scram)
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
         """Partitions this delta changed that ``broker_id`` must now lead, follow or delete."""
@@ -215,9 +235,18 @@ class MetadataDelta:
                          and base.topic_names_by_id.get(before.topic_id) == name]
             topics = _overlay(base.topics).updated(changed, deleted)
             names_by_id = _overlay(base.topic_names_by_id).updated(new_ids, stale_ids)
+        scram_credentials = base.scram_credentials
+        if self._scram:
+            users = dict(base.scram_credentials)
+            for user, credentials in self._scram.items():
+                if credentials:
+                    users[user] = credentials
+                else:
+                    users.pop(user, None)
+            scram_credentials = MappingProxyType(users)
         return MetadataImage(offset=self.offset, brokers=brokers, topics=topics,
                              cluster_configs=self.cluster_configs, next_producer_id=self.next_producer_id,
-                             topic_names_by_id=names_by_id)
+                             scram_credentials=scram_credentials, topic_names_by_id=names_by_id)
 
     # -- undo ------------------------------------------------------------------------------
 
@@ -242,6 +271,11 @@ class MetadataDelta:
                 self._cluster_configs = old
             elif what == "next_producer_id":
                 self._next_producer_id = old
+            elif what == "scram":
+                if was_set:
+                    self._scram[key] = old
+                else:
+                    self._scram.pop(key, None)
             elif what == "offset":
                 self.offset = old
 
@@ -254,6 +288,10 @@ class MetadataDelta:
         key = broker.broker_id if broker is not None else broker_id
         self._undo.append(("broker", key, key in self._brokers, self._brokers.get(key)))
         self._brokers[key] = broker
+
+    def _set_scram(self, user: str, credentials: Mapping[scram.ScramMechanism, scram.ScramCredential]) -> None:
+        self._undo.append(("scram", user, user in self._scram, self._scram.get(user)))
+        self._scram[user] = credentials
 
     # -- replay ----------------------------------------------------------------------------
 
@@ -434,6 +472,29 @@ class MetadataDelta:
         self._next_producer_id = r.first_id + r.size
         return {"first_id": r.first_id, "size": r.size}
 
+    def _replay_user_scram_credential(self, r: UserScramCredentialRecord, offset: int) -> dict:
+        c = r.credential
+        try:
+            scram.check_user_name(r.name)
+            scram.check_iterations(c.iterations)
+        except scram.ScramError as error:
+            raise _refuse(errors.UNACCEPTABLE_CREDENTIAL, f"user {r.name!r:.80}: {error}") from None
+        size = c.mechanism.digest_bytes
+        if not 0 < len(c.salt) <= scram.SALT_BYTES_MAX or len(c.stored_key) != size or len(c.server_key) != size:
+            raise _refuse(errors.UNACCEPTABLE_CREDENTIAL,
+                          f"user {r.name!r:.80}: a {c.mechanism.name} credential has a salt of 1 to "
+                          f"{scram.SALT_BYTES_MAX} bytes and keys of {size} bytes")
+        current = self.scram_credentials_of(r.name)
+        if current.get(c.mechanism) != c:  # the same credential again (a retried commit) changes nothing
+            self._set_scram(r.name, MappingProxyType({**current, c.mechanism: c}))
+        return {}
+
+    def _replay_remove_user_scram_credential(self, r: RemoveUserScramCredentialRecord, offset: int) -> dict:
+        current = self.scram_credentials_of(r.name)
+        if r.mechanism in current:  # already gone: a retried removal
+            self._set_scram(r.name, MappingProxyType({m: c for m, c in current.items() if m != r.mechanism}))
+        return {}
+
 
 def _overlay(values: Mapping) -> OverlayMap:
     """``values`` as an OverlayMap (an image built elsewhere may hold another mapping)."""
@@ -461,4 +522,6 @@ _HANDLERS = {
     PartitionChangeRecord: MetadataDelta._replay_partition_change,
     ConfigRecord: MetadataDelta._replay_config,
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
+    UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
 }

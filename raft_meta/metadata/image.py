@@ -20,12 +20,15 @@ Field meanings are Kafka's:
     TopicImage             name, topic_id (32 hex chars, new for every creation of the name),
                            partitions (index = partition number), configs (topic overrides only)
     MetadataImage          offset (last metadata record replayed), brokers, topics,
-                           cluster_configs (cluster-wide overrides), next_producer_id
+                           cluster_configs (cluster-wide overrides), next_producer_id,
+                           scram_credentials {user: {ScramMechanism: ScramCredential}}
+                           (common/scram.py: salt, StoredKey, ServerKey, iterations; a
+                           credential's repr shows neither salt nor keys)
 
 Snapshots: ``image_to_bytes`` / ``image_from_bytes``: the image as the metadata records that
 rebuild it (Kafka's RegisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
-ProducerIdsRecord after a Raftka header carrying the offset; record_schemas.py); a restored image
-equals the original (``==``).
+ProducerIdsRecord, UserScramCredentialRecords after a Raftka header carrying the offset;
+record_schemas.py); a restored image equals the original (``==``).
 Images, brokers and topics compare with ``==`` but are not hashable (their mappings are not);
 ``PartitionRegistration`` is.
 """
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Iterator, Mapping
 
+from raftka.common.scram import MECHANISMS_BY_NUMBER, ScramCredential, ScramMechanism
 from raftka.raft_meta.metadata import record_schemas as schemas
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
 
@@ -112,6 +116,9 @@ class MetadataImage:
     topics: Mapping[str, TopicImage]
     cluster_configs: Mapping[str, Any]
     next_producer_id: int
+    # user -> {mechanism: credential}; users without a credential are not keys.
+    scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] = field(
+        default_factory=lambda: _EMPTY_MAP)
     # topic id -> name; derived from ``topics`` (built when not given), not part of equality.
     topic_names_by_id: Mapping[str, str] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
@@ -142,6 +149,16 @@ class MetadataImage:
         reg = self.brokers.get(broker_id)
         return reg is not None and not reg.fenced
 
+    def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """The user's SCRAM credential for ``mechanism``, or None (what a SASL/SCRAM server looks up)."""
+        return self.scram_credentials.get(user, _EMPTY_MAP).get(mechanism)
+
+    def scram_credential_infos(self) -> dict[str, list[tuple[ScramMechanism, int]]]:
+        """{user: [(mechanism, iterations)]} of every user with a credential, users and
+        mechanisms in order (what DescribeUserScramCredentials shows: never a salt or a key)."""
+        return {user: [(m, c.iterations) for m, c in sorted(creds.items(), key=lambda item: item[0].number)]
+                for user, creds in sorted(self.scram_credentials.items())}
+
     def partitions(self) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
         """Every (topic, index, partition), topics in name order."""
         for name in sorted(self.topics):
@@ -162,8 +179,9 @@ def image_to_bytes(image: MetadataImage) -> bytes:
     (record_schemas.py) of a MetadataSnapshotHeaderRecord (the offset), then per broker a
     RegisterBrokerRecord (with its epoch and fenced state), per topic a TopicRecord, its
     PartitionRecords in partition order and a ConfigRecord of its overrides (when it has any),
-    then a ConfigRecord of the cluster's overrides (when any) and a ProducerIdsRecord (the next
-    producer id). Deterministic: brokers by id, topics by name."""
+    then a ConfigRecord of the cluster's overrides (when any), a ProducerIdsRecord (the next
+    producer id) and a UserScramCredentialRecord per user and mechanism. Deterministic: brokers
+    by id, topics and users by name, mechanisms by number."""
     try:
         return schemas.encode_records(_snapshot_records(image))
     except schemas.FrameError as error:  # an image no replay could have built (a bug)
@@ -190,6 +208,11 @@ def _snapshot_records(image: MetadataImage) -> Iterator[tuple[int, dict]]:
         yield schemas.CONFIG.api_key, {"resource_type": schemas.RESOURCE_TYPE_BROKER, "resource_name": "",
                                        "configs": schemas.config_entries(image.cluster_configs)}
     yield schemas.PRODUCER_IDS.api_key, {"broker_id": -1, "next_producer_id": image.next_producer_id}
+    for user, credentials in sorted(image.scram_credentials.items()):
+        for mechanism, c in sorted(credentials.items(), key=lambda item: item[0].number):
+            yield schemas.USER_SCRAM_CREDENTIAL.api_key, {
+                "name": user, "mechanism": mechanism.number, "salt": c.salt, "stored_key": c.stored_key,
+                "server_key": c.server_key, "iterations": c.iterations}
 
 
 def _end_points(broker: BrokerRegistration) -> list[dict]:
@@ -222,6 +245,7 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
     topic_ids: dict[str, str] = {}  # by name
     cluster_configs: Mapping = _EMPTY_MAP
     next_producer_id = 0
+    scram: dict[str, dict[ScramMechanism, ScramCredential]] = {}
     for api_key, body in records:
         if api_key == schemas.PARTITION.api_key:
             topic = topics.get(body["topic_id"])
@@ -252,9 +276,17 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
                 topics[topic_id] = (name, partitions, configs)
         elif api_key == schemas.PRODUCER_IDS.api_key:
             next_producer_id = body["next_producer_id"]
+        elif api_key == schemas.USER_SCRAM_CREDENTIAL.api_key:
+            mechanism = MECHANISMS_BY_NUMBER.get(body["mechanism"])
+            if mechanism is None:
+                raise schemas.FrameError(f"UserScramCredentialRecord of {body['name']!r:.80}: unknown SCRAM "
+                                         f"mechanism number {body['mechanism']}")
+            scram.setdefault(body["name"], {})[mechanism] = ScramCredential(
+                mechanism, body["salt"], body["stored_key"], body["server_key"], body["iterations"])
         else:
             raise schemas.FrameError(f"{schemas.RECORDS[api_key].name} does not belong in a metadata snapshot")
     images = {name: TopicImage(name, topic_id, tuple(partitions), configs)
               for topic_id, (name, partitions, configs) in topics.items()}
     return MetadataImage(offset=offset, brokers=MappingProxyType(brokers), topics=OverlayMap(images),
-                         cluster_configs=cluster_configs, next_producer_id=next_producer_id)
+                         cluster_configs=cluster_configs, next_producer_id=next_producer_id,
+                         scram_credentials=MappingProxyType({u: MappingProxyType(c) for u, c in scram.items()}))

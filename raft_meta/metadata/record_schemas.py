@@ -22,9 +22,13 @@ tagged field with a Raftka tag (>= 10000), so Kafka's own tags stay free:
     6        UnregisterBrokerRecord           -
     7        FenceBrokerRecord                -
     9        RemoveTopicRecord                10000 topic_name
+    11       UserScramCredentialRecord        -     (a user's credential for one mechanism:
+                                                     salt, StoredKey, ServerKey, iterations;
+                                                     never the password nor the salted password)
     14       UnfenceBrokerRecord              -
     15       ProducerIdsRecord                10000 first_producer_id (the block is refused
                                                      unless it starts at the next unassigned id)
+    22       RemoveUserScramCredentialRecord  -
     10000    ControllerEndpointRecord         a controller's RPC endpoint (the b"C" log entry).
                                               Kafka's RegisterControllerRecord (27) carries an
                                               incarnation id and features Raftka does not have.
@@ -58,12 +62,14 @@ from raftka.common.messages.admin import RESOURCE_TOPIC as RESOURCE_TYPE_TOPIC
 from raftka.common.messages.admin import (CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST,
                                           CONFIG_TYPE_LONG, CONFIG_TYPE_STRING)
 from raftka.common.messages.limits import CONFIGS_MAX, LISTENERS_MAX, PARTITIONS_MAX, REPLICAS_MAX
+from raftka.common.scram import SALT_BYTES_MAX, USER_NAME_BYTES_MAX
 from raftka.common.schema import ABSENT, Array, Field, Message, Struct
 
 FRAME_VERSION: Final = 1  # Kafka's AbstractApiMessageSerde.DEFAULT_FRAME_VERSION
 RAFTKA_TAG_FIRST: Final = 10_000
 RAFTKA_API_KEY_FIRST: Final = 10_000
 CONTROLLERS_MAX: Final = 1_000  # controller endpoints one snapshot may hold (a quorum has 1-5)
+SCRAM_KEY_BYTES_MAX: Final = 64  # a StoredKey or ServerKey: one digest (SHA-512's is the longest)
 
 # Kafka's SecurityProtocol ids by listener name; a listener of another name is PLAINTEXT.
 SECURITY_PROTOCOLS: Final = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -164,6 +170,20 @@ PRODUCER_IDS: Final = Message(15, "ProducerIdsRecord", "0", (
     _raftka_tag("first_producer_id", "int64", 0, about="the block's first id; log only"),
 ), flexible_versions="0+")
 
+USER_SCRAM_CREDENTIAL: Final = Message(11, "UserScramCredentialRecord", "0", (
+    Field("name", "string", max_length=USER_NAME_BYTES_MAX),
+    Field("mechanism", "int8", about="Kafka's ScramMechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512"),
+    Field("salt", "bytes", max_length=SALT_BYTES_MAX),
+    Field("stored_key", "bytes", max_length=SCRAM_KEY_BYTES_MAX),
+    Field("server_key", "bytes", max_length=SCRAM_KEY_BYTES_MAX),
+    Field("iterations", "int32"),
+), flexible_versions="0+")
+
+REMOVE_USER_SCRAM_CREDENTIAL: Final = Message(22, "RemoveUserScramCredentialRecord", "0", (
+    Field("name", "string", max_length=USER_NAME_BYTES_MAX),
+    Field("mechanism", "int8"),
+), flexible_versions="0+")
+
 CONTROLLER_ENDPOINT: Final = Message(RAFTKA_API_KEY_FIRST, "ControllerEndpointRecord", "0", (
     Field("node_id", "int32"),
     Field("host", "string"),
@@ -182,7 +202,8 @@ CONTROLLER_SNAPSHOT: Final = Message(RAFTKA_API_KEY_FIRST + 2, "ControllerSnapsh
 
 RECORDS: Final[Mapping[int, Message]] = {m.api_key: m for m in (
     REGISTER_BROKER, TOPIC, PARTITION, CONFIG, PARTITION_CHANGE, UNREGISTER_BROKER, FENCE_BROKER, REMOVE_TOPIC,
-    UNFENCE_BROKER, PRODUCER_IDS, CONTROLLER_ENDPOINT, METADATA_SNAPSHOT_HEADER, CONTROLLER_SNAPSHOT)}
+    UNFENCE_BROKER, PRODUCER_IDS, USER_SCRAM_CREDENTIAL, REMOVE_USER_SCRAM_CREDENTIAL, CONTROLLER_ENDPOINT,
+    METADATA_SNAPSHOT_HEADER, CONTROLLER_SNAPSHOT)}
 # (frame header, encode_into) per api key: each record type has one version.
 _WRITERS: Final = {key: (bytes((FRAME_VERSION,)) + codec.encode_uvarint(key) + bytes((0,)),
                          codec.encoder_into(m, 0)) for key, m in RECORDS.items()}

@@ -40,6 +40,12 @@ change and callers retry, so the same record may be committed twice):
                            hands out [first_id, first_id + size); refused unless first_id is the
                            next unassigned id (so a retried block is refused, never handed out
                            twice).
+    UserScramCredentialRecord {name, credential (mechanism, salt, stored_key, server_key,
+                           iterations)}  sets the user's credential for that mechanism (replacing
+                           the one it had); the same credential again changes nothing. Never a
+                           password or a salted password: what SCRAM needs to check a proof.
+    RemoveUserScramCredentialRecord {name, mechanism}  no-op when the user has no credential
+                           for that mechanism (a retried removal)
 
 Topic and incarnation ids are Kafka's uuids, spelled as 32 lowercase hex digits. A config value is
 None, a str, bool, int, finite float or a list of non-empty strings without commas (what Kafka's
@@ -55,6 +61,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Sequence
 
 from raftka.common import errors
+from raftka.common.scram import MECHANISMS_BY_NUMBER, ScramCredential, ScramMechanism
 from raftka.raft_meta.metadata import record_schemas as schemas
 from raftka.raft_meta.metadata.record_schemas import FrameError
 
@@ -327,6 +334,50 @@ class ProducerIdsRecord(MetadataRecord):
         return cls(body["broker_id"], body["broker_epoch"], first, body["next_producer_id"] - first)
 
 
+@dataclass(frozen=True)
+class UserScramCredentialRecord(MetadataRecord):
+    """A user's SCRAM credential for one mechanism is set. The credential's repr shows its
+    mechanism and iterations only, so neither this record's repr nor a log line carries a key."""
+
+    SCHEMA: ClassVar[Any] = schemas.USER_SCRAM_CREDENTIAL
+    name: str
+    credential: ScramCredential
+
+    def to_body(self) -> dict:
+        c = self.credential
+        return {"name": self.name, "mechanism": c.mechanism.number, "salt": c.salt, "stored_key": c.stored_key,
+                "server_key": c.server_key, "iterations": c.iterations}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "UserScramCredentialRecord":
+        return cls(body["name"], ScramCredential(_mechanism(body["mechanism"], body["name"]), body["salt"],
+                                                 body["stored_key"], body["server_key"], body["iterations"]))
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredentialRecord(MetadataRecord):
+    """A user's SCRAM credential for one mechanism is removed."""
+
+    SCHEMA: ClassVar[Any] = schemas.REMOVE_USER_SCRAM_CREDENTIAL
+    name: str
+    mechanism: ScramMechanism
+
+    def to_body(self) -> dict:
+        return {"name": self.name, "mechanism": self.mechanism.number}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "RemoveUserScramCredentialRecord":
+        return cls(body["name"], _mechanism(body["mechanism"], body["name"]))
+
+
+def _mechanism(number: int, user: str) -> ScramMechanism:
+    found = MECHANISMS_BY_NUMBER.get(number)
+    if found is None:
+        raise MetadataRecordError(errors.UNSUPPORTED_SASL_MECHANISM,
+                                  f"user {user!r:.80}: unknown SCRAM mechanism number {number}")
+    return found
+
+
 def _required(body: dict, name: str) -> Any:
     """A Raftka-tagged field a log record must carry (the codec leaves an absent tag out)."""
     if name not in body:
@@ -352,7 +403,8 @@ def _config_values(entries: list[dict]) -> Mapping[str, Any]:
 RECORD_TYPES: Mapping[int, type[MetadataRecord]] = MappingProxyType({
     cls.SCHEMA.api_key: cls for cls in (RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord,
                                         UnregisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord,
-                                        PartitionChangeRecord, ConfigRecord, ProducerIdsRecord)})
+                                        PartitionChangeRecord, ConfigRecord, ProducerIdsRecord,
+                                        UserScramCredentialRecord, RemoveUserScramCredentialRecord)})
 
 
 def encode_entry(records: Sequence[MetadataRecord]) -> bytes:

@@ -24,6 +24,7 @@ COMMAND_ORDER = (
     "produce",
     "consume",
     "groups",
+    "users",
     "dump_log",
     "chaos",
     "spark",

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 ENV_DIR = "RAFTKA_DIR"  # overrides the default cluster directory (./.raftka)
 CONNECT_TIMEOUT_S = 3.0
+CLIENT_PROPERTIES = "client.properties"  # a local cluster's client settings, picked up by every command
 
 
 class CommandError(Exception):
@@ -30,12 +31,56 @@ def add_dir_arg(parser: argparse.ArgumentParser) -> None:
                         help=f"the local cluster's directory (default ${ENV_DIR} or ./.raftka)")
 
 
-def add_bootstrap_args(parser: argparse.ArgumentParser) -> None:
-    """--bootstrap-server HOST:PORT[,...] and --dir (where the local cluster is found when no
-    bootstrap server is given)."""
+def add_bootstrap_args(parser: argparse.ArgumentParser, *, command_config: bool = True) -> None:
+    """--bootstrap-server HOST:PORT[,...], --dir (where the local cluster is found when no
+    bootstrap server is given) and, for commands whose clients take it, --command-config FILE."""
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
                         help="brokers to connect to (default: the local cluster in --dir)")
     add_dir_arg(parser)
+    if command_config:
+        add_command_config_arg(parser)
+
+
+def add_command_config_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="Kafka client properties (security.protocol, ssl.*, sasl.*, client.id, ...) "
+                             f"for every connection the command opens (default: {CLIENT_PROPERTIES} in --dir "
+                             "when it exists and no --bootstrap-server is given)")
+
+
+def command_configs(args: argparse.Namespace, role: str) -> dict[str, Any]:
+    """The client keywords of ``--command-config`` (Kafka's client properties file), or of the
+    local cluster's client.properties when neither it nor --bootstrap-server is given; ``role``
+    is "producer", "consumer" or "admin" (each takes its own keys). CommandError for a file that
+    cannot be read or a key the client cannot take."""
+    from raftka.client.properties import client_configs
+    from raftka.common.errors import ConfigError
+    from raftka.common.server_config import parse_properties
+    path = getattr(args, "command_config", None)
+    if path is None and not getattr(args, "bootstrap_server", None):
+        local = os.path.join(cluster_dir(args), CLIENT_PROPERTIES)
+        path = local if os.path.exists(local) else None
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as file:
+            properties = parse_properties(file.read())
+        properties.pop("bootstrap.servers", None)  # --bootstrap-server / --dir say where
+        return client_configs(properties, _client_defaults(role))
+    except OSError as error:
+        raise CommandError(f"--command-config {path}: {error.strerror or error}") from None
+    except ConfigError as error:
+        raise CommandError(f"--command-config {path}: {error.message}") from None
+
+
+def _client_defaults(role: str) -> dict[str, Any]:
+    if role == "producer":
+        from raftka.client.aio.producer import DEFAULTS
+    elif role == "consumer":
+        from raftka.client.aio.consumer import DEFAULTS
+    else:
+        from raftka.client.aio.admin import DEFAULTS
+    return DEFAULTS
 
 
 def cluster_dir(args: argparse.Namespace) -> str:

@@ -17,8 +17,8 @@ import sys
 import warnings
 from typing import Any
 
-from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
-                                         say)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
+                                         one_line_errors, say)
 
 POLL_MS = 500
 
@@ -79,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if args.group and args.partition is not None:
         raise CommandError("--group and --partition do not go together (a group assigns partitions)")
     servers = bootstrap_servers(args)
-    described = check_topic(servers, args.topic, 30_000, partition=args.partition)
-    configs: dict[str, Any] = {"bootstrap_servers": servers, "client_id": "raftka-consume",
+    described = check_topic(servers, args.topic, 30_000, partition=args.partition,
+                            configs=command_configs(args, "admin"))
+    configs: dict[str, Any] = {**command_configs(args, "consumer"), "bootstrap_servers": servers, "client_id": "raftka-consume",
                                "auto_offset_reset": "earliest" if args.from_beginning else "latest"}
     if args.group:
         configs["group_id"] = args.group

@@ -19,7 +19,8 @@ import argparse
 import sys
 from typing import Any, Iterable, Sequence
 
-from raftka.cli.commands._common import CommandError
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
+                                         one_line_errors)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="groups_command", metavar="ACTION")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
-                       help="brokers to ask (their PLAINTEXT listeners)")
+        add_bootstrap_args(p)
         p.add_argument("--timeout-ms", type=int, default=15000, help="how long to wait for answers")
 
     listing = sub.add_parser("list", help="every consumer group")
@@ -77,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _admin(args: argparse.Namespace) -> Any:
     from raftka.client import AdminClient
-    return AdminClient(bootstrap_servers=args.bootstrap_server, request_timeout_ms=args.timeout_ms)
+    return AdminClient(**{**command_configs(args, "admin"), "bootstrap_servers": bootstrap_servers(args),
+                          "request_timeout_ms": args.timeout_ms})
 
 
 def _table(rows: Sequence[Sequence[Any]]) -> None:
@@ -92,6 +93,7 @@ def _fail(message: str) -> int:
     return 1
 
 
+@one_line_errors
 def run_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         groups = admin.list_consumer_groups()
@@ -106,6 +108,7 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+@one_line_errors
 def run_describe(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         info = admin.describe_consumer_groups([args.group])[0]
@@ -167,6 +170,7 @@ def _named_partitions(admin: Any, specs: Iterable[str], committed: Iterable[Any]
     return tps
 
 
+@one_line_errors
 def run_reset(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         info = admin.describe_consumer_groups([args.group])[0]
@@ -203,6 +207,7 @@ def run_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+@one_line_errors
 def run_delete(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         results = admin.delete_consumer_groups(args.group)
@@ -216,6 +221,7 @@ def run_delete(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+@one_line_errors
 def run_delete_offsets(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         committed = admin.list_consumer_group_offsets(args.group)

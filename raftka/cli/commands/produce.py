@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any
 
-from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
-                                         say)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
+                                         one_line_errors, say)
 
 ACKS = {"all": "all", "-1": "all", "1": 1, "0": 0}
 LINE_BYTES_MAX = 1_048_576  # a longer line is refused (a record larger than max.request.size anyway)
@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.key_separator == "":
         raise CommandError("--key-separator must not be empty")
     servers = bootstrap_servers(args)
-    check_topic(servers, args.topic, args.timeout_ms, partition=args.partition)
-    producer = Producer(bootstrap_servers=servers, acks=acks, enable_idempotence=acks == "all",
+    check_topic(servers, args.topic, args.timeout_ms, partition=args.partition, configs=command_configs(args, "admin"))
+    producer = Producer(**{**command_configs(args, "producer"), "bootstrap_servers": servers}, acks=acks, enable_idempotence=acks == "all",
                         compression_type=None if args.compression_type == "none" else args.compression_type,
                         linger_ms=args.linger_ms, batch_size=args.batch_size, client_id="raftka-produce",
                         max_block_ms=args.timeout_ms, request_timeout_ms=min(args.timeout_ms, 30_000),
@@ -107,10 +107,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_topic(servers: str, topic: str, timeout_ms: int, *, partition: int | None = None) -> dict[str, Any]:
-    """The topic's description; CommandError when it does not exist (or lacks ``partition``)."""
+def check_topic(servers: str, topic: str, timeout_ms: int, *, partition: int | None = None,
+                configs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The topic's description; CommandError when it does not exist (or lacks ``partition``).
+    ``configs``: the admin client's other keywords (--command-config)."""
     from raftka.client import AdminClient
-    with AdminClient(bootstrap_servers=servers, request_timeout_ms=timeout_ms, client_id="raftka-tools") as admin:
+    with AdminClient(**{**(configs or {}), "bootstrap_servers": servers, "request_timeout_ms": timeout_ms,
+                        "client_id": "raftka-tools"}) as admin:
         [described] = admin.describe_topics([topic])
     if described["error_code"] != 0:
         raise CommandError(f"unknown topic {topic!r} (UNKNOWN_TOPIC_OR_PARTITION); create it with: "

@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     sub = parser.add_subparsers(dest="spark_command", metavar="ACTION")
     demo = sub.add_parser("demo", help="World Cup stats: worldcup-events -> Parquet and worldcup-stats")
-    add_bootstrap_args(demo)
+    add_bootstrap_args(demo, command_config=False)  # Spark's kafka.* security options: #security
     demo.add_argument("--output", default=None, metavar="DIR",
                       help="Parquet files and checkpoints (default: DIR/spark-worldcup of the cluster dir)")
     demo.add_argument("--seconds", type=float, default=20.0, help="how long the live feed runs (20)")
@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           description="Stream TOPIC (partition, offset, value) into OUTPUT/parquet with a "
                                       "checkpoint until Ctrl-C or SIGTERM; a failed query is started again "
                                       "from its checkpoint.")
-    add_bootstrap_args(sink)
+    add_bootstrap_args(sink, command_config=False)
     sink.add_argument("--topic", required=True, help="the topic to read (from its earliest offset)")
     sink.add_argument("--output", required=True, metavar="DIR", help="Parquet files, checkpoint and Spark's log")
     sink.add_argument("--rows-out", default=None, metavar="FILE",

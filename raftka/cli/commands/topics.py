@@ -11,8 +11,8 @@ import argparse
 import time
 from typing import Any
 
-from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, one_line_errors,
-                                         parse_key_values)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
+                                         one_line_errors, parse_key_values)
 
 LEADERS_WAIT_S = 15.0  # after create: brokers learn the topic from the metadata log a moment later
 
@@ -72,8 +72,8 @@ def _topic(args: argparse.Namespace) -> str:
 
 def _admin(args: argparse.Namespace) -> Any:
     from raftka.client import AdminClient
-    return AdminClient(bootstrap_servers=bootstrap_servers(args), request_timeout_ms=args.timeout_ms,
-                       client_id="raftka-topics")
+    return AdminClient(**{**command_configs(args, "admin"), "bootstrap_servers": bootstrap_servers(args),
+                          "request_timeout_ms": args.timeout_ms, "client_id": "raftka-topics"})
 
 
 def _unknown(name: str) -> CommandError:
