@@ -79,6 +79,7 @@ def test_up_starts_a_cluster_that_outlives_the_command_and_prints_where_it_is(st
     assert f"cluster {state['cluster_id']} ready" in out
     assert "stop it with: raftka cluster down" in out
     assert "active controller" in first.stderr and "registered and unfenced" in first.stderr, "progress lines"
+    assert "note: PLAINTEXT listeners" in first.stderr, "says the cluster has no authentication"
     for node in state["nodes"].values():  # the command exited; its nodes run on, each its own session
         pid = node["pid"]
         assert pid_is_ours(pid, node["marker"])

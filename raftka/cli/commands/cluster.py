@@ -84,6 +84,9 @@ def run_up(args: argparse.Namespace) -> int:
     print(f"bootstrap servers: {cluster.bootstrap_servers}")
     print(f"bootstrap controllers: {cluster.bootstrap_controllers}")
     print(f"stop it with: {_hint(args, cluster_dir(args))}")
+    # Kafka's quickstart is the same: plain TCP, no login, no ACLs (docs/security.md).
+    say(f"note: PLAINTEXT listeners ({cluster.bootstrap_servers}) without authentication: anyone who can "
+        "reach them can read and write every topic (docs/security.md)")
     return 0
 
 
