@@ -3,14 +3,18 @@
 The listener is ``transport.Server`` (per-request tasks started in arrival order, answers in
 arrival order, backpressure past ``queued.max.requests`` in flight per connection, bad frames
 close one connection). Outgoing, :class:`PeerConnection` keeps one pipelined
-``transport.Connection`` to a peer and reopens it after a failure.
+``transport.Connection`` to a peer and reopens it after a failure; to another broker's SASL_*
+inter-broker listener it logs in first (``sasl``: sasl.mechanism.inter.broker.protocol and the
+broker's own jaas login).
 
 A request that times out closes the connection (as Kafka's NetworkClient disconnects on a
 request timeout): a frozen (SIGSTOPped) or black-holed peer would otherwise keep every
 in-flight slot of that connection taken by answers that never come, and each later request
 would queue behind them. Reopening after a failure waits a reconnect backoff that doubles per
 consecutive failure, from ``reconnect_backoff_ms`` up to ``reconnect_backoff_max_ms`` (Kafka's
-names and defaults), with +-20% jitter so that many fetchers do not redial in step.
+names and defaults), with +-20% jitter so that many fetchers do not redial in step. A refused
+login counts as a failed connect: a broker whose credential is wrong (or not created yet) logs
+in at most about once a second per peer, not once per fetch round.
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ import ssl
 import time
 from typing import Any, Final, Mapping
 
-from raftka.common.errors import NetworkExceptionError, RequestTimedOutError
+from raftka.common.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
+from raftka.common.sasl import SaslClientSettings
 from raftka.common.server import Request, Response, Server
 from raftka.common.transport import Connection
 
@@ -40,16 +45,18 @@ RECONNECT_JITTER: Final = 0.2
 class PeerConnection:
     """A connection to ``host:port`` opened on first use, closed when a request times out or the
     connection fails, and reopened (after the reconnect backoff) by the next request.
-    Failures raise NetworkExceptionError / RequestTimedOutError (both retriable)."""
+    Failures raise NetworkExceptionError / RequestTimedOutError (both retriable), and
+    SaslAuthenticationFailedError when the peer refuses this broker's login."""
 
     def __init__(self, address: str, *, client_id: str, max_frame_bytes: int,
                  connect_timeout_ms: int = 5000,
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
                  rng: random.Random | None = None, kafka_versions: Mapping[int, int] | None = None,
-                 ssl: ssl.SSLContext | None = None) -> None:
+                 ssl: ssl.SSLContext | None = None, sasl: SaslClientSettings | None = None) -> None:
         self.address = address
         self.ssl = ssl  # the peer's listener is TLS (inter.broker.listener.name)
+        self.sasl = sasl  # the peer's listener is SASL_*: log in with these before any request
         # api key -> the version it is sent at (transport.Connection); others at the newest declared
         self.kafka_versions = dict(kafka_versions or {})
         self.client_id = client_id
@@ -103,8 +110,8 @@ class PeerConnection:
                                          connect_timeout_ms=max(1, min(self.connect_timeout_ms, timeout_ms)),
                                          max_frame_bytes=self.max_frame_bytes,
                                          request_timeout_ms=timeout_ms, kafka_versions=self.kafka_versions,
-                                         ssl=self.ssl)
-        except (NetworkExceptionError, RequestTimedOutError):
+                                         ssl=self.ssl, sasl=self.sasl)
+        except RaftkaError:  # refused, timed out, TLS or SASL refused: all back off alike
             self._note_failure()
             raise
 

@@ -18,6 +18,12 @@ full fetch. The leader answers records from there
 our history left its own: then we truncate to where they agree (``min(leader's end offset of that
 epoch, ours)``) and fetch again: truncation by leader epoch, never by high watermark alone. After
 an append the follower's HW = min(leader's HW, its log end).
+
+When inter.broker.listener.name is SASL_*, the connection logs in first
+(``ReplicaManager.peer_sasl``). A refused login (a wrong password, or a credential not created
+yet) or a refused replica Fetch is retried with the connection's reconnect backoff and the
+fetcher's, and logged at most once a minute per leader: replication resumes by itself once the
+credential exists.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from typing import TYPE_CHECKING, Final
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
+from raftka.common.ratelog import RateLimitedLog
 from raftka.broker.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from raftka.broker.network import PeerConnection
 from raftka.broker.partition import Partition, ReplicaState
@@ -36,6 +43,11 @@ if TYPE_CHECKING:
     from raftka.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+# A leader refusing our login (or our replica Fetch): one line per leader a minute (the fetcher
+# retries every backoff, and the cause is a config or a credential, not the network).
+refused_log = RateLimitedLog(log)
+REFUSED_ERRORS: Final = frozenset({errors.SASL_AUTHENTICATION_FAILED, errors.UNSUPPORTED_SASL_MECHANISM,
+                                   errors.ILLEGAL_SASL_STATE, errors.CLUSTER_AUTHORIZATION_FAILED})
 
 # What a follower sends in Kafka's wire protocol, at which version. Fetch v12: the first with
 # last_fetched_epoch and diverging_epoch (truncation without OffsetsForLeaderEpoch), the last
@@ -111,7 +123,8 @@ class ReplicaFetcher:
                 await self._connection.close()
             self._connection = PeerConnection(address, client_id=f"broker-{self.manager.broker_id}-fetcher",
                                               max_frame_bytes=self.manager.config["socket.request.max.bytes"],
-                                              kafka_versions=KAFKA_VERSIONS, ssl=self.manager.peer_ssl)
+                                              kafka_versions=KAFKA_VERSIONS, ssl=self.manager.peer_ssl,
+                                              sasl=self.manager.peer_sasl)
             self._address = address
         return self._connection
 
@@ -126,7 +139,14 @@ class ReplicaFetcher:
                 continue
             try:
                 progressed = await self.fetch_once()
-            except (RaftkaError, OSError) as error:
+            except RaftkaError as error:
+                if error.code in REFUSED_ERRORS:
+                    refused_log.warning(f"refused-{self.leader_id}", "leader %d refused this broker: %s",
+                                        self.leader_id, error.message)
+                else:
+                    log.debug("fetch from leader %d failed: %s", self.leader_id, error)
+                progressed = False
+            except OSError as error:
                 log.debug("fetch from leader %d failed: %s", self.leader_id, error)
                 progressed = False
             except asyncio.CancelledError:

@@ -39,8 +39,10 @@ from raftka.broker.metadata import EMPTY, MetadataView
 from raftka.broker.partition import Partition, ReplicaState, now_ms
 from raftka.broker.replica_fetcher import ReplicaFetcher
 from raftka.common import errors
+from raftka.common.authenticator import ANONYMOUS
 from raftka.common.errors import NotLeaderOrFollowerError, RaftkaError, UnknownTopicOrPartitionError
 from raftka.common.ratelog import RateLimitedLog
+from raftka.common.sasl import SaslClientSettings
 
 log = logging.getLogger(__name__)
 # A follower Fetch this broker refuses (not a replica): one line per broker and partition a minute.
@@ -108,9 +110,11 @@ class ReplicaManager:
         self.view: MetadataView = EMPTY
         self.dial_proxies: dict[int, str] = {}  # broker.dial.proxies: broker id -> address to dial
         # How followers (and the group coordinator) dial other brokers: inter.broker.listener.name
-        # and, when that listener is TLS, its context (set by the broker at start).
+        # and, when that listener is TLS, its context, when it is SASL_*, the login (set by the
+        # broker at start). peer_sasl also means replica Fetches must be authenticated here.
         self.inter_broker_listener = "PLAINTEXT"
         self.peer_ssl: ssl.SSLContext | None = None
+        self.peer_sasl: SaslClientSettings | None = None
         self.truncations = 0
         self.offline: dict[TP, OfflineReplica] = {}  # corrupt replicas (module docstring)
         self.corrupt_replicas = 0  # replicas taken offline for corruption, ever
@@ -497,6 +501,18 @@ class ReplicaManager:
                     partition.name, before, partition.log.log_end_offset, partition.leader_id)
 
     # -- Fetch --------------------------------------------------------------------------------------
+
+    def replica_fetch_refusal(self, replica_id: int, listener: str, principal: str) -> str | None:
+        """Why a replica Fetch (``replica_id`` >= 0) that came in on ``listener`` as ``principal``
+        is refused, or None to take it. When brokers log in to each other (the inter-broker
+        listener is SASL_*), a follower is taken only on that listener and only authenticated:
+        a follower's fetch offsets move the high watermark and the ISR, so an anonymous one on
+        a client listener could claim records as replicated that no follower holds. Kafka
+        asks for ClusterAction on the cluster; with no authorizer yet, the listener stands in."""
+        if self.peer_sasl is None or (listener == self.inter_broker_listener and principal != ANONYMOUS):
+            return None
+        return (f"replica_id {replica_id} on listener {listener} as {principal}: replicas fetch only on the "
+                f"inter-broker listener {self.inter_broker_listener}, logged in")
 
     def read_partition(self, replica_id: int, request: dict, topic: str, first_pass: bool,
                        budget: int, session: FetchSession | None = None, *, min_one_batch: bool = True) -> dict:

@@ -5,7 +5,9 @@
 1. opens the partition logs (``log.dirs``) and starts one listener per client listener of
    ``listeners`` (each with its security protocol from ``listener.security.protocol.map``: TLS
    for SSL and SASL_SSL, SASL for SASL_PLAINTEXT and SASL_SSL against the SCRAM credentials in
-   the metadata log, see ``_sasl_for``), and HTTP;
+   the metadata log, see ``_sasl_for``), and HTTP; when the inter-broker listener is SASL_*,
+   this broker logs in to the others with its own jaas login and takes replica Fetches only on
+   that listener (``_listener_handler``);
 2. registers with the active controller (BrokerRegistration, following NOT_CONTROLLER), then
    follows the committed metadata log and heartbeats every ``broker.heartbeat.interval.ms``
    with the metadata offset it has applied; the controller unfences it once caught up;
@@ -41,6 +43,7 @@ from raftka.broker.partition import Partition
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors, event_loop
 from raftka.common.errors import RaftkaError
+from raftka.common.ratelog import RateLimitedLog
 from raftka.common.messages import BROKER_API
 from raftka.common.meta_properties import read_cluster_id
 from raftka.common.schema import ZERO_UUID
@@ -50,11 +53,13 @@ from raftka.common.scram import ScramCredential, ScramMechanism
 from raftka.common.server_config import ServerConfig
 
 log = logging.getLogger(__name__)
+# A replica Fetch refused for want of a login: one line per listener and peer address a minute.
+refused_replica_log = RateLimitedLog(log)
 
 
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
              ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
-             ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+             ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS)
 INTERNAL_TOPIC_PREFIX = "__"  # __consumer_offsets: Metadata marks it is_internal, as Kafka does
 REGISTER_TIMEOUT_MS = 60_000
 ACKS_VALUES = (-1, 0, 1)
@@ -139,6 +144,7 @@ class BrokerServer:
         config = self.config
         self.replicas.inter_broker_listener = config.inter_broker_listener
         self.replicas.peer_ssl = config.inter_broker_ssl_context()
+        self.replicas.peer_sasl = config.inter_broker_sasl()
         for name in config.client_listeners:
             protocol = config.security_protocol(name)
             sasl = self._sasl_for(name, protocol)
@@ -172,24 +178,37 @@ class BrokerServer:
     def _sasl_for(self, listener: str, protocol: str) -> SaslServerSettings | None:
         """What a SASL_* listener authenticates connections with: its ``sasl.enabled.mechanisms``
         against the SCRAM credentials this broker's metadata holds (PLAIN too checks the password
-        against them). None for PLAINTEXT and SSL. Brokers do not authenticate to each other yet,
-        so a SASL listener cannot be the inter-broker one."""
+        against them). None for PLAINTEXT and SSL. The inter-broker listener is no exception:
+        other brokers log in to it as any client does (``ServerConfig.inter_broker_sasl``)."""
         if not security.uses_sasl(protocol):
             return None
-        if listener == self.config.inter_broker_listener:
-            raise errors.ConfigError("inter.broker.listener.name",
-                                     f"{listener} is {protocol}: brokers do not authenticate to each other with "
-                                     "SASL in this version; use a PLAINTEXT or SSL listener between brokers")
         mechanisms = self.config.listener_value(listener, "sasl.enabled.mechanisms")
         return SaslServerSettings(tuple(mechanisms), self.scram_credential)
 
     def _listener_handler(self, listener: str) -> Callable[[Request], Any]:
         """``handle`` for the requests of one listener: they see its name in ``LISTENER`` (set in
-        the request's own task, so nothing else sees it)."""
-        async def handle(request: Request) -> "tuple[int, Any] | None":
+        the request's own task, so nothing else sees it). When brokers log in to each other, a
+        replica Fetch is first checked (``ReplicaManager.replica_fetch_refusal``)."""
+        if self.replicas.peer_sasl is None:
+            async def handle(request: Request) -> "tuple[int, Any] | None":
+                LISTENER.set(listener)
+                return await self.handle(request)
+            return handle
+
+        async def guarded(request: Request) -> "tuple[int, Any] | None":
             LISTENER.set(listener)
+            if request.api_key == ApiKey.FETCH and request.body["replica_id"] >= 0:
+                refusal = self.replicas.replica_fetch_refusal(request.body["replica_id"], listener, request.principal)
+                if refusal is not None:
+                    self.metrics.request(request.api_key)
+                    self.metrics.error(request.api_key)
+                    host = request.peer[0] if request.peer else "?"
+                    refused_replica_log.warning(f"replica-fetch-{listener}-{host}",
+                                                "refused a replica Fetch from %s, %s (CLUSTER_AUTHORIZATION_FAILED)",
+                                                host, refusal)
+                    return errors.CLUSTER_AUTHORIZATION_FAILED, {"error_message": refusal}
             return await self.handle(request)
-        return handle
+        return guarded
 
     def advertised_endpoints(self) -> list[tuple[str, str, int]]:
         """(listener, host, port) of every client listener as given to others (a port 0 in the
@@ -552,8 +571,8 @@ class BrokerServer:
 
     def _forwarder(self, api_key: int) -> Callable[[dict], Any]:
         """CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
-        CreatePartitions, DescribeUserScramCredentials, AlterUserScramCredentials: the active
-        controller answers."""
+        CreatePartitions, DescribeUserScramCredentials, AlterUserScramCredentials, DescribeAcls,
+        CreateAcls, DeleteAcls: the active controller answers."""
         async def forward(body: dict) -> tuple[int, dict]:
             return await self.controllers.request(api_key, body, retry_in_doubt=False)
         return forward

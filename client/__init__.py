@@ -5,13 +5,15 @@
 ``client.aio`` has the asyncio flavour the blocking classes wrap. ``raftka.common`` holds the
 wire code (frames, record batches, the error table) shared with the servers.
 """
+from raftka.client.acl import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                               ResourcePattern, ResourcePatternFilter, ResourceType)
 from raftka.client.admin import (AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                  UserScramCredentialsDescription, UserScramCredentialUpsertion)
 from raftka.client.aio.group import CommitFailedError, ConsumerRebalanceListener
 from raftka.client.assignors import (CooperativeStickyAssignor, RangePartitionAssignor, RoundRobinPartitionAssignor,
                               StickyAssignor)
 from raftka.client.consumer import Consumer
-from raftka.client.errors import (IllegalStateError, KafkaClosedError, KafkaTimeoutError,
+from raftka.client.errors import (IllegalArgumentError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
                            NoOffsetForPartitionError, RaftkaError, SerializationError)
 from raftka.client.futures import FutureRecordMetadata
 from raftka.client.partitioner import DefaultPartitioner, murmur2
@@ -32,6 +34,9 @@ __all__ = ["Producer", "Consumer", "AdminClient", "KafkaProducer", "KafkaConsume
            # SCRAM credentials (confluent-kafka's names)
            "ScramMechanism", "ScramCredentialInfo", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
            "UserScramCredentialsDescription",
+           # ACLs (kafka-python's names)
+           "ACL", "ACLFilter", "ACLOperation", "ACLPermissionType", "ACLResourcePatternType", "ResourcePattern",
+           "ResourcePatternFilter", "ResourceType", "IllegalArgumentError",
            "FutureRecordMetadata", "DefaultPartitioner", "murmur2", "RaftkaError",
            "KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",
            "KafkaClosedError", "SerializationError",

@@ -4,6 +4,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from raftka.client._sync import LoopThread
+from raftka.client.acl import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                               ResourcePattern, ResourcePatternFilter, ResourceType)
 from raftka.client.aio.admin import AdminClient as AioAdminClient
 from raftka.client.aio.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                      UserScramCredentialsDescription, UserScramCredentialUpsertion)
@@ -16,7 +18,7 @@ from raftka.client.structs import (ConfigEntry, ConfigResource, NewPartitions, N
 class AdminClient:
     """Create, delete, list and describe topics, add partitions, describe the cluster, describe and alter topic
     configs, list and describe consumer groups, their offsets and lag, delete groups and offsets, set, remove and
-    describe users' SCRAM credentials.
+    describe users' SCRAM credentials, create, describe and delete ACLs.
     Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``, ``retry_backoff_ms``."""
 
     def __init__(self, **configs: Any) -> None:
@@ -138,6 +140,19 @@ class AdminClient:
         one raises ResourceNotFoundError unless ``raise_errors=False``."""
         return self._io.run(self._aio.describe_user_scram_credentials(users, timeout_ms, raise_errors))
 
+    def create_acls(self, acls: Sequence[ACL], timeout_ms: int | None = None) -> dict[str, list[Any]]:
+        """Create ACLs: {"succeeded": [ACL], "failed": [(ACL, error)]}; an existing ACL succeeds."""
+        return self._io.run(self._aio.create_acls(acls, timeout_ms))
+
+    def describe_acls(self, acl_filter: ACLFilter, timeout_ms: int | None = None) -> tuple[list[ACL], None]:
+        """(the ACLs ``acl_filter`` selects, None) as kafka-python returns them; errors are raised."""
+        return self._io.run(self._aio.describe_acls(acl_filter, timeout_ms))
+
+    def delete_acls(self, acl_filters: Sequence[ACLFilter], timeout_ms: int | None = None
+                    ) -> list[tuple[ACLFilter, list[ACL], RaftkaError | None]]:
+        """Delete what each filter selects: [(filter, [deleted ACL], None or error)], in filter order."""
+        return self._io.run(self._aio.delete_acls(acl_filters, timeout_ms))
+
     def close(self) -> None:
         """Close connections and the I/O thread. Safe to call twice."""
         if not self._io.alive:
@@ -160,5 +175,6 @@ async def _make(configs: dict[str, Any]) -> AioAdminClient:
     return admin
 
 
-__all__ = ["AdminClient", "ScramCredentialInfo", "ScramMechanism", "UserScramCredentialDeletion",
+__all__ = ["AdminClient", "ACL", "ACLFilter", "ACLOperation", "ACLPermissionType", "ACLResourcePatternType",
+           "ResourcePattern", "ResourcePatternFilter", "ResourceType", "ScramCredentialInfo", "ScramMechanism", "UserScramCredentialDeletion",
            "UserScramCredentialsDescription", "UserScramCredentialUpsertion"]

@@ -11,7 +11,7 @@ from raftka.common.errors import (OffsetOutOfRangeError, RaftkaError, RequestTim
                                     for_code, error_for)
 
 __all__ = ["KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",
-           "KafkaClosedError", "SerializationError", "RaftkaError", "for_code", "error_for"]
+           "KafkaClosedError", "IllegalArgumentError", "SerializationError", "RaftkaError", "for_code", "error_for"]
 
 
 class KafkaTimeoutError(RequestTimedOutError):  # type: ignore[misc, valid-type]
@@ -33,6 +33,13 @@ class KafkaClosedError(IllegalStateError):
     """The client was closed; pending and new work fails with this."""
 
     name = "CLIENT_CLOSED"
+
+
+class IllegalArgumentError(RaftkaError, ValueError):
+    """An argument the client refuses before sending anything (kafka-python's name), e.g. an ACL
+    with operation ANY."""
+
+    name = "ILLEGAL_ARGUMENT"
 
 
 class SerializationError(RaftkaError):

@@ -26,10 +26,10 @@ setting is how a client ends up talking plaintext.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from raftka.common.errors import ConfigError
+from raftka.common.sasl import parse_jaas_config  # shared with the broker's own login (server config)
 
 # Kafka property -> client keyword, where the name does not simply follow (dots -> underscores).
 RENAMED = {
@@ -54,43 +54,6 @@ REFUSED = {
     "sasl.login.callback.handler.class": "Java classes cannot be loaded",
     "sasl.client.callback.handler.class": "Java classes cannot be loaded",
 }
-LOGIN_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
-                 "org.apache.kafka.common.security.scram.ScramLoginModule")
-JAAS_CONFIG_BYTES_MAX = 4096
-_JAAS_OPTION = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
-
-
-def parse_jaas_config(text: str) -> dict[str, str]:
-    """The options of one login module entry (``Module required key="value" ...;``). ConfigError
-    for anything else; the message never repeats a value (it may be a password)."""
-    key = "sasl.jaas.config"
-    if len(text) > JAAS_CONFIG_BYTES_MAX:
-        raise ConfigError(key, f"longer than {JAAS_CONFIG_BYTES_MAX} characters")
-    body = text.strip()
-    if not body.endswith(";"):
-        raise ConfigError(key, "must end with ';'")
-    parts = body[:-1].strip().split(None, 2)
-    if len(parts) < 2:
-        raise ConfigError(key, "expected '<LoginModule class> required key=\"value\" ...;'")
-    module, flag = parts[0], parts[1]
-    if module not in LOGIN_MODULES:
-        raise ConfigError(key, f"login module {module!r} is not one Raftka's client speaks "
-                               f"(use {' or '.join(LOGIN_MODULES)})")
-    if flag != "required":
-        raise ConfigError(key, f"the login module's flag must be 'required', got {flag!r}")
-    rest = parts[2] if len(parts) > 2 else ""
-    options: dict[str, str] = {}
-    pos = 0
-    while pos < len(rest):
-        if not rest[pos:].strip():
-            break
-        match = _JAAS_OPTION.match(rest, pos)
-        if match is None:
-            raise ConfigError(key, f"cannot read the options from character {pos + 1} on")
-        quoted, bare = match.group(2), match.group(3)
-        options[match.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
-        pos = match.end()
-    return options
 
 
 def client_configs(properties: Mapping[str, str], known: Mapping[str, Any]) -> dict[str, Any]:

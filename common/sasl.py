@@ -1,5 +1,6 @@
 """SASL mechanisms as small state machines, server side and client side: PLAIN (RFC 4616) and
-SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677), as Kafka speaks them.
+SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677), as Kafka speaks them; and Kafka's
+``sasl.jaas.config`` (:func:`parse_jaas_config`: a client's properties, a broker's own login).
 
 Each side is fed the peer's messages one at a time and answers the next one; no I/O here (the
 exchange travels in SaslAuthenticate, common/authenticator.py on a server, :func:`authenticate`
@@ -35,6 +36,7 @@ import base64
 import binascii
 import hmac
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Final, Protocol
 
@@ -444,6 +446,78 @@ class SaslClientSettings:
         if self.mechanism == PLAIN:
             return PlainClient(self.username, self.password)
         return ScramClient(scram.mechanism(self.mechanism), self.username, self.password)
+
+
+# -- Kafka's sasl.jaas.config ------------------------------------------------------------------------
+
+PLAIN_LOGIN_MODULE: Final = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_LOGIN_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
+LOGIN_MODULES: Final = (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE)
+JAAS_CONFIG_BYTES_MAX: Final = 4096
+_JAAS_OPTION = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
+
+
+def login_module_of(mechanism: str) -> str:
+    """The JAAS login module Kafka configures ``mechanism`` with."""
+    return PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
+
+
+def parse_jaas_config(text: str, key: str = "sasl.jaas.config") -> dict[str, str]:
+    """The options of one login module entry (``Module required key="value" ...;``). ConfigError
+    naming ``key`` for anything else; the message never repeats a value (it may be a password)."""
+    return _parse_jaas(text, key)[1]
+
+
+def _parse_jaas(text: str, key: str) -> tuple[str, dict[str, str]]:
+    """(login module, options) of a sasl.jaas.config value (parse_jaas_config)."""
+    if len(text) > JAAS_CONFIG_BYTES_MAX:
+        raise ConfigError(key, f"longer than {JAAS_CONFIG_BYTES_MAX} characters")
+    body = text.strip()
+    if not body.endswith(";"):
+        raise ConfigError(key, "must end with ';'")
+    parts = body[:-1].strip().split(None, 2)
+    if len(parts) < 2:
+        raise ConfigError(key, "expected '<LoginModule class> required key=\"value\" ...;'")
+    module, flag = parts[0], parts[1]
+    if module not in LOGIN_MODULES:
+        raise ConfigError(key, f"login module {module!r} is not one Raftka speaks "
+                               f"(use {' or '.join(LOGIN_MODULES)})")
+    if flag != "required":
+        raise ConfigError(key, f"the login module's flag must be 'required', got {flag!r}")
+    rest = parts[2] if len(parts) > 2 else ""
+    options: dict[str, str] = {}
+    pos = 0
+    while pos < len(rest):
+        if not rest[pos:].strip():
+            break
+        match = _JAAS_OPTION.match(rest, pos)
+        if match is None:
+            raise ConfigError(key, f"cannot read the options from character {pos + 1} on")
+        quoted, bare = match.group(2), match.group(3)
+        options[match.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
+        pos = match.end()
+    return module, options
+
+
+def jaas_client_settings(mechanism: str, text: str, key: str) -> SaslClientSettings:
+    """A broker's own login (``listener.name.<listener>.<mechanism>.sasl.jaas.config``) as client
+    settings: the login module of ``mechanism`` with ``username`` and ``password``. ConfigError
+    naming ``key``, never the password. ``user_<name>`` options (a Kafka broker's PLAIN user
+    list) are refused: brokers check logins against the SCRAM credentials in the metadata log."""
+    module, options = _parse_jaas(text, key)
+    wanted = login_module_of(mechanism)
+    if module != wanted:
+        raise ConfigError(key, f"{mechanism} logs in with {wanted}, not {module}")
+    listed = sorted(name for name in options if name.startswith("user_"))
+    if listed:
+        raise ConfigError(key, f"{listed[0]}: a broker keeps no user list; users log in with the SCRAM "
+                               "credentials in the metadata log (raftka users create)")
+    username, password = options.get("username"), options.get("password")
+    if not username or not password:
+        raise ConfigError(key, "needs the username and password this broker logs in to other brokers with")
+    if "\0" in username or "\0" in password:
+        raise ConfigError(key, "a user name or password may not hold NUL")
+    return SaslClientSettings(mechanism, username, password)
 
 
 def client_settings(config: dict[str, Any]) -> SaslClientSettings | None:

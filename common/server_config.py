@@ -17,7 +17,7 @@ import ssl
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from raftka.common import sasl, scram, security
+from raftka.common import authorizer, sasl, scram, security
 from raftka.common.configs import INT_MAX, REQUIRED, ConfigDef, ConfigKey, at_least, between, one_of
 from raftka.common.errors import ConfigError
 
@@ -75,6 +75,20 @@ def _sasl_mechanisms(value: list[str]) -> str | None:
     return None
 
 
+def _inter_broker_mechanism(value: str) -> str | None:
+    if value.upper() not in sasl.MECHANISMS:
+        return f"{value!r}: use one of {', '.join(sasl.MECHANISMS)}"
+    return None
+
+
+def _super_users(value: str) -> str | None:
+    try:
+        authorizer.parse_super_users(value)
+    except ConfigError as error:
+        return error.message.partition(": ")[2]
+    return None
+
+
 def _roles(value: list[str]) -> str | None:
     if not value:
         return "must name at least one role (broker, controller)"
@@ -128,6 +142,19 @@ SERVER_CONFIGS = (
             "SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener offers: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN "
             "(Kafka's default, GSSAPI, is not offered). PLAIN sends the password itself: offer it on SASL_SSL only.",
             _sasl_mechanisms)
+    .define("sasl.mechanism.inter.broker.protocol", "string", None,
+            "The SASL mechanism a broker logs in to other brokers with when inter.broker.listener.name is "
+            "SASL_PLAINTEXT or SASL_SSL: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (required then: Kafka's "
+            "default, GSSAPI, is not offered). Its user and password: "
+            "listener.name.<listener>.<mechanism>.sasl.jaas.config.", _inter_broker_mechanism)
+    # -- ACLs (common/authorizer.py); nothing enforces them yet --------------------------------------------
+    .define("authorizer.class.name", "string", "",
+            f"Empty: no authorizer; {authorizer.STANDARD_AUTHORIZER}: ACLs from the metadata log decide.",
+            authorizer.check_authorizer_class)
+    .define("super.users", "string", "",
+            "Principals every ACL check allows, separated by ;  (User:admin;User:ops).", _super_users)
+    .define("allow.everyone.if.no.acl.found", "bool", False,
+            "Whether a resource no ACL names is open to everyone (false: only super users).")
     .define("log.dirs", "list", REQUIRED, "Directories for data; the controller keeps its Raft journal and snapshots in the first.")
     .define("broker.session.timeout.ms", "int", 9000, "A broker without a heartbeat this long is fenced.", at_least(1))
     .define("broker.heartbeat.interval.ms", "int", 2000, "How often brokers heartbeat to the active controller.",
@@ -268,6 +295,19 @@ SERVER_CONFIGS = (
 # Keys Kafka lets a listener override (listener.name.<name>.<key>).
 LISTENER_KEYS = tuple(name for name in SERVER_CONFIGS.names()
                       if name.startswith("ssl.") or name == "sasl.enabled.mechanisms")
+# Kafka's per-listener, per-mechanism login: listener.name.<name>.<mechanism lower>.sasl.jaas.config.
+# A broker reads only the inter-broker listener's, for sasl.mechanism.inter.broker.protocol: the
+# user and password it logs in to other brokers with (its listeners check logins against the
+# SCRAM credentials in the metadata log, so no user list is read).
+JAAS_CONFIG = ConfigKey("sasl.jaas.config", "password", None,
+                        "The login module entry (ScramLoginModule or PlainLoginModule, required, with username "
+                        "and password) a broker logs in to other brokers with.")
+
+
+def jaas_key(mechanism: str) -> str:
+    """The listener_values key of a mechanism's login: ``<mechanism lower>.sasl.jaas.config``."""
+    return f"{mechanism.lower()}.{JAAS_CONFIG.name}"
+
 
 # Old Raftka names still read, with a warning: old name -> Kafka's name.
 DEPRECATED_NAMES = {"connections.max": "max.connections"}
@@ -349,8 +389,14 @@ class ServerConfig:
     dial: dict[int, str]  # node id -> address to dial instead (controller.quorum.voter.proxies)
     listeners: dict[str, tuple[str, int]]  # listener name -> (host, port)
     secret: str | None
-    # listener name -> its own ssl.* values (listener.name.<name>.<key>), typed
+    # listener name -> its own values (listener.name.<name>.<key>), typed; jaas_key(mechanism) for
+    # a listener.name.<name>.<mechanism>.sasl.jaas.config
     listener_values: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        # values hold secrets (controller.quorum.secret, private keys, a broker's password):
+        # a repr names the node only.
+        return f"ServerConfig(node.id={self.node_id}, process.roles={','.join(self.roles)})"
 
     def __getitem__(self, key: str) -> Any:
         return self.values[DEPRECATED_NAMES.get(key, key)]
@@ -428,6 +474,46 @@ class ServerConfig:
     @property
     def inter_broker_listener(self) -> str:
         return self.values["inter.broker.listener.name"]
+
+    def inter_broker_sasl(self) -> sasl.SaslClientSettings | None:
+        """How a broker logs in to another's inter-broker listener: None unless that listener is
+        SASL_*, else sasl.mechanism.inter.broker.protocol with the user and password of
+        ``listener.name.<listener>.<mechanism>.sasl.jaas.config``. ConfigError naming the key
+        that is missing or wrong (never the password)."""
+        listener = self.inter_broker_listener
+        protocol = self.security_protocol(listener)
+        if not security.uses_sasl(protocol):
+            return None
+        mechanism = (self.values["sasl.mechanism.inter.broker.protocol"] or "").upper()
+        if not mechanism:
+            raise ConfigError("sasl.mechanism.inter.broker.protocol",
+                              f"is required: inter.broker.listener.name {listener} is {protocol}; name the mechanism "
+                              f"brokers log in to each other with ({', '.join(sasl.MECHANISMS)}; Kafka's default, "
+                              "GSSAPI, is not offered)")
+        enabled = [m.upper() for m in self.listener_value(listener, "sasl.enabled.mechanisms")]
+        if mechanism not in enabled:
+            raise ConfigError("sasl.mechanism.inter.broker.protocol",
+                              f"{mechanism} is not enabled on the inter-broker listener {listener} "
+                              f"(sasl.enabled.mechanisms: {', '.join(enabled)})")
+        key = f"{LISTENER_PREFIX}{listener.lower()}.{jaas_key(mechanism)}"
+        own = self.listener_values.get(listener, {})
+        text = own.get(jaas_key(mechanism))
+        if text is None:
+            given = sorted(k.partition(".")[0] for k in own if k.endswith(f".{JAAS_CONFIG.name}"))
+            also = f" (one is given for {', '.join(given)}, not {mechanism.lower()})" if given else ""
+            raise ConfigError(key, f"is required: the {sasl.login_module_of(mechanism)} entry with the username "
+                                   f"and password this broker logs in to other brokers with{also}")
+        return sasl.jaas_client_settings(mechanism, text, key)
+
+    def unread_logins(self) -> list[str]:
+        """The ``listener.name.*.<mechanism>.sasl.jaas.config`` keys a broker does not read (all
+        but the inter-broker listener's for sasl.mechanism.inter.broker.protocol)."""
+        read = None
+        if security.uses_sasl(self.security_protocol(self.inter_broker_listener)):
+            mechanism = self.values["sasl.mechanism.inter.broker.protocol"] or ""
+            read = (self.inter_broker_listener, jaas_key(mechanism))
+        return [f"{LISTENER_PREFIX}{listener.lower()}.{key}" for listener, own in self.listener_values.items()
+                for key in own if key.endswith(f".{JAAS_CONFIG.name}") and (listener, key) != read]
 
     def listener_value(self, listener: str, key: str) -> Any:
         """``key`` (one of LISTENER_KEYS) for ``listener``: its listener.name.<name>.<key>, else
@@ -523,8 +609,9 @@ def parse_listeners(values: list[str], key: str = "listeners") -> dict[str, tupl
 
 
 def _split_listener_values(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """(the other keys, {lower-case listener name: {ssl key: typed value}}) of ``raw``: Kafka's
-    per-listener ``listener.name.<name>.<key>``, for the ssl.* keys."""
+    """(the other keys, {lower-case listener name: {key: typed value}}) of ``raw``: Kafka's
+    per-listener ``listener.name.<name>.<key>``, for the LISTENER_KEYS and
+    ``listener.name.<name>.<mechanism>.sasl.jaas.config`` (kept under ``jaas_key(mechanism)``)."""
     rest: dict[str, Any] = {}
     per_listener: dict[str, dict[str, Any]] = {}
     for name, value in raw.items():
@@ -532,9 +619,18 @@ def _split_listener_values(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict
             rest[name] = value
             continue
         listener, _, key = name[len(LISTENER_PREFIX):].partition(".")
-        if not listener or key not in LISTENER_KEYS:
-            raise ConfigError(name, f"expected {LISTENER_PREFIX}<listener>.<key> with one of {', '.join(LISTENER_KEYS)}")
-        declared: ConfigKey = SERVER_CONFIGS.keys[key]
+        mechanism, _, jaas = key.partition(".")
+        if listener and jaas == JAAS_CONFIG.name:
+            if mechanism.upper() not in sasl.MECHANISMS:
+                raise ConfigError(name, f"{mechanism!r} is not a SASL mechanism here: use "
+                                        f"{', '.join(m.lower() for m in sasl.MECHANISMS)}")
+            declared = JAAS_CONFIG
+            key = jaas_key(mechanism)
+        elif listener and key in LISTENER_KEYS:
+            declared = SERVER_CONFIGS.keys[key]
+        else:
+            raise ConfigError(name, f"expected {LISTENER_PREFIX}<listener>.<key> with one of {', '.join(LISTENER_KEYS)}, "
+                                    f"or {LISTENER_PREFIX}<listener>.<mechanism>.{JAAS_CONFIG.name}")
         per_listener.setdefault(listener.lower(), {})[key] = replace(declared, name=name).parse(value)
     return rest, per_listener
 
@@ -634,6 +730,11 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
             if security.uses_tls(config.security_protocol(name)):
                 config.server_ssl_context(name)
         config.inter_broker_ssl_context()
+        config.inter_broker_sasl()
+        for key in config.unread_logins():
+            log.warning("%s is not read: a broker checks SASL logins against the SCRAM credentials in the "
+                        "metadata log, and logs in to other brokers only with inter.broker.listener.name's "
+                        "entry for sasl.mechanism.inter.broker.protocol", key)
     return config
 
 

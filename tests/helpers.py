@@ -2,6 +2,8 @@
 the tests folder is on sys.path, as for ``from test_broker import ...``)."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from raftka.cluster import wait_until
@@ -60,6 +62,25 @@ FAST_CLUSTER_CONFIGS = {
     "group.initial.rebalance.delay.ms": 100,
     "group.min.session.timeout.ms": 500,
 }
+
+
+def peer_ports(pid: int) -> set[int]:
+    """Remote ports of the established TCP connections of process ``pid`` (/proc): which
+    listeners a broker dialled."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[9] in inodes and fields[3] == "01":  # 01: ESTABLISHED
+            ports.add(int(fields[2].rpartition(":")[2], 16))
+    return ports
 
 
 def read_values(consumer: Any, count: int) -> set[bytes]:

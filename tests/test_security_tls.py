@@ -13,8 +13,6 @@ What it proves, from the cheapest to the dearest:
   NetworkExceptionError, not a traceback), and so does a certificate naming another host unless
   host names are not checked; ssl.client.auth=required refuses a client without a certificate
   and serves one with a certificate of the CA. Each on asyncio's loop and on uvloop.
-- A broker refuses a SASL_* listener as its inter-broker listener (brokers do not authenticate
-  to each other yet).
 - A 3+3 cluster (real processes) with an SSL listener beside PLAINTEXT and
   inter.broker.listener.name=SSL: Raftka's client produces with acks=all and consumes in a group
   over SSL; followers hold the full ISR and the brokers' sockets to each other go to SSL ports
@@ -43,7 +41,7 @@ import pytest
 from cryptography.hazmat.primitives.serialization import (BestAvailableEncryption, Encoding, PrivateFormat,
                                                           load_pem_private_key)
 
-from helpers import FAST_CLUSTER_CONFIGS, cluster_with_listeners, read_values
+from helpers import FAST_CLUSTER_CONFIGS, cluster_with_listeners, peer_ports, read_values
 from raftka.cluster.certs import CertificateAuthority, write_pem
 from raftka.common import event_loop
 from raftka.common.api import ApiKey
@@ -353,24 +351,6 @@ def test_client_auth_required_refuses_a_client_without_a_certificate(run, pki):
     run(main())
 
 
-def test_a_broker_refuses_a_sasl_listener_as_its_inter_broker_listener(pki, tmp_path):
-    from raftka.broker.server import BrokerServer
-    config = server_config(_broker(listeners="PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-                                   inter__broker__listener__name="SASL_SSL",
-                                   log__dirs=str(tmp_path / "data"), ssl__keystore__location=pki["broker"]))
-
-    async def main() -> None:
-        broker = BrokerServer(config, say=lambda line: None, http=False)
-        try:
-            with pytest.raises(ConfigError) as caught:
-                await broker.start()
-            assert caught.value.key == "inter.broker.listener.name"
-            assert "do not authenticate to each other with SASL" in caught.value.message
-        finally:
-            await broker.close()
-    asyncio.run(main())
-
-
 async def _wait(predicate, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -413,24 +393,6 @@ def _raw_request(port: int, api_key: int, body: dict, context: ssl.SSLContext | 
     return asyncio.run(one())
 
 
-def _peer_ports(pid: int) -> set[int]:
-    """Remote ports of the established TCP connections of process ``pid`` (/proc)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[9] in inodes and fields[3] == "01":  # 01: ESTABLISHED
-            ports.add(int(fields[2].rpartition(":")[2], 16))
-    return ports
-
-
 def test_raftka_clients_produce_with_acks_all_and_consume_over_ssl_and_followers_replicate_over_ssl(cluster, pki):
     from raftka.client import AdminClient, Consumer, NewTopic, Producer
     from helpers import wait_for_topic
@@ -460,7 +422,7 @@ def test_raftka_clients_produce_with_acks_all_and_consume_over_ssl_and_followers
     plaintext = {cluster.nodes[b].broker_port for b in cluster.broker_ids}
     dialled = set()
     for broker_id in cluster.broker_ids:
-        peers = _peer_ports(cluster.processes[broker_id].popen.pid)
+        peers = peer_ports(cluster.processes[broker_id].popen.pid)
         assert not peers & plaintext, (broker_id, peers)
         dialled |= peers & {cluster.ports["SSL"][b] for b in cluster.broker_ids if b != broker_id}
     assert len(dialled) >= 2, dialled  # followers of leaders on two brokers at least (6 partitions, RF 3)

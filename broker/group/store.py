@@ -143,7 +143,8 @@ class EndOffsets:
             if len(self._peers) >= PEERS_MAX:
                 await self._peers.pop(next(iter(self._peers))).close()
             peer = self._peers[node] = PeerConnection(address, client_id=f"broker-{self.broker_id}-lag",
-                                                      max_frame_bytes=self.max_frame_bytes, ssl=self.replicas.peer_ssl)
+                                                      max_frame_bytes=self.max_frame_bytes, ssl=self.replicas.peer_ssl,
+                                                      sasl=self.replicas.peer_sasl)
         topics: dict[str, list[dict]] = {}
         for topic, index in tps:
             topics.setdefault(topic, []).append({"partition_index": index, "current_leader_epoch": -1,

@@ -13,6 +13,9 @@ iterations), password, salt=None)`` and ``UserScramCredentialDeletion(user, mech
 client salts and hashes the password itself (PBKDF2, common/scram.py, with a fresh random salt
 unless one is given): only the salted password goes over the wire, and the controllers keep only
 what SCRAM needs to check a proof.
+
+ACLs (CreateAcls, DescribeAcls, DeleteAcls) take kafka-python's shapes (client/acl.py: ACL,
+ACLFilter, ResourcePattern, ResourcePatternFilter); brokers forward them to the active controller.
 """
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ from raftka.common.messages.admin import CONFIG_SOURCE_DEFAULT, RESOURCE_TOPIC
 from raftka.client.aio.fetcher import list_offsets
 from raftka.client.aio.subscription_state import EARLIEST, LATEST
 from raftka.client.aio.group import PROTOCOL_TYPE, GroupInformation, MemberInformation, find_coordinator
+from raftka.client.acl import ACL, ACLFilter, acl_of
+from raftka.client.acl import creation_body as acl_creation_body
+from raftka.client.acl import filter_body as acl_filter_body
 from raftka.client.assignors import decode_assignment, decode_subscription
 from raftka.client.aio.security import SECURITY_DEFAULTS, apply_security
 from raftka.client.errors import ConfigError, KafkaTimeoutError
@@ -636,6 +642,56 @@ class AdminClient:
             infos = [ScramCredentialInfo(_known_mechanism(c["mechanism"]), c["iterations"])
                      for c in r.get("credential_infos") or []]
             out[r["user"]] = UserScramCredentialsDescription(r["user"], infos)
+        return out
+
+    async def create_acls(self, acls: Sequence[ACL], timeout_ms: int | None = None
+                          ) -> dict[str, list[Any]]:
+        """Create ACLs (CreateAcls): ``{"succeeded": [ACL], "failed": [(ACL, error)]}`` (kafka-python's
+        shape, with each failure beside its ACL). An ACL that exists already succeeds. Errors:
+        InvalidRequestError naming the field (a principal that is not User:<name>, a host that
+        is not an IP address or *, a CLUSTER not named kafka-cluster)."""
+        creations = [acl_creation_body(entry) for entry in acls]
+        answer = await self._call(ApiKey.CREATE_ACLS, {"creations": creations}, timeout_ms)
+        results = answer.get("results") or []
+        out: dict[str, list[Any]] = {"succeeded": [], "failed": []}
+        for index, entry in enumerate(acls):
+            if index >= len(results):  # an answer that failed as a whole
+                out["failed"].append((entry, errors.error_for(errors.UNKNOWN_SERVER_ERROR, "no result for this ACL")))
+                continue
+            code = results[index].get("error_code", 0) or 0
+            if code:
+                out["failed"].append((entry, errors.error_for(code, results[index].get("error_message"))))
+            else:
+                out["succeeded"].append(entry)
+        return out
+
+    async def describe_acls(self, acl_filter: ACLFilter, timeout_ms: int | None = None) -> tuple[list[ACL], None]:
+        """The ACLs ``acl_filter`` selects (DescribeAcls), as kafka-python returns them:
+        ``(acls, None)``; an error (InvalidRequestError for a malformed filter) is raised."""
+        answer = await self._call(ApiKey.DESCRIBE_ACLS, acl_filter_body(acl_filter), timeout_ms, read_only=True)
+        if answer.get("error_code"):
+            raise errors.error_for(answer["error_code"], answer.get("error_message"))
+        return [acl_of(r["resource_type"], r["resource_name"], r.get("pattern_type", 3), a)
+                for r in answer.get("resources") or [] for a in r.get("acls") or []], None
+
+    async def delete_acls(self, acl_filters: Sequence[ACLFilter], timeout_ms: int | None = None
+                          ) -> list[tuple[ACLFilter, list[ACL], RaftkaError | None]]:
+        """Delete the ACLs each filter selects (DeleteAcls): per filter, in order,
+        ``(filter, [deleted ACL], None or the error)`` (an ACL two filters select is listed under
+        the first)."""
+        bodies = [acl_filter_body(f) for f in acl_filters]
+        answer = await self._call(ApiKey.DELETE_ACLS, {"filters": bodies}, timeout_ms)
+        results = answer.get("filter_results") or []
+        out: list[tuple[ACLFilter, list[ACL], RaftkaError | None]] = []
+        for index, acl_filter in enumerate(acl_filters):
+            if index >= len(results):
+                out.append((acl_filter, [], errors.error_for(errors.UNKNOWN_SERVER_ERROR, "no result for this filter")))
+                continue
+            r = results[index]
+            code = r.get("error_code", 0) or 0
+            matched = [acl_of(m["resource_type"], m["resource_name"], m.get("pattern_type", 3), m)
+                       for m in r.get("matching_acls") or []]
+            out.append((acl_filter, matched, errors.error_for(code, r.get("error_message")) if code else None))
         return out
 
     async def describe_consumer_group_lag(self, group_id: str) -> list[dict[str, Any]]:

@@ -45,4 +45,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,  # Kafka's only version
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,  # Kafka's only version
+    ApiKey.DESCRIBE_ACLS: 3,  # v2+ flexible; v3 is Kafka's newest (what a USER resource needs)
+    ApiKey.CREATE_ACLS: 3,
+    ApiKey.DELETE_ACLS: 3,
 }

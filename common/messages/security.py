@@ -13,6 +13,9 @@ Raftka serves (common/sasl.py runs the exchange; common/authenticator.py gates a
   user's credential for one mechanism. An upsertion carries the salted password, never the
   password; the controller turns it into StoredKey and ServerKey (common/scram.py) before anything
   is committed. Brokers forward both to the active controller.
+- DescribeAcls (29), CreateAcls (30) and DeleteAcls (31) 1-3 (2+ flexible; Kafka 4 dropped v0,
+  which had no pattern type): ACL bindings in the metadata log (common/acl.py has the numbers),
+  decided on the active controller; brokers forward all three. kafka-python negotiates v3.
 """
 from __future__ import annotations
 
@@ -106,7 +109,94 @@ ALTER_USER_SCRAM_CREDENTIALS_RESPONSE: Final = Message(
         )), max_count=SCRAM_USERS_MAX), default=[]),
     ), flexible_versions="0+")
 
+# -- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) ----------------------------------------------
+
+ACL_CREATIONS_MAX: Final = 10_000  # bindings one CreateAcls creates
+ACL_FILTERS_MAX: Final = 1_000  # filters one DeleteAcls names
+ACLS_LISTED_MAX: Final = 1_000_000  # bindings one answer lists (every ACL of a cluster)
+
+_RESOURCE_TYPE_ABOUT: Final = "2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID (1 ANY: filters only)"
+_PATTERN_TYPE_ABOUT: Final = "3 LITERAL, 4 PREFIXED (1 ANY, 2 MATCH: filters only)"
+_OPERATION_ABOUT: Final = "2 ALL, 3 READ, 4 WRITE, ... 12 IDEMPOTENT_WRITE (1 ANY: filters only)"
+_PERMISSION_ABOUT: Final = "2 DENY, 3 ALLOW (1 ANY: filters only)"
+
+
+def _filter_fields() -> tuple[Field, ...]:
+    return (
+        Field("resource_type_filter", "int8", default=1, about=_RESOURCE_TYPE_ABOUT),
+        Field("resource_name_filter", "string", nullable=True, default=None, about="null: any name"),
+        Field("pattern_type_filter", "int8", versions="1+", default=3, about=_PATTERN_TYPE_ABOUT),
+        Field("principal_filter", "string", nullable=True, default=None, about="null: any principal"),
+        Field("host_filter", "string", nullable=True, default=None, about="null: any host"),
+        Field("operation", "int8", default=1, about=_OPERATION_ABOUT),
+        Field("permission_type", "int8", default=1, about=_PERMISSION_ABOUT),
+    )
+
+
+def _acl_fields() -> tuple[Field, ...]:
+    return (
+        Field("principal", "string", default="", about="User:<name> or User:*"),
+        Field("host", "string", default="*", about="an IP address or *"),
+        Field("operation", "int8", default=0, about=_OPERATION_ABOUT),
+        Field("permission_type", "int8", default=0, about=_PERMISSION_ABOUT),
+    )
+
+
+DESCRIBE_ACLS_REQUEST: Final = Message(ApiKey.DESCRIBE_ACLS, "DescribeAclsRequest", "1-3", _filter_fields(),
+                                       flexible_versions="2+")
+
+DESCRIBE_ACLS_RESPONSE: Final = Message(ApiKey.DESCRIBE_ACLS, "DescribeAclsResponse", "1-3", (
+    Field("throttle_time_ms", "int32", default=0),
+    Field("error_code", "int16", default=0, about="INVALID_REQUEST for a filter no binding could match"),
+    Field("error_message", "string", nullable=True, default=None),
+    Field("resources", Array(Struct("DescribeAclsResource", (
+        Field("resource_type", "int8", default=0, about=_RESOURCE_TYPE_ABOUT),
+        Field("resource_name", "string", default=""),
+        Field("pattern_type", "int8", versions="1+", default=3, about=_PATTERN_TYPE_ABOUT),
+        Field("acls", Array(Struct("AclDescription", _acl_fields()), max_count=ACLS_LISTED_MAX), default=[]),
+    )), max_count=ACLS_LISTED_MAX), default=[], about="every resource pattern with a binding the filter selects"),
+), flexible_versions="2+")
+
+CREATE_ACLS_REQUEST: Final = Message(ApiKey.CREATE_ACLS, "CreateAclsRequest", "1-3", (
+    Field("creations", Array(Struct("AclCreation", (
+        Field("resource_type", "int8", default=0, about=_RESOURCE_TYPE_ABOUT),
+        Field("resource_name", "string", default=""),
+        Field("resource_pattern_type", "int8", versions="1+", default=3, about=_PATTERN_TYPE_ABOUT),
+        *_acl_fields(),
+    )), max_count=ACL_CREATIONS_MAX), default=[]),
+), flexible_versions="2+")
+
+CREATE_ACLS_RESPONSE: Final = Message(ApiKey.CREATE_ACLS, "CreateAclsResponse", "1-3", (
+    Field("throttle_time_ms", "int32", default=0),
+    Field("results", Array(Struct("AclCreationResult", (
+        Field("error_code", "int16", default=0, about="INVALID_REQUEST for a binding that cannot be"),
+        Field("error_message", "string", nullable=True, default=None),
+    )), max_count=ACL_CREATIONS_MAX), default=[], about="one per creation, in request order"),
+), flexible_versions="2+")
+
+DELETE_ACLS_REQUEST: Final = Message(ApiKey.DELETE_ACLS, "DeleteAclsRequest", "1-3", (
+    Field("filters", Array(Struct("DeleteAclsFilter", _filter_fields()), max_count=ACL_FILTERS_MAX), default=[]),
+), flexible_versions="2+")
+
+DELETE_ACLS_RESPONSE: Final = Message(ApiKey.DELETE_ACLS, "DeleteAclsResponse", "1-3", (
+    Field("throttle_time_ms", "int32", default=0),
+    Field("filter_results", Array(Struct("DeleteAclsFilterResult", (
+        Field("error_code", "int16", default=0, about="INVALID_REQUEST for a filter no binding could match"),
+        Field("error_message", "string", nullable=True, default=None),
+        Field("matching_acls", Array(Struct("DeleteAclsMatchingAcl", (
+            Field("error_code", "int16", default=0),
+            Field("error_message", "string", nullable=True, default=None),
+            Field("resource_type", "int8", default=0, about=_RESOURCE_TYPE_ABOUT),
+            Field("resource_name", "string", default=""),
+            Field("pattern_type", "int8", versions="1+", default=3, about=_PATTERN_TYPE_ABOUT),
+            *_acl_fields(),
+        )), max_count=ACLS_LISTED_MAX), default=[], about="the bindings this filter deleted"),
+    )), max_count=ACL_FILTERS_MAX), default=[], about="one per filter, in request order"),
+), flexible_versions="2+")
+
 REQUESTS: Final = (SASL_HANDSHAKE_REQUEST, SASL_AUTHENTICATE_REQUEST, DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
-                   ALTER_USER_SCRAM_CREDENTIALS_REQUEST)
+                   ALTER_USER_SCRAM_CREDENTIALS_REQUEST, DESCRIBE_ACLS_REQUEST, CREATE_ACLS_REQUEST,
+                   DELETE_ACLS_REQUEST)
 RESPONSES: Final = (SASL_HANDSHAKE_RESPONSE, SASL_AUTHENTICATE_RESPONSE, DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
-                    ALTER_USER_SCRAM_CREDENTIALS_RESPONSE)
+                    ALTER_USER_SCRAM_CREDENTIALS_RESPONSE, DESCRIBE_ACLS_RESPONSE, CREATE_ACLS_RESPONSE,
+                    DELETE_ACLS_RESPONSE)

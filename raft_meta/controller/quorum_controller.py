@@ -3,8 +3,8 @@
 ``QuorumController(service)`` adds the metadata RPC handlers (BrokerRegistration,
 BrokerHeartbeat, UnregisterBroker, CreateTopics, CreatePartitions, DeleteTopics,
 DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, AlterPartition, InitProducerId,
-AllocateProducerIds, Metadata, and through scram_credentials.py DescribeUserScramCredentials and
-AlterUserScramCredentials) to a ``ControllerService`` and starts the active controller's
+AllocateProducerIds, Metadata, through scram_credentials.py DescribeUserScramCredentials and
+AlterUserScramCredentials, through acls.py DescribeAcls, CreateAcls and DeleteAcls) to a ``ControllerService`` and starts the active controller's
 periodic duties. Request and response bodies are in docs/controller.md; the broker-controller
 APIs take and answer Kafka's shapes (common/messages/controller.py).
 
@@ -60,6 +60,7 @@ from raftka.common.errors import (
     InvalidRequestError, InvalidTopicError, RaftkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
 from raftka.raft_meta.controller import elections, placement
+from raftka.raft_meta.controller.acls import Acls
 from raftka.raft_meta.controller.scram_credentials import ScramCredentials
 from raftka.raft_meta.controller import service as svc
 from raftka.raft_meta.metadata.delta import MetadataDelta
@@ -123,6 +124,7 @@ class QuorumController:
             svc.API_ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
         })
         self.scram_credentials = ScramCredentials(self)
+        self.acls = Acls(self)
         service.background_factories.append(self.periodic_duties)
         service.connection_closed_listeners.append(self.connection_closed)
 

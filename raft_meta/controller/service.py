@@ -12,7 +12,7 @@ Every API is served in Kafka's protocol (common/messages/): the broker-controlle
 (BrokerRegistration, BrokerHeartbeat, AlterPartition, UnregisterBroker, AllocateProducerIds,
 DescribeQuorum), the metadata-log Fetch and FetchSnapshot, and the admin APIs brokers forward
 (CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
-DescribeUserScramCredentials, AlterUserScramCredentials).
+DescribeUserScramCredentials, AlterUserScramCredentials, DescribeAcls, CreateAcls, DeleteAcls).
 
 A decision is a committed record: the metadata handlers (``QuorumController`` in
 quorum_controller.py, attached by server.py) build typed metadata records, commit them through Raft (``RaftClient.submit``) and answer only after the commit. A leader
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 # Kafka's API keys (the wire helper's ApiKey enum carries the same numbers).
 API_FETCH = 1
+API_DESCRIBE_ACLS = 29
+API_CREATE_ACLS = 30
+API_DELETE_ACLS = 31
 API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_DESCRIBE_CONFIGS = 32
@@ -76,7 +79,7 @@ CONTROLLER_APIS = frozenset({
     API_FETCH, API_CREATE_TOPICS, API_CREATE_PARTITIONS, API_DELETE_TOPICS,
     API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_INCREMENTAL_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION,
     API_FETCH_SNAPSHOT, API_DESCRIBE_USER_SCRAM_CREDENTIALS, API_ALTER_USER_SCRAM_CREDENTIALS,
-    API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
+    API_DESCRIBE_ACLS, API_CREATE_ACLS, API_DELETE_ACLS, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
 })
 # DescribeQuorum v2 lists each voter's CONTROLLER listener (as Kafka) and its Raft port under this name.
 RAFT_LISTENER = "RAFT"

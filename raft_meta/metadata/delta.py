@@ -13,7 +13,7 @@ same records on the same image give the same next image on every voter, observer
 What changed, for brokers reacting to it (``on_metadata_update(delta, image)``):
 ``changed_topics`` (created or changed, new value), ``deleted_topics`` (as they were in the base
 image; a topic deleted and re-created under the same name appears in both, with different topic
-ids), ``changed_brokers``, ``unregistered_brokers``, ``changed_scram_users`` and
+ids), ``changed_brokers``, ``unregistered_brokers``, ``changed_scram_users``, ``acls_changed`` and
 ``local_changes(broker_id)``.
 """
 from __future__ import annotations
@@ -24,14 +24,15 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from raftka.common import errors, scram
+from raftka.common import acl, errors, scram
+from raftka.common.acl import AclBinding
 from raftka.raft_meta.metadata.image import (
     NO_LEADER, BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map,
 )
 from raftka.raft_meta.metadata.records import (
-    PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord,
+    PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, AccessControlEntryRecord, ConfigRecord, FenceBrokerRecord,
     MetadataRecord, MetadataRecordError, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord,
+    RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord, RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord,
     UnregisterBrokerRecord, UserScramCredentialRecord,
 )
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
@@ -76,6 +77,9 @@ class MetadataDelta:
         self._next_producer_id: int | None = None
         # user -> {mechanism: credential} as after the delta (empty: no credential left)
         self._scram: dict[str, Mapping[scram.ScramMechanism, scram.ScramCredential]] = {}
+        # ACL id -> its binding after the delta (None: removed)
+        self._acls: dict[str, AclBinding | None] = {}
+        self._added_acl_ids: dict[AclBinding, str] = {}  # may hold entries rolled back: check against _acls
         self._undo: list[tuple[str, Any, bool, Any]] = []  # (what, key, was set, old value)
 
     @classmethod
@@ -109,6 +113,11 @@ class MetadataDelta:
                 after = new.scram_credentials.get(user, {})
                 if after != old.scram_credentials.get(user, {}):
                     delta._scram[user] = after
+        if new.acls != old.acls:
+            for acl_id in set(new.acls.bindings) | set(old.acls.bindings):
+                after = new.acls.bindings.get(acl_id)
+                if after != old.acls.bindings.get(acl_id):
+                    delta._acls[acl_id] = after
         return delta
 
     # -- reading through the delta ---------------------------------------------------------
@@ -142,6 +151,25 @@ class MetadataDelta:
     def changed_scram_users(self) -> frozenset[str]:
         """Users whose SCRAM credentials this delta set or removed."""
         return frozenset(self._scram)
+
+    def acl(self, acl_id: str) -> AclBinding | None:
+        """The binding of ACL ``acl_id`` as after the delta (None: there is none)."""
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self.image.acls.bindings.get(acl_id)
+
+    def acl_id_of(self, binding: AclBinding) -> str | None:
+        """The id of an ACL identical to ``binding`` as after the delta, or None."""
+        added = self._added_acl_ids.get(binding)
+        if added is not None and self._acls.get(added) == binding:
+            return added
+        found = self.image.acls.id_of(binding)
+        return found if found is not None and found not in self._acls else None
+
+    @property
+    def acls_changed(self) -> bool:
+        """Whether this delta added or removed an ACL."""
+        return bool(self._acls)
 
     @property
     def next_producer_id(self) -> int:
@@ -182,7 +210,7 @@ class MetadataDelta:
 
     def is_empty(self) -> bool:
         return not (self._topics or self._brokers or self._cluster_configs is not None
-                    or self._next_producer_id is not None or self._scram)
+                    or self._next_producer_id is not None or self._scram or self._acls)
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
         """Partitions this delta changed that ``broker_id`` must now lead, follow or delete."""
@@ -244,9 +272,10 @@ class MetadataDelta:
                 else:
                     users.pop(user, None)
             scram_credentials = MappingProxyType(users)
+        acls = base.acls.updated(self._acls) if self._acls else base.acls
         return MetadataImage(offset=self.offset, brokers=brokers, topics=topics,
                              cluster_configs=self.cluster_configs, next_producer_id=self.next_producer_id,
-                             scram_credentials=scram_credentials, topic_names_by_id=names_by_id)
+                             scram_credentials=scram_credentials, acls=acls, topic_names_by_id=names_by_id)
 
     # -- undo ------------------------------------------------------------------------------
 
@@ -276,6 +305,11 @@ class MetadataDelta:
                     self._scram[key] = old
                 else:
                     self._scram.pop(key, None)
+            elif what == "acl":
+                if was_set:
+                    self._acls[key] = old
+                else:
+                    self._acls.pop(key, None)
             elif what == "offset":
                 self.offset = old
 
@@ -292,6 +326,12 @@ class MetadataDelta:
     def _set_scram(self, user: str, credentials: Mapping[scram.ScramMechanism, scram.ScramCredential]) -> None:
         self._undo.append(("scram", user, user in self._scram, self._scram.get(user)))
         self._scram[user] = credentials
+
+    def _set_acl(self, acl_id: str, binding: AclBinding | None) -> None:
+        self._undo.append(("acl", acl_id, acl_id in self._acls, self._acls.get(acl_id)))
+        self._acls[acl_id] = binding
+        if binding is not None:
+            self._added_acl_ids[binding] = acl_id
 
     # -- replay ----------------------------------------------------------------------------
 
@@ -495,6 +535,25 @@ class MetadataDelta:
             self._set_scram(r.name, MappingProxyType({m: c for m, c in current.items() if m != r.mechanism}))
         return {}
 
+    def _replay_access_control_entry(self, r: AccessControlEntryRecord, offset: int) -> dict:
+        b = r.binding
+        try:
+            acl.binding(b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host, b.operation,
+                        b.permission)
+        except errors.InvalidRequestError as error:
+            raise _refuse(errors.INVALID_REQUEST, f"ACL {r.acl_id}: {error.message}") from None
+        current = self.acl(r.acl_id)
+        if current is not None and current != b:
+            raise _refuse(errors.INVALID_REQUEST, f"ACL id {r.acl_id} already holds {current.describe()}")
+        if current is None and self.acl_id_of(b) is None:  # else a retried commit: one binding, one id
+            self._set_acl(r.acl_id, b)
+        return {}
+
+    def _replay_remove_access_control_entry(self, r: RemoveAccessControlEntryRecord, offset: int) -> dict:
+        if self.acl(r.acl_id) is not None:  # already gone: a retried removal
+            self._set_acl(r.acl_id, None)
+        return {}
+
 
 def _overlay(values: Mapping) -> OverlayMap:
     """``values`` as an OverlayMap (an image built elsewhere may hold another mapping)."""
@@ -524,4 +583,6 @@ _HANDLERS = {
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
+    AccessControlEntryRecord: MetadataDelta._replay_access_control_entry,
+    RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_access_control_entry,
 }

@@ -23,11 +23,14 @@ Field meanings are Kafka's:
                            cluster_configs (cluster-wide overrides), next_producer_id,
                            scram_credentials {user: {ScramMechanism: ScramCredential}}
                            (common/scram.py: salt, StoredKey, ServerKey, iterations; a
-                           credential's repr shows neither salt nor keys)
+                           credential's repr shows neither salt nor keys),
+                           acls (common/acl.py AclIndex: the ACL bindings by id, indexed by
+                           resource for the authorizer; shared by images until ACLs change)
 
 Snapshots: ``image_to_bytes`` / ``image_from_bytes``: the image as the metadata records that
 rebuild it (Kafka's RegisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
-ProducerIdsRecord, UserScramCredentialRecords after a Raftka header carrying the offset;
+ProducerIdsRecord, UserScramCredentialRecords, AccessControlEntryRecords after a Raftka header
+carrying the offset;
 record_schemas.py); a restored image equals the original (``==``).
 Images, brokers and topics compare with ``==`` but are not hashable (their mappings are not);
 ``PartitionRegistration`` is.
@@ -38,6 +41,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Iterator, Mapping
 
+from raftka.common import acl, errors
+from raftka.common.acl import AclBinding, AclIndex
 from raftka.common.scram import MECHANISMS_BY_NUMBER, ScramCredential, ScramMechanism
 from raftka.raft_meta.metadata import record_schemas as schemas
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
@@ -119,6 +124,7 @@ class MetadataImage:
     # user -> {mechanism: credential}; users without a credential are not keys.
     scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] = field(
         default_factory=lambda: _EMPTY_MAP)
+    acls: AclIndex = field(default_factory=lambda: AclIndex.EMPTY)
     # topic id -> name; derived from ``topics`` (built when not given), not part of equality.
     topic_names_by_id: Mapping[str, str] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
@@ -180,8 +186,9 @@ def image_to_bytes(image: MetadataImage) -> bytes:
     RegisterBrokerRecord (with its epoch and fenced state), per topic a TopicRecord, its
     PartitionRecords in partition order and a ConfigRecord of its overrides (when it has any),
     then a ConfigRecord of the cluster's overrides (when any), a ProducerIdsRecord (the next
-    producer id) and a UserScramCredentialRecord per user and mechanism. Deterministic: brokers
-    by id, topics and users by name, mechanisms by number."""
+    producer id), a UserScramCredentialRecord per user and mechanism and an
+    AccessControlEntryRecord per ACL. Deterministic: brokers by id, topics and users by name,
+    mechanisms by number, ACLs by id."""
     try:
         return schemas.encode_records(_snapshot_records(image))
     except schemas.FrameError as error:  # an image no replay could have built (a bug)
@@ -213,6 +220,11 @@ def _snapshot_records(image: MetadataImage) -> Iterator[tuple[int, dict]]:
             yield schemas.USER_SCRAM_CREDENTIAL.api_key, {
                 "name": user, "mechanism": mechanism.number, "salt": c.salt, "stored_key": c.stored_key,
                 "server_key": c.server_key, "iterations": c.iterations}
+    for acl_id, b in sorted(image.acls.bindings.items()):
+        yield schemas.ACCESS_CONTROL_ENTRY.api_key, {
+            "id": acl_id, "resource_type": int(b.resource_type), "resource_name": b.resource_name,
+            "pattern_type": int(b.pattern_type), "principal": b.principal, "host": b.host,
+            "operation": int(b.operation), "permission_type": int(b.permission)}
 
 
 def _end_points(broker: BrokerRegistration) -> list[dict]:
@@ -246,6 +258,7 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
     cluster_configs: Mapping = _EMPTY_MAP
     next_producer_id = 0
     scram: dict[str, dict[ScramMechanism, ScramCredential]] = {}
+    acls: dict[str, AclBinding] = {}
     for api_key, body in records:
         if api_key == schemas.PARTITION.api_key:
             topic = topics.get(body["topic_id"])
@@ -283,10 +296,18 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
                                          f"mechanism number {body['mechanism']}")
             scram.setdefault(body["name"], {})[mechanism] = ScramCredential(
                 mechanism, body["salt"], body["stored_key"], body["server_key"], body["iterations"])
+        elif api_key == schemas.ACCESS_CONTROL_ENTRY.api_key:
+            try:
+                acls[body["id"]] = acl.binding(body["resource_type"], body["resource_name"], body["pattern_type"],
+                                               body["principal"], body["host"], body["operation"],
+                                               body["permission_type"])
+            except errors.InvalidRequestError as error:
+                raise schemas.FrameError(f"AccessControlEntryRecord {body['id']}: {error.message}") from None
         else:
             raise schemas.FrameError(f"{schemas.RECORDS[api_key].name} does not belong in a metadata snapshot")
     images = {name: TopicImage(name, topic_id, tuple(partitions), configs)
               for topic_id, (name, partitions, configs) in topics.items()}
     return MetadataImage(offset=offset, brokers=MappingProxyType(brokers), topics=OverlayMap(images),
                          cluster_configs=cluster_configs, next_producer_id=next_producer_id,
-                         scram_credentials=MappingProxyType({u: MappingProxyType(c) for u, c in scram.items()}))
+                         scram_credentials=MappingProxyType({u: MappingProxyType(c) for u, c in scram.items()}),
+                         acls=AclIndex(acls) if acls else AclIndex.EMPTY)

@@ -28,6 +28,8 @@ tagged field with a Raftka tag (>= 10000), so Kafka's own tags stay free:
     14       UnfenceBrokerRecord              -
     15       ProducerIdsRecord                10000 first_producer_id (the block is refused
                                                      unless it starts at the next unassigned id)
+    18       AccessControlEntryRecord         -     (one ACL binding under its uuid; common/acl.py)
+    19       RemoveAccessControlEntryRecord   -
     22       RemoveUserScramCredentialRecord  -
     10000    ControllerEndpointRecord         a controller's RPC endpoint (the b"C" log entry).
                                               Kafka's RegisterControllerRecord (27) carries an
@@ -54,6 +56,7 @@ import math
 from typing import Any, Final, Iterable, Iterator, Mapping
 
 from raftka.common import codec
+from raftka.common.acl import HOST_BYTES_MAX, PRINCIPAL_BYTES_MAX, RESOURCE_NAME_BYTES_MAX
 # Kafka's ConfigResource.Type ids (named apart from records.py's "topic"/"cluster" tags); Raftka's
 # cluster-wide overrides are Kafka's cluster-default broker configs (BROKER with an empty name).
 from raftka.common.messages.admin import RESOURCE_BROKER as RESOURCE_TYPE_BROKER
@@ -184,6 +187,21 @@ REMOVE_USER_SCRAM_CREDENTIAL: Final = Message(22, "RemoveUserScramCredentialReco
     Field("mechanism", "int8"),
 ), flexible_versions="0+")
 
+ACCESS_CONTROL_ENTRY: Final = Message(18, "AccessControlEntryRecord", "0", (
+    Field("id", "uuid", about="the ACL's id, chosen by the active controller"),
+    Field("resource_type", "int8"),
+    Field("resource_name", "string", max_length=RESOURCE_NAME_BYTES_MAX),
+    Field("pattern_type", "int8"),
+    Field("principal", "string", max_length=PRINCIPAL_BYTES_MAX),
+    Field("host", "string", max_length=HOST_BYTES_MAX),
+    Field("operation", "int8"),
+    Field("permission_type", "int8"),
+), flexible_versions="0+")
+
+REMOVE_ACCESS_CONTROL_ENTRY: Final = Message(19, "RemoveAccessControlEntryRecord", "0", (
+    Field("id", "uuid"),
+), flexible_versions="0+")
+
 CONTROLLER_ENDPOINT: Final = Message(RAFTKA_API_KEY_FIRST, "ControllerEndpointRecord", "0", (
     Field("node_id", "int32"),
     Field("host", "string"),
@@ -202,7 +220,8 @@ CONTROLLER_SNAPSHOT: Final = Message(RAFTKA_API_KEY_FIRST + 2, "ControllerSnapsh
 
 RECORDS: Final[Mapping[int, Message]] = {m.api_key: m for m in (
     REGISTER_BROKER, TOPIC, PARTITION, CONFIG, PARTITION_CHANGE, UNREGISTER_BROKER, FENCE_BROKER, REMOVE_TOPIC,
-    UNFENCE_BROKER, PRODUCER_IDS, USER_SCRAM_CREDENTIAL, REMOVE_USER_SCRAM_CREDENTIAL, CONTROLLER_ENDPOINT,
+    UNFENCE_BROKER, PRODUCER_IDS, USER_SCRAM_CREDENTIAL, REMOVE_USER_SCRAM_CREDENTIAL, ACCESS_CONTROL_ENTRY,
+    REMOVE_ACCESS_CONTROL_ENTRY, CONTROLLER_ENDPOINT,
     METADATA_SNAPSHOT_HEADER, CONTROLLER_SNAPSHOT)}
 # (frame header, encode_into) per api key: each record type has one version.
 _WRITERS: Final = {key: (bytes((FRAME_VERSION,)) + codec.encode_uvarint(key) + bytes((0,)),

@@ -46,6 +46,11 @@ change and callers retry, so the same record may be committed twice):
                            password or a salted password: what SCRAM needs to check a proof.
     RemoveUserScramCredentialRecord {name, mechanism}  no-op when the user has no credential
                            for that mechanism (a retried removal)
+    AccessControlEntryRecord {id, binding (common/acl.py AclBinding)}  adds an ACL; no-op when
+                           that id, or an identical binding, is already there (a retried commit);
+                           refused INVALID_REQUEST for a binding check_binding refuses, or an id
+                           already holding another binding
+    RemoveAccessControlEntryRecord {id}  no-op when that ACL is already gone
 
 Topic and incarnation ids are Kafka's uuids, spelled as 32 lowercase hex digits. A config value is
 None, a str, bool, int, finite float or a list of non-empty strings without commas (what Kafka's
@@ -60,7 +65,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Sequence
 
-from raftka.common import errors
+from raftka.common import acl, errors
+from raftka.common.acl import AclBinding
 from raftka.common.scram import MECHANISMS_BY_NUMBER, ScramCredential, ScramMechanism
 from raftka.raft_meta.metadata import record_schemas as schemas
 from raftka.raft_meta.metadata.record_schemas import FrameError
@@ -370,6 +376,49 @@ class RemoveUserScramCredentialRecord(MetadataRecord):
         return cls(body["name"], _mechanism(body["mechanism"], body["name"]))
 
 
+@dataclass(frozen=True)
+class AccessControlEntryRecord(MetadataRecord):
+    """An ACL binding is added under ``acl_id``."""
+
+    SCHEMA: ClassVar[Any] = schemas.ACCESS_CONTROL_ENTRY
+    acl_id: str
+    binding: AclBinding
+
+    def to_body(self) -> dict:
+        b = self.binding
+        return {"id": _uuid(self.acl_id, "ACL id"), "resource_type": int(b.resource_type),
+                "resource_name": b.resource_name, "pattern_type": int(b.pattern_type), "principal": b.principal,
+                "host": b.host, "operation": int(b.operation), "permission_type": int(b.permission)}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "AccessControlEntryRecord":
+        return cls(body["id"], binding_of(body))
+
+
+@dataclass(frozen=True)
+class RemoveAccessControlEntryRecord(MetadataRecord):
+    """The ACL ``acl_id`` is removed."""
+
+    SCHEMA: ClassVar[Any] = schemas.REMOVE_ACCESS_CONTROL_ENTRY
+    acl_id: str
+
+    def to_body(self) -> dict:
+        return {"id": _uuid(self.acl_id, "ACL id")}
+
+    @classmethod
+    def from_body(cls, body: dict) -> "RemoveAccessControlEntryRecord":
+        return cls(body["id"])
+
+
+def binding_of(body: dict) -> AclBinding:
+    """The checked binding of an AccessControlEntryRecord body; MetadataRecordError INVALID_REQUEST."""
+    try:
+        return acl.binding(body["resource_type"], body["resource_name"], body["pattern_type"], body["principal"],
+                           body["host"], body["operation"], body["permission_type"])
+    except errors.InvalidRequestError as error:
+        raise _bad(f"ACL {body['id']}: {error.message}") from None
+
+
 def _mechanism(number: int, user: str) -> ScramMechanism:
     found = MECHANISMS_BY_NUMBER.get(number)
     if found is None:
@@ -404,7 +453,8 @@ RECORD_TYPES: Mapping[int, type[MetadataRecord]] = MappingProxyType({
     cls.SCHEMA.api_key: cls for cls in (RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord,
                                         UnregisterBrokerRecord, TopicRecord, PartitionRecord, RemoveTopicRecord,
                                         PartitionChangeRecord, ConfigRecord, ProducerIdsRecord,
-                                        UserScramCredentialRecord, RemoveUserScramCredentialRecord)})
+                                        UserScramCredentialRecord, RemoveUserScramCredentialRecord,
+                                        AccessControlEntryRecord, RemoveAccessControlEntryRecord)})
 
 
 def encode_entry(records: Sequence[MetadataRecord]) -> bytes:

@@ -25,6 +25,7 @@ COMMAND_ORDER = (
     "consume",
     "groups",
     "users",
+    "acls",
     "dump_log",
     "chaos",
     "spark",
