@@ -180,7 +180,11 @@ def test_kafka_python_and_confluent_kafka_log_in_with_scram_over_sasl_ssl(cluste
     want = {f"kp{i}".encode() for i in range(10)} | {f"ck{i}".encode() for i in range(10)}
     consumer = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap("SASL_SSL"), auto_offset_reset="earliest",
                                    group_id=f"kp-{topic}", consumer_timeout_ms=20_000, **kp_security)
-    seen = {record.value for record in consumer}
+    seen = set()
+    for record in consumer:  # until every record is in, or consumer_timeout_ms without one
+        seen.add(record.value)
+        if seen == want:
+            break
     consumer.close()
     assert seen == want
     cconsumer = confluent.Consumer({**ck_security, "group.id": f"ck-{topic}", "auto.offset.reset": "earliest"})

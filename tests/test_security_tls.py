@@ -500,7 +500,11 @@ def test_kafka_python_and_confluent_kafka_produce_and_consume_over_ssl(cluster, 
     consumer = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap("SSL"), security_protocol="SSL",
                                    ssl_cafile=pki["ca"], auto_offset_reset="earliest", group_id=f"kp-{topic}",
                                    consumer_timeout_ms=20_000)
-    seen = {record.value for record in consumer}
+    seen = set()
+    for record in consumer:  # until every record is in, or consumer_timeout_ms without one
+        seen.add(record.value)
+        if seen == want:
+            break
     consumer.close()
     assert seen == want
     cconsumer = confluent.Consumer({"bootstrap.servers": cluster.bootstrap("SSL"), "security.protocol": "SSL",
