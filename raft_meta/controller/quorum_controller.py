@@ -5,7 +5,8 @@ BrokerHeartbeat, UnregisterBroker, CreateTopics, CreatePartitions, DeleteTopics,
 DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, AlterPartition, InitProducerId,
 AllocateProducerIds, Metadata, through scram_credentials.py DescribeUserScramCredentials and
 AlterUserScramCredentials, through acls.py DescribeAcls, CreateAcls and DeleteAcls) to a ``ControllerService`` and starts the active controller's
-periodic duties. Request and response bodies are in docs/controller.md; the broker-controller
+periodic duties. A newly active controller first commits the bootstrap records of an empty
+metadata log (bootstrap.py). Request and response bodies are in docs/controller.md; the broker-controller
 APIs take and answer Kafka's shapes (common/messages/controller.py).
 
 Every decision is read from the committed image (``service.state.metadata.image``), turned into
@@ -61,6 +62,7 @@ from raftka.common.errors import (
 )
 from raftka.raft_meta.controller import elections, placement
 from raftka.raft_meta.controller.acls import Acls
+from raftka.raft_meta.controller.bootstrap import Bootstrap
 from raftka.raft_meta.controller.scram_credentials import ScramCredentials
 from raftka.raft_meta.controller import service as svc
 from raftka.raft_meta.metadata.delta import MetadataDelta
@@ -125,6 +127,8 @@ class QuorumController:
         })
         self.scram_credentials = ScramCredentials(self)
         self.acls = Acls(self)
+        self.bootstrap = Bootstrap(self)  # a corrupt bootstrap file stops the controller here
+        service.before_commits = self.bootstrap.ensure
         service.background_factories.append(self.periodic_duties)
         service.connection_closed_listeners.append(self.connection_closed)
 
@@ -318,6 +322,11 @@ class QuorumController:
             self._checked_image = None
             self.heartbeat_connection.clear()  # connections to us while we were not active mean nothing
             self.disconnected_at.clear()
+            return
+        try:
+            await self.bootstrap.ensure()  # before anything else this controller commits
+        except RaftkaError as error:
+            log.warning("committing the bootstrap records failed (trying again): %s", error)
             return
         now = time.monotonic()
         if self.active_since is None:

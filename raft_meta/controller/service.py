@@ -81,6 +81,8 @@ CONTROLLER_APIS = frozenset({
     API_FETCH_SNAPSHOT, API_DESCRIBE_USER_SCRAM_CREDENTIALS, API_ALTER_USER_SCRAM_CREDENTIALS,
     API_DESCRIBE_ACLS, API_CREATE_ACLS, API_DELETE_ACLS, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,
 })
+# Served from committed state without committing: never wait for ``before_commits``.
+READ_ONLY_APIS = frozenset({API_FETCH, API_FETCH_SNAPSHOT, API_DESCRIBE_QUORUM})
 # DescribeQuorum v2 lists each voter's CONTROLLER listener (as Kafka) and its Raft port under this name.
 RAFT_LISTENER = "RAFT"
 
@@ -126,6 +128,9 @@ class ControllerService:
         self._tasks: list[asyncio.Task] = []
         # Called with a connection id when a peer closed its connection to this listener.
         self.connection_closed_listeners: list[Callable[[int], None]] = []
+        # Awaited on the active controller before a request that may commit (bootstrap.py: the
+        # bootstrap records come first in the log); None: nothing to do.
+        self.before_commits: Callable[[], Awaitable[None]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -216,6 +221,8 @@ class ControllerService:
         if not isinstance(body, dict):
             return errors.INVALID_REQUEST, {"error_message": "request body must be a map"}
         try:
+            if self.before_commits is not None and api_key not in READ_ONLY_APIS and self.is_active:
+                await self.before_commits()
             return await handler(api_version, body)
         except NotControllerError:
             return self.not_controller()

@@ -26,6 +26,7 @@ COMMAND_ORDER = (
     "groups",
     "users",
     "acls",
+    "storage",
     "dump_log",
     "chaos",
     "spark",

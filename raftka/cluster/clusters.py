@@ -34,6 +34,7 @@ from raftka.cluster.process import (LOG, READY_TIMEOUT_S, STOP_TIMEOUT_S, Proces
 from raftka.cluster.state import (LOCK_FILE, META_PROPERTIES, SECRET_FILE, STATE_FILE, STATE_VERSION,
                                   new_cluster_id, new_secret, read_properties, state_lock, write_atomic,
                                   write_properties)
+from raftka.common.meta_properties import BOOTSTRAP_FILE, ScramSpecError, parse_add_scram, write_bootstrap
 
 PROGRESS_EVERY_S = 5.0  # long waits say they are still waiting this often
 DEFAULT_DIR = ".raftka"  # where `raftka cluster` and the console tools look by default
@@ -111,8 +112,11 @@ class ControllerCluster:
     def __init__(self, root: str | os.PathLike[str], voters: int = 3,
                  configs: dict[str, Any] | None = None, *, secret: str | None = None,
                  base_port: int | None = None, cluster_id: str | None = None,
-                 port_plan: PortPlan | None = None) -> None:
+                 port_plan: PortPlan | None = None, add_scram: Iterable[str] = ()) -> None:
         assert voters >= 1, voters
+        # Kafka's --add-scram values, salted now and written into each controller's bootstrap
+        # file at format time; kept in memory only (never in cluster.json).
+        self.bootstrap_scram = parse_scram_users(add_scram)
         self.root = Path(root).resolve()  # absolute: configs and PIDs' command lines name it
         self.configs = dict(configs or {})
         # Every cluster has a secret: the Raft port refuses to run without one (it unpickles).
@@ -197,9 +201,10 @@ class ControllerCluster:
 
     def format_storage(self, node_id: int) -> None:
         """Kafka's ``kafka-storage format``: write meta.properties (cluster.id, node.id) into each
-        of the node's log dirs. Idempotent; a log dir formatted for another cluster or node is
-        refused (ClusterError), so two clusters never mix data."""
-        for log_dir in self.log_dirs(node_id):
+        of the node's log dirs, and a controller's bootstrap file (``add_scram``) into its first.
+        Idempotent; a log dir formatted for another cluster or node is refused (ClusterError), so
+        two clusters never mix data."""
+        for index, log_dir in enumerate(self.log_dirs(node_id)):
             meta = log_dir / META_PROPERTIES
             if meta.exists():
                 found = read_properties(meta)
@@ -209,6 +214,8 @@ class ControllerCluster:
                         f"not cluster {self.cluster_id} node {node_id}; use an empty directory")
                 continue
             log_dir.mkdir(parents=True, exist_ok=True)
+            if index == 0 and "controller" in self.nodes[node_id].roles and self.bootstrap_scram:
+                write_bootstrap(log_dir / BOOTSTRAP_FILE, self.bootstrap_scram)  # before meta: a retry rewrites it
             write_atomic(meta, f"# written by raftka.cluster (format)\nversion=1\n"
                                 f"cluster.id={self.cluster_id}\nnode.id={node_id}\n")
 
@@ -398,10 +405,11 @@ class Cluster(ControllerCluster):
     def __init__(self, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,
                  configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
                  secret: str | None = None, combined: bool = False, base_port: int | None = None,
-                 cluster_id: str | None = None) -> None:
+                 cluster_id: str | None = None, add_scram: Iterable[str] = ()) -> None:
         plan = PortPlan(base_port)
         plaintext = plan.take((controllers if combined else 0) + brokers)
-        super().__init__(root, controllers, configs, secret=secret, cluster_id=cluster_id, port_plan=plan)
+        super().__init__(root, controllers, configs, secret=secret, cluster_id=cluster_id, port_plan=plan,
+                         add_scram=add_scram)
         http = plan.take(brokers)
         self.controller_ids = list(self.nodes)
         self.broker_ids: list[int] = []
@@ -424,10 +432,12 @@ class Cluster(ControllerCluster):
     def start(cls, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,  # type: ignore[override]
               configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
               timeout_s: float = READY_TIMEOUT_S, secret: str | None = None, combined: bool = False,
-              base_port: int | None = None, progress: Callable[[str], None] | None = None) -> "Cluster":
-        """Start a new cluster in ``root`` and wait until every broker is ready."""
+              base_port: int | None = None, progress: Callable[[str], None] | None = None,
+              add_scram: Iterable[str] = ()) -> "Cluster":
+        """Start a new cluster in ``root`` and wait until every broker is ready. ``add_scram``:
+        SCRAM users of Kafka's ``--add-scram`` syntax the cluster starts with (bootstrap.py)."""
         cluster = cls(root, controllers, brokers, configs, broker_configs=broker_configs, secret=secret,
-                      combined=combined, base_port=base_port)
+                      combined=combined, base_port=base_port, add_scram=add_scram)
         try:
             cluster.ensure_running(timeout_s, progress=progress, check_unfenced=False)
         except BaseException:
@@ -499,6 +509,7 @@ class Cluster(ControllerCluster):
         except OSError:
             self.secret = None
         self.cluster_id = state["cluster_id"]
+        self.bootstrap_scram = []  # an existing cluster was formatted already
         self.base_port = state.get("base_port")
         self.nodes = {}
         self.processes = {}
@@ -539,17 +550,23 @@ class Cluster(ControllerCluster):
     def up(cls, root: str | os.PathLike[str], controllers: int | None = None, brokers: int | None = None, *,
            combined: bool = False, base_port: int | None = DEFAULT_BASE_PORT,
            configs: dict[str, Any] | None = None, timeout_s: float = READY_TIMEOUT_S,
-           progress: Callable[[str], None] | None = None) -> tuple["Cluster", bool]:
+           progress: Callable[[str], None] | None = None, add_scram: Iterable[str] = ()) -> tuple["Cluster", bool]:
         """Start the cluster kept in ``root``, creating it the first time (cluster id, formatted
         storage, one config per node), and wait until it is ready: quorum leader elected, every
         broker registered and unfenced. Idempotent: nodes already running are left alone, and an
         existing cluster keeps its layout (asking for another shape raises ClusterError).
         Returns (cluster, created). New clusters get default.replication.factor min(3, brokers)
-        and min.insync.replicas min(2, brokers) unless ``configs`` says otherwise.
+        and min.insync.replicas min(2, brokers) unless ``configs`` says otherwise. ``add_scram``
+        (Kafka's ``--add-scram`` values) goes into a new cluster's format; for an existing one it
+        is a ClusterError (its metadata log is not empty: use AlterUserScramCredentials).
         Nodes it starts keep running after this process exits; ``down()`` stops them."""
         root = Path(root).resolve()
+        add_scram = list(add_scram)
         with state_lock(root):
             created = not (root / STATE_FILE).exists()
+            if not created and add_scram:
+                raise ClusterError(f"--add-scram applies when a cluster is formatted; {root} already holds one "
+                                   f"(make users with `raftka users`, or start a new cluster in another --dir)")
             if created:
                 controllers = 3 if controllers is None else controllers
                 brokers = 3 if brokers is None else brokers
@@ -562,7 +579,7 @@ class Cluster(ControllerCluster):
                     raise ClusterError("a cluster without brokers serves no clients: ask for --brokers 1 or more, or --combined")
                 defaults = {"default.replication.factor": min(3, serving), "min.insync.replicas": min(2, serving)}
                 cluster = cls(root, controllers, brokers, {**defaults, **(configs or {})}, combined=combined,
-                              base_port=base_port)
+                              base_port=base_port, add_scram=add_scram)
                 for node_id in cluster.nodes:  # before anything starts: fail fast, leave nothing running
                     cluster.check_ports(node_id)
                 cluster.save_state()
@@ -751,6 +768,21 @@ class Cluster(ControllerCluster):
 
 
 PLAIN_CLUSTERS = ("raftka.cluster.Cluster", "raftka.cluster.ControllerCluster")
+
+
+def parse_scram_users(specs: Iterable[str]) -> list[tuple[str, Any]]:
+    """(user, credential) per ``--add-scram`` value; ClusterError (naming no password) for a bad
+    one or a user and mechanism given twice."""
+    users: list[tuple[str, Any]] = []
+    for spec in specs:
+        try:
+            name, credential = parse_add_scram(spec)
+        except ScramSpecError as error:
+            raise ClusterError(str(error)) from None
+        if any(n == name and c.mechanism == credential.mechanism for n, c in users):
+            raise ClusterError(f"--add-scram: user {name!r} has two {credential.mechanism.name} credentials")
+        users.append((name, credential))
+    return users
 
 
 def _class_name(cluster: ControllerCluster) -> str:

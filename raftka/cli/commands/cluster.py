@@ -33,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "then HTTP); 0 picks free ports")
     up.add_argument("--config", action="append", metavar="KEY=VALUE",
                     help="server config for nodes started now (repeatable), e.g. num.partitions=3")
+    up.add_argument("--add-scram", action="append", default=[], metavar="MECHANISM=[name=U,password=P]",
+                    help="a SCRAM user the new cluster starts with (repeatable), in Kafka's kafka-storage "
+                         "syntax: SCRAM-SHA-256=[name=admin,password=admin-secret], optionally iterations=N, "
+                         "salt=S, or password-file=PATH instead of password (the shell history keeps a "
+                         "password given here)")
     up.add_argument("--timeout-ms", type=int, default=60_000, help="give up waiting after this long")
     up.add_argument("--quiet", action="store_true", help="no progress lines")
     up.add_argument("--stop-hint", default=None, help=argparse.SUPPRESS)  # scripts name their own stop command
@@ -75,7 +80,8 @@ def run_up(args: argparse.Namespace) -> int:
     began = time.monotonic()
     cluster, created = Cluster.up(cluster_dir(args), args.controllers, args.brokers, combined=args.combined,
                                   base_port=base_port, configs=parse_key_values(args.config, "--config"),
-                                  timeout_s=args.timeout_ms / 1000, progress=None if args.quiet else say)
+                                  timeout_s=args.timeout_ms / 1000, progress=None if args.quiet else say,
+                                  add_scram=args.add_scram)
     took = time.monotonic() - began
     if not created and args.base_port is not None:
         say("note: --base-port applies to a new cluster; this one keeps its ports")
