@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from raftka.common.acl import AclIndex
 from raftka.common.scram import ScramCredential, ScramMechanism
 from raftka.raft_meta.metadata.fetcher import MetadataFetcher
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
@@ -57,7 +58,8 @@ class MetadataView:
 
     def __init__(self, offset: int, brokers: dict[int, BrokerInfo], topics: Mapping[str, TopicInfo],
                  controllers: dict[int, tuple[str, int]], cluster_configs: dict[str, Any] | None = None,
-                 scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] | None = None) -> None:
+                 scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] | None = None,
+                 acls: AclIndex = AclIndex.EMPTY) -> None:
         self.offset = offset
         self.brokers = brokers
         # Read-only. A topic unchanged since the previous view keeps its TopicInfo object; an
@@ -69,6 +71,8 @@ class MetadataView:
         self.cluster_configs = cluster_configs if cluster_configs is not None else {}
         # user -> {mechanism: credential}: the image's own read-only mapping (credentials are frozen).
         self.scram_credentials = scram_credentials if scram_credentials is not None else {}
+        # The image's ACL index: the same object until an ACL changes (the authorizer keys on it).
+        self.acls = acls
 
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """The user's committed SCRAM credential for ``mechanism``, or None."""
@@ -111,7 +115,8 @@ def _view_of(image: Any, offset: int, controllers: dict, previous: MetadataView,
     cluster_configs = dict(image.cluster_configs)
     if cluster_configs == previous.cluster_configs:
         cluster_configs = previous.cluster_configs
-    return MetadataView(offset, brokers, topics, dict(controllers), cluster_configs, image.scram_credentials)
+    return MetadataView(offset, brokers, topics, dict(controllers), cluster_configs, image.scram_credentials,
+                        image.acls)
 
 
 class MetadataFollower:

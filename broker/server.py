@@ -7,7 +7,8 @@
    for SSL and SASL_SSL, SASL for SASL_PLAINTEXT and SASL_SSL against the SCRAM credentials in
    the metadata log, see ``_sasl_for``), and HTTP; when the inter-broker listener is SASL_*,
    this broker logs in to the others with its own jaas login and takes replica Fetches only on
-   that listener (``_listener_handler``);
+   that listener (``_listener_handler``); with ``authorizer.class.name`` set, the ACLs decide
+   every request instead (broker/authorization.py);
 2. registers with the active controller (BrokerRegistration, following NOT_CONTROLLER), then
    follows the committed metadata log and heartbeats every ``broker.heartbeat.interval.ms``
    with the metadata offset it has applied; the controller unfences it once caught up;
@@ -30,6 +31,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from raftka.broker import authorization
 from raftka.broker.controller_channel import AlterPartitionManager, ControllerChannel
 from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
 from raftka.broker.limits import ByteBudget
@@ -136,6 +138,9 @@ class BrokerServer:
         self.groups = GroupService(self.broker_id, config, self.replicas, self.controllers.request,
                                    heartbeat_ok_at=self._heartbeat_lease_start)
         self.handlers.update(self.groups.handlers)
+        # ACLs (broker/authorization.py) when authorizer.class.name is set; None: every request served.
+        self.acl_gate = (authorization.AclGate(config, lambda: self.replicas.view, on_refused=self._refused)
+                         if authorization.enabled(config) else None)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -187,8 +192,16 @@ class BrokerServer:
 
     def _listener_handler(self, listener: str) -> Callable[[Request], Any]:
         """``handle`` for the requests of one listener: they see its name in ``LISTENER`` (set in
-        the request's own task, so nothing else sees it). When brokers log in to each other, a
-        replica Fetch is first checked (``ReplicaManager.replica_fetch_refusal``)."""
+        the request's own task, so nothing else sees it). With an authorizer, the ACLs decide
+        every request (``AclGate``: a replica Fetch needs CLUSTER_ACTION on the cluster); without
+        one, when brokers log in to each other, a replica Fetch is first checked
+        (``ReplicaManager.replica_fetch_refusal``)."""
+        gate = self.acl_gate
+        if gate is not None:
+            async def authorized(request: Request) -> "tuple[int, Any] | None":
+                LISTENER.set(listener)
+                return await gate.serve(request, self.handle)
+            return authorized
         if self.replicas.peer_sasl is None:
             async def handle(request: Request) -> "tuple[int, Any] | None":
                 LISTENER.set(listener)
@@ -209,6 +222,11 @@ class BrokerServer:
                     return errors.CLUSTER_AUTHORIZATION_FAILED, {"error_message": refusal}
             return await self.handle(request)
         return guarded
+
+    def _refused(self, api_key: int) -> None:
+        """A request refused before its handler: counted as a request and an error."""
+        self.metrics.request(api_key)
+        self.metrics.error(api_key)
 
     def advertised_endpoints(self) -> list[tuple[str, str, int]]:
         """(listener, host, port) of every client listener as given to others (a port 0 in the
@@ -264,6 +282,8 @@ class BrokerServer:
 
     def _on_metadata(self, view: MetadataView) -> None:
         self.replicas.on_metadata(view)
+        if self.acl_gate is not None:
+            self.acl_gate.on_metadata(view.acls)
         me = view.brokers.get(self.broker_id)
         self.fenced = me is None or me.fenced or me.broker_epoch != self.broker_epoch
         if not self.caught_up and view.offset >= self.broker_epoch >= 0:

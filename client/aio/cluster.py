@@ -562,6 +562,9 @@ class Cluster:
             parts = self.metadata.partitions_for(topic)
             if parts is not None and (partition is None or partition in parts):
                 return parts
+            info = self.metadata.topics.get(topic)
+            if info is not None and info.error_code == errors.TOPIC_AUTHORIZATION_FAILED:  # not retried, as Kafka's
+                raise errors.error_for(info.error_code, topic=topic)
             await asyncio.sleep(min(max(0.0, deadline - time.monotonic()), self.retry_backoff_ms / 1000))
         if parts is not None:
             raise KafkaTimeoutError(f"partition {partition} does not exist in the metadata after {int(timeout_ms)} ms "

@@ -423,7 +423,8 @@ class GroupMember:
             self.generation = -1
             self.lost = bool(self.owned)
         elif code == errors.FENCED_INSTANCE_ID or code in (errors.INCONSISTENT_GROUP_PROTOCOL,
-                                                           errors.INVALID_SESSION_TIMEOUT, errors.INVALID_GROUP_ID):
+                                                           errors.INVALID_SESSION_TIMEOUT, errors.INVALID_GROUP_ID,
+                                                           errors.GROUP_AUTHORIZATION_FAILED):
             self.fatal = error
             log.error("group %s: cannot join: %s", self.group_id, error)
         elif code != errors.REBALANCE_IN_PROGRESS:
