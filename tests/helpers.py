@@ -95,3 +95,45 @@ def read_values(consumer: Any, count: int) -> set[bytes]:
     finally:
         consumer.close()
     return seen
+
+
+def third_party_round_trip(topic: str, kafka_python: dict[str, Any], confluent: dict[str, Any],
+                           wait_s: float = 30.0, records: int = 10) -> None:
+    """kafka-python and confluent-kafka each produce ``records`` values to ``topic`` with
+    acks=all, then each reads all of both in a group of its own. ``kafka_python``: KafkaProducer /
+    KafkaConsumer keywords (bootstrap_servers and security); ``confluent``: librdkafka properties
+    (bootstrap.servers and security). AssertionError naming what was missing."""
+    import time
+
+    import confluent_kafka
+    import kafka
+    producer = kafka.KafkaProducer(acks="all", **kafka_python)
+    for i in range(records):
+        producer.send(topic, f"kp{i}".encode())
+    producer.flush(wait_s)
+    producer.close()
+    cproducer = confluent_kafka.Producer({**confluent, "acks": "all"})
+    delivered: list[Any] = []
+    for i in range(records):
+        cproducer.produce(topic, f"ck{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+    assert cproducer.flush(wait_s) == 0 and delivered == [None] * records, delivered
+    want = {f"kp{i}".encode() for i in range(records)} | {f"ck{i}".encode() for i in range(records)}
+    consumer = kafka.KafkaConsumer(topic, auto_offset_reset="earliest", group_id=f"kp-{topic}",
+                                   consumer_timeout_ms=int(wait_s * 1000), **kafka_python)
+    seen: set[bytes] = set()
+    for record in consumer:  # until every record is in, or consumer_timeout_ms without one
+        seen.add(record.value)
+        if seen == want:
+            break
+    consumer.close()
+    assert seen == want, f"kafka-python read {len(seen)} of {len(want)}"
+    cconsumer = confluent_kafka.Consumer({**confluent, "group.id": f"ck-{topic}", "auto.offset.reset": "earliest"})
+    cconsumer.subscribe([topic])
+    seen = set()
+    deadline = time.monotonic() + wait_s
+    while seen != want and time.monotonic() < deadline:
+        message = cconsumer.poll(1.0)
+        if message is not None and message.error() is None:
+            seen.add(message.value())
+    cconsumer.close()
+    assert seen == want, f"confluent-kafka read {len(seen)} of {len(want)}"

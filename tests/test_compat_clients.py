@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-from helpers import wait_for_topic
+from helpers import FAST_CLUSTER_CONFIGS, wait_for_topic
 from raftka.cluster import wait_until
 
 # The clients are in pyproject's test extra; without one the module cannot say anything.
@@ -58,16 +58,6 @@ pytestmark = pytest.mark.timeout(150)
 
 SEED = int(os.environ.get("RAFTKA_COMPAT_SEED", random.randrange(1 << 30)))
 
-FAST = {
-    "broker.session.timeout.ms": 2000,
-    "broker.heartbeat.interval.ms": 250,
-    "replica.lag.time.max.ms": 2000,
-    "default.replication.factor": 3,
-    "min.insync.replicas": 2,
-    "offsets.topic.num.partitions": 3,
-    "group.initial.rebalance.delay.ms": 100,
-    "group.min.session.timeout.ms": 500,
-}
 PARTITIONS = 4
 REPLICATION = 3
 TOPIC_CONFIGS = {"min.insync.replicas": "2"}
@@ -106,7 +96,7 @@ def _print_seed():
 @pytest.fixture(scope="module")
 def cluster(module_cluster_factory):
     """3 controllers + 3 brokers (real processes), stopped by PID at the end of the module."""
-    return module_cluster_factory("compat", controllers=3, brokers=3, configs=FAST)
+    return module_cluster_factory("compat", controllers=3, brokers=3, configs=FAST_CLUSTER_CONFIGS)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from helpers import FAST_CLUSTER_CONFIGS, cluster_with_listeners, read_values, wait_for_topic
+from helpers import (FAST_CLUSTER_CONFIGS, cluster_with_listeners, read_values, third_party_round_trip,
+                     wait_for_topic)
 from raftka.cluster.certs import CertificateAuthority, write_pem
 from raftka.common.api import ApiKey
 
@@ -154,7 +155,7 @@ def test_metadata_over_sasl_ssl_lists_the_sasl_ssl_endpoints(cluster, pki):
 
 
 def test_kafka_python_and_confluent_kafka_log_in_with_scram_over_sasl_ssl(cluster, pki):
-    kafka = pytest.importorskip("kafka")
+    pytest.importorskip("kafka")
     confluent = pytest.importorskip("confluent_kafka")
     from raftka.client import AdminClient, NewTopic
     _wait_logged_in(_sasl(cluster, pki, "SASL_SSL", "SCRAM-SHA-512"))
@@ -164,39 +165,11 @@ def test_kafka_python_and_confluent_kafka_log_in_with_scram_over_sasl_ssl(cluste
         wait_for_topic(admin, topic, 2)
     kp_security = {"security_protocol": "SASL_SSL", "ssl_cafile": pki["ca"], "sasl_mechanism": "SCRAM-SHA-256",
                    "sasl_plain_username": "alice", "sasl_plain_password": PASSWORD}
-    producer = kafka.KafkaProducer(bootstrap_servers=cluster.bootstrap("SASL_SSL"), acks="all", **kp_security)
-    for i in range(10):
-        producer.send(topic, f"kp{i}".encode())
-    producer.flush(WAIT_S)
-    producer.close()
     ck_security = {"bootstrap.servers": cluster.bootstrap("SASL_SSL"), "security.protocol": "SASL_SSL",
                    "ssl.ca.location": pki["ca"], "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
                    "sasl.password": PASSWORD}
-    cproducer = confluent.Producer({**ck_security, "acks": "all"})
-    delivered = []
-    for i in range(10):
-        cproducer.produce(topic, f"ck{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
-    assert cproducer.flush(WAIT_S) == 0 and delivered == [None] * 10
-    want = {f"kp{i}".encode() for i in range(10)} | {f"ck{i}".encode() for i in range(10)}
-    consumer = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap("SASL_SSL"), auto_offset_reset="earliest",
-                                   group_id=f"kp-{topic}", consumer_timeout_ms=20_000, **kp_security)
-    seen = set()
-    for record in consumer:  # until every record is in, or consumer_timeout_ms without one
-        seen.add(record.value)
-        if seen == want:
-            break
-    consumer.close()
-    assert seen == want
-    cconsumer = confluent.Consumer({**ck_security, "group.id": f"ck-{topic}", "auto.offset.reset": "earliest"})
-    cconsumer.subscribe([topic])
-    seen = set()
-    deadline = time.monotonic() + WAIT_S
-    while seen != want and time.monotonic() < deadline:
-        message = cconsumer.poll(1.0)
-        if message is not None and message.error() is None:
-            seen.add(message.value())
-    cconsumer.close()
-    assert seen == want
+    third_party_round_trip(topic, {"bootstrap_servers": cluster.bootstrap("SASL_SSL"), **kp_security}, ck_security,
+                           WAIT_S)
     # A wrong password: librdkafka reports the authentication error and delivers nothing.
     errors: list[Any] = []
     refused = confluent.Producer({**ck_security, "sasl.password": "wrong", "error_cb": errors.append,

@@ -41,7 +41,7 @@ import pytest
 from cryptography.hazmat.primitives.serialization import (BestAvailableEncryption, Encoding, PrivateFormat,
                                                           load_pem_private_key)
 
-from helpers import FAST_CLUSTER_CONFIGS, cluster_with_listeners, peer_ports, read_values
+from helpers import FAST_CLUSTER_CONFIGS, cluster_with_listeners, peer_ports, read_values, third_party_round_trip
 from raftka.cluster.certs import CertificateAuthority, write_pem
 from raftka.common import event_loop
 from raftka.common.api import ApiKey
@@ -476,46 +476,15 @@ def test_a_client_trusting_another_ca_is_refused_with_a_connection_error_saying_
 
 
 def test_kafka_python_and_confluent_kafka_produce_and_consume_over_ssl(cluster, pki):
-    kafka = pytest.importorskip("kafka")
-    confluent = pytest.importorskip("confluent_kafka")
+    pytest.importorskip("kafka")
+    pytest.importorskip("confluent_kafka")
     from raftka.client import AdminClient, NewTopic
     from helpers import wait_for_topic
     topic = f"tls-compat-{uuid.uuid4().hex[:8]}"
     with AdminClient(bootstrap_servers=cluster.bootstrap("SSL"), **_ssl(pki)) as admin:
         admin.create_topics([NewTopic(topic, 2, 3)])
         wait_for_topic(admin, topic, 2)
-    producer = kafka.KafkaProducer(bootstrap_servers=cluster.bootstrap("SSL"), security_protocol="SSL",
-                                   ssl_cafile=pki["ca"], acks="all")
-    for i in range(10):
-        producer.send(topic, f"kp{i}".encode())
-    producer.flush(WAIT_S)
-    producer.close()
-    cproducer = confluent.Producer({"bootstrap.servers": cluster.bootstrap("SSL"), "security.protocol": "SSL",
-                                    "ssl.ca.location": pki["ca"], "acks": "all"})
-    delivered = []
-    for i in range(10):
-        cproducer.produce(topic, f"ck{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
-    assert cproducer.flush(WAIT_S) == 0 and delivered == [None] * 10
-    want = {f"kp{i}".encode() for i in range(10)} | {f"ck{i}".encode() for i in range(10)}
-    consumer = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap("SSL"), security_protocol="SSL",
-                                   ssl_cafile=pki["ca"], auto_offset_reset="earliest", group_id=f"kp-{topic}",
-                                   consumer_timeout_ms=20_000)
-    seen = set()
-    for record in consumer:  # until every record is in, or consumer_timeout_ms without one
-        seen.add(record.value)
-        if seen == want:
-            break
-    consumer.close()
-    assert seen == want
-    cconsumer = confluent.Consumer({"bootstrap.servers": cluster.bootstrap("SSL"), "security.protocol": "SSL",
-                                    "ssl.ca.location": pki["ca"], "group.id": f"ck-{topic}",
-                                    "auto.offset.reset": "earliest"})
-    cconsumer.subscribe([topic])
-    seen = set()
-    deadline = time.monotonic() + WAIT_S
-    while seen != want and time.monotonic() < deadline:
-        message = cconsumer.poll(1.0)
-        if message is not None and message.error() is None:
-            seen.add(message.value())
-    cconsumer.close()
-    assert seen == want
+    third_party_round_trip(
+        topic, {"bootstrap_servers": cluster.bootstrap("SSL"), "security_protocol": "SSL", "ssl_cafile": pki["ca"]},
+        {"bootstrap.servers": cluster.bootstrap("SSL"), "security.protocol": "SSL", "ssl.ca.location": pki["ca"]},
+        WAIT_S)
