@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Final, Iterable
 from raftka.common import errors
 from raftka.common.acl import CLUSTER_NAME, AclIndex, AclOperation as Op, ResourceType as Res
 from raftka.common.api import ApiKey
-from raftka.common.authorizer import STANDARD_AUTHORIZER, Authorizer
+from raftka.common.authorizer import Authorizer, enabled  # noqa: F401  (enabled: the brokers' switch too)
 from raftka.common.messages import BROKER_API
 from raftka.common.messages.error_answers import error_answer
 from raftka.common.ratelog import RateLimitedLog
@@ -403,11 +403,6 @@ RULES: Final[dict[int, Rule]] = {
 async def unmapped(check: Check, request: Request, serve: Serve, view: Any) -> Any:
     """An API served without a rule yet: refused while the authorizer is on."""
     return refuse(errors.CLUSTER_AUTHORIZATION_FAILED, f"api key {request.api_key} has no ACL rule on this broker")
-
-
-def enabled(config: Any) -> bool:
-    """Whether ``authorizer.class.name`` turns ACLs on (StandardAuthorizer; empty: off)."""
-    return config["authorizer.class.name"] == STANDARD_AUTHORIZER
 
 
 class AclGate:

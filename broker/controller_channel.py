@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as ssl_module
 import time
 from typing import Any, Awaitable, Callable, Final, Sequence
 
@@ -23,6 +24,7 @@ from raftka.broker.network import PeerConnection
 from raftka.common.messages.controller import (
     DESCRIBE_QUORUM_BODY, NEWEST_VERSIONS, answer_error, node_listener, quorum_partition,
 )
+from raftka.common.sasl import SaslClientSettings
 from raftka.common.transport import Connection
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,8 @@ class _InDoubt(Exception):
 class ControllerChannel:
     """A broker's client of the active controller (see the module docstring)."""
     def __init__(self, bootstrap: Sequence[str], *, timeout_ms: int = 10_000, client_id: str = "raftka-broker",
-                 proxies: dict[int, str] | None = None) -> None:
+                 proxies: dict[int, str] | None = None, ssl: "ssl_module.SSLContext | None" = None,
+                 sasl: SaslClientSettings | None = None) -> None:
         assert bootstrap, "at least one controller address"
         self.bootstrap = list(bootstrap)
         self.timeout_ms = timeout_ms
@@ -62,6 +65,8 @@ class ControllerChannel:
         self.active: str | None = None
         self._next = 0
         self.proxies = dict(proxies or {})  # controller.rpc.proxies: controller id -> address to dial
+        self.ssl = ssl  # the controller listener is SSL / SASL_SSL
+        self.sasl = sasl  # it is SASL_*: every connection logs in first (sasl.mechanism.controller.protocol)
         self._connections: dict[str, PeerConnection] = {}  # one persistent connection per controller
         # Called when a request on a persistent connection failed and dropped it: the broker then
         # heartbeats at once on a new one, so the active controller (which fences a broker whose
@@ -80,7 +85,8 @@ class ControllerChannel:
         if connection is None:
             connection = self._connections[address] = PeerConnection(address, client_id=self.client_id,
                                                                      max_frame_bytes=FRAME_BYTES_MAX,
-                                                                     kafka_versions=KAFKA_VERSIONS)
+                                                                     kafka_versions=KAFKA_VERSIONS,
+                                                                     ssl=self.ssl, sasl=self.sasl)
         # A timeout closes the connection (a paused controller must not leave later requests
         # queued behind answers that may never come); the next call reopens it after a backoff.
         _, out = await connection.request(api_key, body, timeout_ms=timeout_ms)
@@ -93,7 +99,7 @@ class ControllerChannel:
         connection = await Connection.open(host, int(port), client_id=self.client_id,
                                            connect_timeout_ms=min(timeout_ms, ATTEMPT_TIMEOUT_MS_MAX),
                                            max_frame_bytes=FRAME_BYTES_MAX, request_timeout_ms=timeout_ms,
-                                           kafka_versions=KAFKA_VERSIONS)
+                                           kafka_versions=KAFKA_VERSIONS, ssl=self.ssl, sasl=self.sasl)
         try:
             _, out = await connection.request(api_key, body, timeout_ms=timeout_ms)
             return answer_error(out), out

@@ -124,11 +124,12 @@ class MetadataFollower:
 
     def __init__(self, bootstrap: Sequence[str], broker_id: int,
                  on_update: Callable[[MetadataView], None], *, max_wait_ms: int = 500,
-                 request_timeout_ms: int = 5000) -> None:
+                 request_timeout_ms: int = 5000, ssl: Any = None, sasl: Any = None) -> None:
         self.view = EMPTY
         self._on_update = on_update
         self.fetcher = MetadataFetcher(list(bootstrap), replica_id=broker_id, on_metadata_update=self._updated,
-                                       max_wait_ms=max_wait_ms, request_timeout_ms=request_timeout_ms)
+                                       max_wait_ms=max_wait_ms, request_timeout_ms=request_timeout_ms,
+                                       ssl=ssl, sasl=sasl)  # the controller listener's TLS and login
 
     @property
     def offset(self) -> int:

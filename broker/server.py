@@ -83,14 +83,16 @@ class BrokerServer:
         self.controllers = ControllerChannel(config["controller.quorum.bootstrap.servers"],
                                              timeout_ms=config["controller.request.timeout.ms"],
                                              client_id=f"broker-{self.broker_id}",
-                                             proxies=config.proxies("controller.rpc.proxies"))
+                                             proxies=config.proxies("controller.rpc.proxies"),
+                                             ssl=config.controller_ssl_context(), sasl=config.controller_sasl())
         self.controllers.on_disconnect = self._heartbeat_soon
         # AlterPartition on a connection of its own: the controller answers a connection's
         # requests in arrival order, so heartbeats must not queue behind ISR changes.
         self._alter_channel = ControllerChannel(config["controller.quorum.bootstrap.servers"],
                                                 timeout_ms=config["controller.request.timeout.ms"],
                                                 client_id=f"broker-{self.broker_id}",
-                                                proxies=config.proxies("controller.rpc.proxies"))
+                                                proxies=config.proxies("controller.rpc.proxies"),
+                                                ssl=self.controllers.ssl, sasl=self.controllers.sasl)
         self.alter_partitions = AlterPartitionManager(
             lambda body: self._alter_channel.request(ApiKey.ALTER_PARTITION, body),
             lambda: {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch})
@@ -170,7 +172,7 @@ class BrokerServer:
             self.http_runner = await start_http(self, http_host, http_port)
         await self.register()
         self.metadata = MetadataFollower(self.config["controller.quorum.bootstrap.servers"], self.broker_id,
-                                         self._on_metadata)
+                                         self._on_metadata, ssl=self.controllers.ssl, sasl=self.controllers.sasl)
         self._tasks.append(asyncio.create_task(self.metadata.run(), name="metadata-follower"))
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
         self.replicas.start()

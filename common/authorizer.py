@@ -22,7 +22,7 @@ measures it).
 """
 from __future__ import annotations
 
-from typing import Final, Iterable
+from typing import Any, Final, Iterable
 
 from raftka.common.acl import WILDCARD, WILDCARD_PRINCIPAL, AclIndex, AclOperation, AclPermissionType, ResourceType
 from raftka.common.errors import ConfigError
@@ -68,6 +68,12 @@ def allowing_operations(operation: AclOperation) -> frozenset[AclOperation]:
 
 
 _ALLOWING: Final = {op: allowing_operations(op) for op in AclOperation}
+
+
+def enabled(config: Any) -> bool:
+    """Whether ``authorizer.class.name`` turns ACLs on (StandardAuthorizer; empty: off), on a
+    broker's listeners or a controller's."""
+    return config["authorizer.class.name"] == STANDARD_AUTHORIZER
 
 
 class Authorizer:

@@ -147,7 +147,12 @@ SERVER_CONFIGS = (
             "SASL_PLAINTEXT or SASL_SSL: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (required then: Kafka's "
             "default, GSSAPI, is not offered). Its user and password: "
             "listener.name.<listener>.<mechanism>.sasl.jaas.config.", _inter_broker_mechanism)
-    # -- ACLs (common/authorizer.py); nothing enforces them yet --------------------------------------------
+    .define("sasl.mechanism.controller.protocol", "string", None,
+            "The SASL mechanism brokers log in to the controllers with when the controller listener "
+            "(controller.listener.names) is SASL_PLAINTEXT or SASL_SSL: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN "
+            "(required then). Its user and password: listener.name.<controller listener>.<mechanism>.sasl.jaas.config.",
+            _inter_broker_mechanism)
+    # -- ACLs (common/authorizer.py; enforced by brokers and controllers) ----------------------------------
     .define("authorizer.class.name", "string", "",
             f"Empty: no authorizer; {authorizer.STANDARD_AUTHORIZER}: ACLs from the metadata log decide.",
             authorizer.check_authorizer_class)
@@ -480,21 +485,36 @@ class ServerConfig:
         SASL_*, else sasl.mechanism.inter.broker.protocol with the user and password of
         ``listener.name.<listener>.<mechanism>.sasl.jaas.config``. ConfigError naming the key
         that is missing or wrong (never the password)."""
-        listener = self.inter_broker_listener
+        return self._client_sasl(self.inter_broker_listener, "sasl.mechanism.inter.broker.protocol",
+                                 "inter.broker.listener.name", "other brokers")
+
+    @property
+    def controller_listener_name(self) -> str:
+        """The controllers' listener (the first of controller.listener.names)."""
+        return self.values["controller.listener.names"][0]
+
+    def controller_sasl(self) -> sasl.SaslClientSettings | None:
+        """How a broker (and a tool given this config) logs in to the controllers: None unless the
+        controller listener is SASL_*, else sasl.mechanism.controller.protocol with the user and
+        password of ``listener.name.<controller listener>.<mechanism>.sasl.jaas.config``."""
+        return self._client_sasl(self.controller_listener_name, "sasl.mechanism.controller.protocol",
+                                 "controller.listener.names", "the controllers")
+
+    def _client_sasl(self, listener: str, mechanism_key: str, listener_key: str,
+                     whom: str) -> sasl.SaslClientSettings | None:
         protocol = self.security_protocol(listener)
         if not security.uses_sasl(protocol):
             return None
-        mechanism = (self.values["sasl.mechanism.inter.broker.protocol"] or "").upper()
+        mechanism = (self.values[mechanism_key] or "").upper()
         if not mechanism:
-            raise ConfigError("sasl.mechanism.inter.broker.protocol",
-                              f"is required: inter.broker.listener.name {listener} is {protocol}; name the mechanism "
-                              f"brokers log in to each other with ({', '.join(sasl.MECHANISMS)}; Kafka's default, "
+            raise ConfigError(mechanism_key,
+                              f"is required: {listener_key} {listener} is {protocol}; name the mechanism this "
+                              f"node logs in to {whom} with ({', '.join(sasl.MECHANISMS)}; Kafka's default, "
                               "GSSAPI, is not offered)")
         enabled = [m.upper() for m in self.listener_value(listener, "sasl.enabled.mechanisms")]
         if mechanism not in enabled:
-            raise ConfigError("sasl.mechanism.inter.broker.protocol",
-                              f"{mechanism} is not enabled on the inter-broker listener {listener} "
-                              f"(sasl.enabled.mechanisms: {', '.join(enabled)})")
+            raise ConfigError(mechanism_key, f"{mechanism} is not enabled on the listener {listener} "
+                                             f"(sasl.enabled.mechanisms: {', '.join(enabled)})")
         key = f"{LISTENER_PREFIX}{listener.lower()}.{jaas_key(mechanism)}"
         own = self.listener_values.get(listener, {})
         text = own.get(jaas_key(mechanism))
@@ -502,18 +522,22 @@ class ServerConfig:
             given = sorted(k.partition(".")[0] for k in own if k.endswith(f".{JAAS_CONFIG.name}"))
             also = f" (one is given for {', '.join(given)}, not {mechanism.lower()})" if given else ""
             raise ConfigError(key, f"is required: the {sasl.login_module_of(mechanism)} entry with the username "
-                                   f"and password this broker logs in to other brokers with{also}")
+                                   f"and password this node logs in to {whom} with{also}")
         return sasl.jaas_client_settings(mechanism, text, key)
 
     def unread_logins(self) -> list[str]:
-        """The ``listener.name.*.<mechanism>.sasl.jaas.config`` keys a broker does not read (all
-        but the inter-broker listener's for sasl.mechanism.inter.broker.protocol)."""
-        read = None
-        if security.uses_sasl(self.security_protocol(self.inter_broker_listener)):
-            mechanism = self.values["sasl.mechanism.inter.broker.protocol"] or ""
-            read = (self.inter_broker_listener, jaas_key(mechanism))
+        """The ``listener.name.*.<mechanism>.sasl.jaas.config`` keys this node does not read: a
+        broker reads the inter-broker listener's entry for sasl.mechanism.inter.broker.protocol
+        and the controller listener's for sasl.mechanism.controller.protocol; a controller
+        alone reads none (it checks logins against the SCRAM credentials in the metadata log)."""
+        read = set()
+        if self.is_broker:
+            for listener, mechanism_key in ((self.inter_broker_listener, "sasl.mechanism.inter.broker.protocol"),
+                                            (self.controller_listener_name, "sasl.mechanism.controller.protocol")):
+                if security.uses_sasl(self.security_protocol(listener)):
+                    read.add((listener, jaas_key(self.values[mechanism_key] or "")))
         return [f"{LISTENER_PREFIX}{listener.lower()}.{key}" for listener, own in self.listener_values.items()
-                for key in own if key.endswith(f".{JAAS_CONFIG.name}") and (listener, key) != read]
+                for key in own if key.endswith(f".{JAAS_CONFIG.name}") and (listener, key) not in read]
 
     def listener_value(self, listener: str, key: str) -> Any:
         """``key`` (one of LISTENER_KEYS) for ``listener``: its listener.name.<name>.<key>, else
@@ -547,7 +571,16 @@ class ServerConfig:
         context trusting ssl.truststore.location (the system's CAs when unset), showing this
         broker's keystore (for ssl.client.auth), checking host names unless
         ssl.endpoint.identification.algorithm is empty."""
-        listener = self.inter_broker_listener
+        return self.client_ssl_context(self.inter_broker_listener)
+
+    def controller_ssl_context(self) -> ssl.SSLContext | None:
+        """How a broker (or a tool given this config) dials the controllers' listener: as
+        ``inter_broker_ssl_context``, with the controller listener's keys."""
+        return self.client_ssl_context(self.controller_listener_name)
+
+    def client_ssl_context(self, listener: str) -> ssl.SSLContext | None:
+        """The dialling side's TLS context for ``listener`` (None when it is not SSL/SASL_SSL),
+        from its ssl.* keys (listener.name.<listener>.ssl.* first)."""
         if not security.uses_tls(self.security_protocol(listener)):
             return None
         value = functools.partial(self.listener_value, listener)
@@ -645,14 +678,14 @@ def _check_listeners(values: dict[str, Any], listeners: dict[str, tuple[str, int
         if protocol is None and name != HTTP_LISTENER:
             raise ConfigError("listener.security.protocol.map",
                               f"listener {name} (in listeners) has no security protocol here; add {name}:PROTOCOL")
-        if name in values["controller.listener.names"] and protocol != security.PLAINTEXT:
-            raise ConfigError("listener.security.protocol.map",
-                              f"{name}:{protocol}: the controller listener is PLAINTEXT only in this version "
-                              "(keep it on loopback or a private network; docs/security.md)")
         if name == HTTP_LISTENER and protocol not in (None, security.PLAINTEXT):
             raise ConfigError("listener.security.protocol.map", f"{name}:{protocol}: the HTTP listener serves "
                                                                  "/health and /metrics over plain HTTP only")
-    by_name = {name.lower(): name for name in listeners}
+    # A broker-only node dials the controller listener without listening on it: its keys (TLS
+    # trust, the login) are given as listener.name.<controller listener>.* all the same.
+    # (A broker-only node's map may leave it out: PLAINTEXT, as configs written before it could be secured.)
+    controller = values["controller.listener.names"][0]
+    by_name = {name.lower(): name for name in (*listeners, controller)}
     out: dict[str, dict[str, Any]] = {}
     for lower, own in per_listener.items():
         if lower not in by_name:
@@ -731,10 +764,15 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
                 config.server_ssl_context(name)
         config.inter_broker_ssl_context()
         config.inter_broker_sasl()
-        for key in config.unread_logins():
-            log.warning("%s is not read: a broker checks SASL logins against the SCRAM credentials in the "
-                        "metadata log, and logs in to other brokers only with inter.broker.listener.name's "
-                        "entry for sasl.mechanism.inter.broker.protocol", key)
+        config.controller_ssl_context()
+        config.controller_sasl()
+    if config.is_controller and security.uses_tls(config.security_protocol(config.controller_listener_name)):
+        config.server_ssl_context(config.controller_listener_name)
+    for key in config.unread_logins():
+        log.warning("%s is not read: brokers and controllers check SASL logins against the SCRAM credentials "
+                    "in the metadata log; a broker logs in with inter.broker.listener.name's entry for "
+                    "sasl.mechanism.inter.broker.protocol and the controller listener's for "
+                    "sasl.mechanism.controller.protocol", key)
     return config
 
 

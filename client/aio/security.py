@@ -55,6 +55,16 @@ def apply_security(config: dict[str, Any]) -> None:
     SSL and SASL_*, make its ``connection_factory`` one that dials TLS and/or authenticates
     (unless the caller gave their own).
     ConfigError names the key; the password never appears in a message."""
+    context, sasl = dial_settings(config)
+    if (context is not None or sasl is not None) and config.get("connection_factory") is None:
+        config["connection_factory"] = functools.partial(tls_connection_factory, context, sasl=sasl)
+
+
+def dial_settings(config: dict[str, Any]) -> tuple[ssl.SSLContext | None, SaslClientSettings | None]:
+    """(TLS context, SASL login) a client with these security keys (kafka-python's, defaults
+    filled in) dials with: None, None for PLAINTEXT. ``security_protocol`` is upper-cased in
+    ``config``. Also what tools dialling the controllers use (raftka/cluster/controller_client.py).
+    ConfigError names the key; the password never appears in a message."""
     protocol = config["security_protocol"]
     if not isinstance(protocol, str) or protocol.upper() not in security.SECURITY_PROTOCOLS:
         raise ConfigError("security_protocol", f"must be one of {', '.join(security.SECURITY_PROTOCOLS)}, "
@@ -81,11 +91,8 @@ def apply_security(config: dict[str, Any]) -> None:
         if given:  # a silently ignored TLS setting is how a client ends up talking plaintext
             raise ConfigError("security_protocol", f"is {protocol} but {', '.join(given)} is set; "
                                                    "use security_protocol='SSL'")
-        if sasl is not None and config["connection_factory"] is None:
-            config["connection_factory"] = functools.partial(tls_connection_factory, None, sasl=sasl)
-        return
+        return None, sasl
     if context is None:
         context = security.client_ssl_context(config["ssl_cafile"], config["ssl_certfile"], config["ssl_keyfile"],
                                               config["ssl_password"], config["ssl_check_hostname"])
-    if config["connection_factory"] is None:
-        config["connection_factory"] = functools.partial(tls_connection_factory, context, sasl=sasl)
+    return context, sasl

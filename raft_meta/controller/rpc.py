@@ -10,10 +10,12 @@ One-shot requests to a controller use ``raftka.cluster.controller_client``.
 from __future__ import annotations
 
 import logging
+import ssl as ssl_module
 from typing import Any, Awaitable, Callable, Iterable
 
 from raftka.common.api import ApiKey
 from raftka.common.messages import KAFKA_API
+from raftka.common.sasl import SaslServerSettings
 from raftka.common.server import Request, Response, Server
 from raftka.common.transport import SOCKET_REQUEST_MAX_BYTES_DEFAULT
 from raftka.raft_meta.controller.service import CONTROLLER_APIS
@@ -29,17 +31,19 @@ CONTROLLER_API_KEYS: frozenset[int] = frozenset({*CONTROLLER_APIS, ApiKey.API_VE
 
 class RpcServer:
     """The controller listener: calls ``handle(api_key, api_version, body, ctx)`` per request,
-    ``ctx`` being ``{"peer", "client_id", "connection_id"}``. Metrics: ``server.metrics``."""
+    ``ctx`` being ``{"peer", "client_id", "connection_id", "principal"}``. ``sasl``: a SASL_*
+    listener's settings (connections log in first); ``start(ssl=...)``: a TLS listener.
+    Metrics: ``server.metrics``."""
 
     def __init__(self, handle: Handle, *, max_frame_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                  max_connections: int = 1000, idle_timeout_ms: int = 600_000,
                  name: str = "controller", api_keys: Iterable[int] = CONTROLLER_API_KEYS,
-                 **limits: Any) -> None:
+                 sasl: SaslServerSettings | None = None, **limits: Any) -> None:
         self.handle = handle
         # ``limits``: the Server's other limits (max_connections_per_ip, ...; ServerConfig.server_limits)
         self.server = Server(self._on_request, max_frame_bytes=max_frame_bytes,
                              max_connections=max_connections, idle_timeout_ms=idle_timeout_ms,
-                             kafka_api={k: KAFKA_API[k] for k in api_keys}, name=name, **limits)
+                             kafka_api={k: KAFKA_API[k] for k in api_keys}, name=name, sasl=sasl, **limits)
 
     @property
     def port(self) -> int | None:
@@ -59,12 +63,13 @@ class RpcServer:
         return self.server.connection_count
 
     async def _on_request(self, request: Request) -> Response:
-        ctx = {"peer": request.peer, "client_id": request.client_id, "connection_id": request.connection_id}
+        ctx = {"peer": request.peer, "client_id": request.client_id, "connection_id": request.connection_id,
+               "principal": request.principal}
         code, out = await self.handle(request.api_key, request.api_version, request.body, ctx)
         return Response(code, out)
 
-    async def start(self, host: str, port: int) -> "RpcServer":
-        await self.server.start(host, port)
+    async def start(self, host: str, port: int, ssl: "ssl_module.SSLContext | None" = None) -> "RpcServer":
+        await self.server.start(host, port, ssl=ssl)
         return self
 
     async def close(self) -> None:

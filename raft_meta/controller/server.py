@@ -23,7 +23,8 @@ import sys
 import threading
 from typing import Any, Callable
 
-from raftka.common import event_loop
+from raftka.common import event_loop, security
+from raftka.common.sasl import SaslServerSettings
 from raftka.common.server_config import ServerConfig
 from raftka.raft_meta.controller.rpc import RpcServer
 from raftka.raft_meta.controller.service import ControllerService
@@ -89,9 +90,18 @@ async def serve_controller(config: ServerConfig, raft: RaftClient, state: Contro
     from raftka.raft_meta.controller.quorum_controller import QuorumController
     QuorumController(service)  # the metadata handlers and the active controller's duties
     host, port = config.controller_listener
-    server = RpcServer(service.handle, **config.server_limits)  # socket.request.max.bytes, max.connections, ...
+    name = config.controller_listener_name
+    protocol = config.security_protocol(name)
+    sasl = None
+    if security.uses_sasl(protocol):
+        # Brokers and tools log in with the SCRAM credentials of the committed metadata (the
+        # brokers' own user from `storage format --add-scram`, before any broker exists).
+        sasl = SaslServerSettings(tuple(config.listener_value(name, "sasl.enabled.mechanisms")),
+                                  lambda user, mechanism: state.metadata.image.scram_credential(user, mechanism))
+    server = RpcServer(service.handle, **config.server_limits,  # socket.request.max.bytes, max.connections, ...
+                       sasl=sasl, name=f"controller {config.node_id} {name}")
     server.on_peer_closed = service.connection_closed  # a kill -9'd broker's heartbeat connection
-    await server.start(host, port)
+    await server.start(host, port, ssl=config.server_ssl_context(name) if security.uses_tls(protocol) else None)
     service.start_background()
     http_runner = None
     http_note = ""

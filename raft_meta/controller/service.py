@@ -31,11 +31,13 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from raftka.common import errors
+from raftka.common import authorizer, errors
+from raftka.common.authenticator import ANONYMOUS
 from raftka.common.errors import NotControllerError, RaftkaError
 from raftka.common.messages.controller import CONTROLLER_LISTENER
 from raftka.common.records import BatchBuilder
 from raftka.common.server_config import ServerConfig
+from raftka.raft_meta.controller.authorization import ControllerGate, refused_answer
 from raftka.raft_meta.metadata.state import ControllerStateMachine, controller_record
 from raftka.raft_meta.raft import RaftClient
 
@@ -131,6 +133,10 @@ class ControllerService:
         # Awaited on the active controller before a request that may commit (bootstrap.py: the
         # bootstrap records come first in the log); None: nothing to do.
         self.before_commits: Callable[[], Awaitable[None]] | None = None
+        # ACLs on this listener (authorization.py) when authorizer.class.name is set; None: off.
+        self.gate: ControllerGate | None = None
+        if authorizer.enabled(config):
+            self.gate = ControllerGate(config, lambda: self.state.metadata.image.acls)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -204,8 +210,16 @@ class ControllerService:
             REQUEST_CONNECTION.set(ctx["connection_id"])
         if api_key in CONTROLLER_APIS:  # bounded key set: unknown keys are not counted
             self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        code, out = await self._handle(api_key, api_version, body)
-        if code != errors.NONE and api_key in CONTROLLER_APIS:
+        refusal = None
+        if self.gate is not None:
+            principal = (ctx.get("principal") if isinstance(ctx, dict) else None) or ANONYMOUS
+            peer = ctx.get("peer") if isinstance(ctx, dict) else None
+            refusal = self.gate.refusal(api_key, principal, peer[0] if peer else "")
+        if refusal is not None:
+            code, out = refused_answer(api_key, body, refusal)
+        else:
+            code, out = await self._handle(api_key, api_version, body)
+        if (code != errors.NONE or refusal is not None) and api_key in CONTROLLER_APIS:
             self.error_counts[api_key] = self.error_counts.get(api_key, 0) + 1
         return code, out
 

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as ssl_module
 from typing import Any, Callable, Final, Sequence
 
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
 from raftka.common.records import iter_records
+from raftka.common.sasl import SaslClientSettings
 from raftka.common.transport import Connection
 from raftka.raft_meta.metadata.state import ControllerStateMachine
 from raftka.raft_meta.metadata.delta import MetadataDelta
@@ -68,7 +70,8 @@ class MetadataFetcher:
                  replica_id: int | None = None, on_metadata_update: MetadataUpdate | None = None,
                  on_update: Callable[[int], None] | None = None,
                  max_wait_ms: int = 500, max_bytes: int = FETCH_MAX_BYTES_DEFAULT, request_timeout_ms: int = 5000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, ssl: "ssl_module.SSLContext | None" = None,
+                 sasl: SaslClientSettings | None = None) -> None:
         assert bootstrap, "at least one controller address"
         assert request_timeout_ms > max_wait_ms
         assert max_bytes > 0
@@ -83,6 +86,8 @@ class MetadataFetcher:
         self.max_bytes = max_bytes
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.ssl = ssl  # the controller listener is SSL / SASL_SSL
+        self.sasl = sasl  # it is SASL_*: log in with these first
         self._next = 0
         self._closed = asyncio.Event()
         self._connection: Connection | None = None  # to the current controller, reused between fetches
@@ -105,7 +110,7 @@ class MetadataFetcher:
                 host, int(port), client_id="metadata-fetcher" if self.replica_id is None
                 else f"metadata-fetcher-{self.replica_id}",
                 connect_timeout_ms=self.request_timeout_ms, request_timeout_ms=self.request_timeout_ms,
-                kafka_versions=KAFKA_VERSIONS)
+                kafka_versions=KAFKA_VERSIONS, ssl=self.ssl, sasl=self.sasl)
         try:
             _, out = await connection.request(api_key, body, KAFKA_VERSIONS[api_key],
                                               timeout_ms=self.request_timeout_ms)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 
 from raftka.cluster.errors import ClusterError, NoClusterError, PortInUseError
 from raftka.cluster.ports import PortPlan, port_is_free
+from raftka.cluster.secure import LISTENER as SECURE_LISTENER, SecureKit
 from raftka.cluster.process import (LOG, READY_TIMEOUT_S, STOP_TIMEOUT_S, Process, project_env, python_argv,
                                     stop_together, wait_until)
 from raftka.cluster.state import (LOCK_FILE, META_PROPERTIES, SECRET_FILE, STATE_FILE, STATE_VERSION,
@@ -112,12 +113,15 @@ class ControllerCluster:
     def __init__(self, root: str | os.PathLike[str], voters: int = 3,
                  configs: dict[str, Any] | None = None, *, secret: str | None = None,
                  base_port: int | None = None, cluster_id: str | None = None,
-                 port_plan: PortPlan | None = None, add_scram: Iterable[str] = ()) -> None:
+                 port_plan: PortPlan | None = None, add_scram: Iterable[str] = (), secure: bool = False) -> None:
         assert voters >= 1, voters
+        self.root = Path(root).resolve()  # absolute: configs and PIDs' command lines name it
+        # secure: every listener SASL_SSL, ACLs on, an admin super user (secure.py)
+        self.security: SecureKit | None = SecureKit.create(self.root) if secure else None
         # Kafka's --add-scram values, salted now and written into each controller's bootstrap
         # file at format time; kept in memory only (never in cluster.json).
-        self.bootstrap_scram = parse_scram_users(add_scram)
-        self.root = Path(root).resolve()  # absolute: configs and PIDs' command lines name it
+        self.bootstrap_scram = parse_scram_users([*(self.security.add_scram() if self.security else ()),
+                                                  *add_scram])
         self.configs = dict(configs or {})
         # Every cluster has a secret: the Raft port refuses to run without one (it unpickles).
         self.secret: str | None = secret or new_secret()
@@ -176,7 +180,7 @@ class ControllerCluster:
         if spec.controller_port is not None:
             listeners.append(f"CONTROLLER://127.0.0.1:{spec.controller_port}")
         if spec.broker_port is not None:
-            listeners.append(f"PLAINTEXT://127.0.0.1:{spec.broker_port}")
+            listeners.append(f"{self.client_listener}://127.0.0.1:{spec.broker_port}")
         if spec.http_port is not None:
             listeners.append(f"HTTP://127.0.0.1:{spec.http_port}")
         values: dict[str, Any] = {
@@ -190,6 +194,8 @@ class ControllerCluster:
             values["controller.quorum.secret.file"] = str(self.secret_path)  # not the secret itself
         if "broker" in spec.roles:
             values["controller.quorum.bootstrap.servers"] = self.bootstrap_controllers
+        if self.security is not None:
+            values.update(self.security.node_configs(spec.roles))
         values.update(self.configs)
         values.update(spec.extra)
         return values
@@ -294,11 +300,25 @@ class ControllerCluster:
         process = self.processes.get(node_id)
         return process is not None and process.paused()
 
+    @property
+    def client_listener(self) -> str:
+        """The name (and protocol) of the brokers' one client listener."""
+        return SECURE_LISTENER if self.security is not None else "PLAINTEXT"
+
+    @property
+    def client_configs(self) -> dict[str, Any]:
+        """The security keywords a Raftka client of this cluster needs (kafka-python's names):
+        none for a plain cluster, the admin super user's login for a secure one."""
+        return self.security.client_configs() if self.security is not None else {}
+
     def describe_quorum(self, node_id: int, timeout_s: float = 5.0) -> dict[str, Any]:
         """Quorum status as seen by one controller (its DescribeQuorum RPC)."""
-        from raftka.cluster.controller_client import describe_quorum
+        from raftka.cluster.controller_client import PLAINTEXT_DIAL, describe_quorum, dial_from_client_configs
         host, port = self.controller_address(node_id)
-        return describe_quorum(f"{host}:{port}", timeout_s=timeout_s)
+        dial = getattr(self, "_dial", None)
+        if dial is None:  # made once: a TLS context and a login, the same for every call
+            dial = self._dial = dial_from_client_configs(self.client_configs) if self.security else PLAINTEXT_DIAL
+        return describe_quorum(f"{host}:{port}", timeout_s=timeout_s, dial=dial)
 
     def leader_id(self, among: Iterable[int] | None = None) -> int | None:
         """The controller that says it is the active controller right now, or None."""
@@ -333,7 +353,7 @@ class ControllerCluster:
                              argv=process.argv)
             nodes[str(node_id)] = entry
         return {"version": STATE_VERSION, "cluster_id": self.cluster_id, "base_port": self.base_port,
-                "started_by": _class_name(self),
+                "started_by": _class_name(self), "secure": self.security is not None,  # its secrets: secure.py's files
                 "configs": self.configs,  # the secret stays in its own file
                 "controller_ids": [n for n, s in self.nodes.items() if "controller" in s.roles],
                 "broker_ids": [n for n, s in self.nodes.items() if "broker" in s.roles],
@@ -405,11 +425,11 @@ class Cluster(ControllerCluster):
     def __init__(self, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,
                  configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
                  secret: str | None = None, combined: bool = False, base_port: int | None = None,
-                 cluster_id: str | None = None, add_scram: Iterable[str] = ()) -> None:
+                 cluster_id: str | None = None, add_scram: Iterable[str] = (), secure: bool = False) -> None:
         plan = PortPlan(base_port)
         plaintext = plan.take((controllers if combined else 0) + brokers)
         super().__init__(root, controllers, configs, secret=secret, cluster_id=cluster_id, port_plan=plan,
-                         add_scram=add_scram)
+                         add_scram=add_scram, secure=secure)
         http = plan.take(brokers)
         self.controller_ids = list(self.nodes)
         self.broker_ids: list[int] = []
@@ -433,11 +453,12 @@ class Cluster(ControllerCluster):
               configs: dict[str, Any] | None = None, *, broker_configs: dict[str, Any] | None = None,
               timeout_s: float = READY_TIMEOUT_S, secret: str | None = None, combined: bool = False,
               base_port: int | None = None, progress: Callable[[str], None] | None = None,
-              add_scram: Iterable[str] = ()) -> "Cluster":
+              add_scram: Iterable[str] = (), secure: bool = False) -> "Cluster":
         """Start a new cluster in ``root`` and wait until every broker is ready. ``add_scram``:
-        SCRAM users of Kafka's ``--add-scram`` syntax the cluster starts with (bootstrap.py)."""
+        SCRAM users of Kafka's ``--add-scram`` syntax the cluster starts with (bootstrap.py);
+        ``secure``: SASL_SSL everywhere, ACLs, an admin super user (secure.py)."""
         cluster = cls(root, controllers, brokers, configs, broker_configs=broker_configs, secret=secret,
-                      combined=combined, base_port=base_port, add_scram=add_scram)
+                      combined=combined, base_port=base_port, add_scram=add_scram, secure=secure)
         try:
             cluster.ensure_running(timeout_s, progress=progress, check_unfenced=False)
         except BaseException:
@@ -509,6 +530,7 @@ class Cluster(ControllerCluster):
         except OSError:
             self.secret = None
         self.cluster_id = state["cluster_id"]
+        self.security = SecureKit.load(root) if state.get("secure") else None
         self.bootstrap_scram = []  # an existing cluster was formatted already
         self.base_port = state.get("base_port")
         self.nodes = {}
@@ -550,7 +572,8 @@ class Cluster(ControllerCluster):
     def up(cls, root: str | os.PathLike[str], controllers: int | None = None, brokers: int | None = None, *,
            combined: bool = False, base_port: int | None = DEFAULT_BASE_PORT,
            configs: dict[str, Any] | None = None, timeout_s: float = READY_TIMEOUT_S,
-           progress: Callable[[str], None] | None = None, add_scram: Iterable[str] = ()) -> tuple["Cluster", bool]:
+           progress: Callable[[str], None] | None = None, add_scram: Iterable[str] = (),
+           secure: bool = False) -> tuple["Cluster", bool]:
         """Start the cluster kept in ``root``, creating it the first time (cluster id, formatted
         storage, one config per node), and wait until it is ready: quorum leader elected, every
         broker registered and unfenced. Idempotent: nodes already running are left alone, and an
@@ -559,6 +582,7 @@ class Cluster(ControllerCluster):
         and min.insync.replicas min(2, brokers) unless ``configs`` says otherwise. ``add_scram``
         (Kafka's ``--add-scram`` values) goes into a new cluster's format; for an existing one it
         is a ClusterError (its metadata log is not empty: use AlterUserScramCredentials).
+        ``secure`` makes a new cluster secure (secure.py); an existing one keeps what it is.
         Nodes it starts keep running after this process exits; ``down()`` stops them."""
         root = Path(root).resolve()
         add_scram = list(add_scram)
@@ -579,7 +603,7 @@ class Cluster(ControllerCluster):
                     raise ClusterError("a cluster without brokers serves no clients: ask for --brokers 1 or more, or --combined")
                 defaults = {"default.replication.factor": min(3, serving), "min.insync.replicas": min(2, serving)}
                 cluster = cls(root, controllers, brokers, {**defaults, **(configs or {})}, combined=combined,
-                              base_port=base_port, add_scram=add_scram)
+                              base_port=base_port, add_scram=add_scram, secure=secure)
                 for node_id in cluster.nodes:  # before anything starts: fail fast, leave nothing running
                     cluster.check_ports(node_id)
                 cluster.save_state()
@@ -588,6 +612,9 @@ class Cluster(ControllerCluster):
             else:
                 cluster = cls.open(root)
                 cluster.check_can_launch()
+                if secure and cluster.security is None:
+                    raise ClusterError(f"{root} already holds a PLAINTEXT cluster; --secure applies when a cluster "
+                                       f"is made (`raftka cluster down --dir {root} --delete` first, or use another --dir)")
                 only_brokers = len([b for b in cluster.broker_ids if b not in cluster.controller_ids])
                 if ((controllers is not None and controllers != len(cluster.controller_ids))
                         or (brokers is not None and brokers != only_brokers)
@@ -677,7 +704,7 @@ class Cluster(ControllerCluster):
                 continue
             try:
                 admin = AdminClient(bootstrap_servers=self.broker_address(node_id),
-                                    request_timeout_ms=int(timeout_s * 1000))
+                                    request_timeout_ms=int(timeout_s * 1000), **self.client_configs)
             except RaftkaError:
                 continue
             try:
@@ -740,6 +767,8 @@ class Cluster(ControllerCluster):
                         shutil.rmtree(spec.data_dir, ignore_errors=True)
                 self.state_path.unlink(missing_ok=True)
                 self.secret_path.unlink(missing_ok=True)
+                if self.security is not None:
+                    self.security.delete()
             else:
                 self.save_state()
         if delete:

@@ -9,12 +9,14 @@ answers are Kafka's bodies; the code returned with one is its whole-request erro
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_module
 import time
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
+from raftka.common.sasl import SaslClientSettings
 from raftka.common.messages.controller import (
     DESCRIBE_QUORUM_BODY, NEWEST_VERSIONS, answer_error, node_listener, quorum_partition,
 )
@@ -29,12 +31,33 @@ RAFT_LISTENER: Final = "RAFT"  # the listener name under which DescribeQuorum's 
 CLIENT_ID: Final = "raftka-tool"
 
 
-async def _call(address: str, api_key: int, body: Any, timeout_ms: int) -> tuple[int, Any]:
+class Dial(NamedTuple):
+    """How a tool dials the controllers' listener: its TLS context (SSL, SASL_SSL) and SASL login
+    (SASL_*); the default is PLAINTEXT. ``dial_from_client_configs`` makes one from a client
+    properties file's keywords (``--command-config``, a secure cluster's client.properties)."""
+    ssl: "ssl_module.SSLContext | None" = None
+    sasl: "SaslClientSettings | None" = None
+
+
+PLAINTEXT_DIAL: Final = Dial()
+
+
+def dial_from_client_configs(configs: dict[str, Any]) -> Dial:
+    """A Dial from kafka-python's security keywords (``security_protocol``, ``ssl_cafile``,
+    ``sasl_mechanism``, ...; raftka.client.properties.client_configs' output). ConfigError names
+    a bad key, never the password."""
+    from raftka.client.aio.security import SECURITY_DEFAULTS, dial_settings
+    config = {**SECURITY_DEFAULTS, **{k: v for k, v in configs.items() if k in SECURITY_DEFAULTS}}
+    return Dial(*dial_settings(config))
+
+
+async def _call(address: str, api_key: int, body: Any, timeout_ms: int, dial: Dial = PLAINTEXT_DIAL) -> tuple[int, Any]:
     from raftka.common.transport import Connection
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout_ms / 1000
     connection = await Connection.open(host, int(port), client_id=CLIENT_ID, connect_timeout_ms=timeout_ms,
-                                       max_in_flight_requests=1, kafka_versions=KAFKA_VERSIONS)
+                                       max_in_flight_requests=1, kafka_versions=KAFKA_VERSIONS,
+                                       ssl=dial.ssl, sasl=dial.sasl)
     try:
         left_ms = max(1, int((deadline - time.monotonic()) * 1000))
         _, out = await connection.request(api_key, body, timeout_ms=left_ms)
@@ -43,16 +66,17 @@ async def _call(address: str, api_key: int, body: Any, timeout_ms: int) -> tuple
     return answer_error(out), out
 
 
-def call_controller(address: str, api_key: int, body: Any, *, timeout_ms: int = 5000) -> tuple[int, Any]:
+def call_controller(address: str, api_key: int, body: Any, *, timeout_ms: int = 5000,
+                    dial: Dial = PLAINTEXT_DIAL) -> tuple[int, Any]:
     """One request to the controller at ``address`` on a fresh connection: (error_code, body).
-    Network failures raise typed, retriable errors."""
-    return asyncio.run(_call(address, api_key, body, timeout_ms))
+    Network failures raise typed, retriable errors; a refused login SaslAuthenticationFailedError."""
+    return asyncio.run(_call(address, api_key, body, timeout_ms, dial))
 
 
-def describe_quorum(address: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
+def describe_quorum(address: str, *, timeout_s: float = 5.0, dial: Dial = PLAINTEXT_DIAL) -> dict[str, Any]:
     """One controller's DescribeQuorum (v2) answer, read by :func:`quorum_view`."""
     code, answer = call_controller(address, ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_BODY,
-                                   timeout_ms=int(timeout_s * 1000))
+                                   timeout_ms=int(timeout_s * 1000), dial=dial)
     if code != errors.NONE:
         raise errors.error_for(code, (answer or {}).get("error_message") or f"DescribeQuorum to {address} refused")
     return quorum_view(answer)
@@ -100,7 +124,7 @@ def quorum_view(answer: dict) -> dict[str, Any]:
 
 
 def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: float = 10.0,
-                       attempts_max: int = 20) -> tuple[int, Any]:
+                       attempts_max: int = 20, dial: Dial = PLAINTEXT_DIAL) -> tuple[int, Any]:
     """Send a request to the active controller, following NOT_CONTROLLER answers.
 
     ``bootstrap`` is "host:port,..." of controllers' RPC listeners. Returns (error_code, body) of
@@ -119,8 +143,10 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
         if remaining_ms <= 0:
             break
         try:
-            code, out = call_controller(address, api_key, body, timeout_ms=min(remaining_ms, 5000))
+            code, out = call_controller(address, api_key, body, timeout_ms=min(remaining_ms, 5000), dial=dial)
         except RaftkaError as error:
+            if not error.retriable:  # a refused login or TLS handshake: no other controller differs
+                raise
             last = (error.code, {"error_message": error.message})
             time.sleep(0.05)
             continue
@@ -128,7 +154,7 @@ def controller_request(bootstrap: str, api_key: int, body: Any, *, timeout_s: fl
             return code, out
         last = (code, out)
         try:
-            target = describe_quorum(address, timeout_s=min(remaining_ms, 5000) / 1000)["leader_endpoint"]
+            target = describe_quorum(address, timeout_s=min(remaining_ms, 5000) / 1000, dial=dial)["leader_endpoint"]
         except RaftkaError:
             target = None
         if not target:

@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "syntax: SCRAM-SHA-256=[name=admin,password=admin-secret], optionally iterations=N, "
                          "salt=S, or password-file=PATH instead of password (the shell history keeps a "
                          "password given here)")
+    up.add_argument("--secure", action="store_true",
+                    help="a new cluster with SASL_SSL (SCRAM) on every listener, a private CA, ACLs, and an admin "
+                         "super user whose login DIR/client.properties (mode 600) holds for every raftka command")
     up.add_argument("--timeout-ms", type=int, default=60_000, help="give up waiting after this long")
     up.add_argument("--quiet", action="store_true", help="no progress lines")
     up.add_argument("--stop-hint", default=None, help=argparse.SUPPRESS)  # scripts name their own stop command
@@ -81,7 +84,7 @@ def run_up(args: argparse.Namespace) -> int:
     cluster, created = Cluster.up(cluster_dir(args), args.controllers, args.brokers, combined=args.combined,
                                   base_port=base_port, configs=parse_key_values(args.config, "--config"),
                                   timeout_s=args.timeout_ms / 1000, progress=None if args.quiet else say,
-                                  add_scram=args.add_scram)
+                                  add_scram=args.add_scram, secure=args.secure)
     took = time.monotonic() - began
     if not created and args.base_port is not None:
         say("note: --base-port applies to a new cluster; this one keeps its ports")
@@ -90,6 +93,14 @@ def run_up(args: argparse.Namespace) -> int:
     print(f"bootstrap servers: {cluster.bootstrap_servers}")
     print(f"bootstrap controllers: {cluster.bootstrap_controllers}")
     print(f"stop it with: {_hint(args, cluster_dir(args))}")
+    kit = cluster.security
+    if kit is not None:
+        print(f"security: SASL_SSL (SCRAM-SHA-256/512) on every listener, ACLs on; CA certificate {kit.ca_path}")
+        print(f"admin super user's login: {kit.client_properties_path} (mode 600; raftka commands with "
+              f"--dir {cluster_dir(args)} read it, Kafka's tools take it as --command-config)")
+        if args.secure and not created:
+            say("note: this cluster already existed; it keeps its CA and users")
+        return 0
     # Kafka's quickstart is the same: plain TCP, no login, no ACLs (docs/security.md).
     say(f"note: PLAINTEXT listeners ({cluster.bootstrap_servers}) without authentication: anyone who can "
         "reach them can read and write every topic (docs/security.md)")
@@ -126,7 +137,7 @@ def run_status(args: argparse.Namespace) -> int:
     table = [["NODE", "NAME", "ROLE", "PID", "ALIVE", "STATE", "PORTS"]]
     for row in rows:
         ports = " ".join(f"{label}={row[key]}" for key, label in (
-            ("plaintext_port", "plaintext"), ("controller_port", "controller"), ("raft_port", "raft"),
+            ("plaintext_port", cluster.client_listener.lower()), ("controller_port", "controller"), ("raft_port", "raft"),
             ("http_port", "http")) if row[key] is not None)
         table.append([row["node_id"], row["name"], ",".join(row["roles"]), row["pid"] or "-",
                       "yes" if row["alive"] else "no", _state(row), ports])

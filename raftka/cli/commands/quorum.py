@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from raftka.cli.commands._common import CommandError, one_line_errors
+from raftka.cli.commands._common import CommandError, add_command_config_arg, command_configs, one_line_errors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true",
                         help="print the answer as JSON (controller_client.quorum_view's fields)")
     status.add_argument("--timeout-ms", type=int, default=5000)
+    add_command_config_arg(status)
     status.set_defaults(func=run_status)
     unregister = sub.add_parser("unregister-broker",
                                 help="remove a broker taken out for good (Kafka's UnregisterBroker)")
@@ -39,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help="controllers' RPC listeners (CONTROLLER://)")
     unregister.add_argument("--broker-id", type=int, required=True)
     unregister.add_argument("--timeout-ms", type=int, default=10_000)
+    add_command_config_arg(unregister)
     unregister.set_defaults(func=run_unregister_broker)
     run = sub.add_parser("run", help="a local controller quorum in the foreground until Ctrl-C or SIGTERM")
     run.add_argument("--voters", type=int, default=3, choices=[1, 3, 5], help="quorum size (default 3)")
@@ -52,10 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_status(args: argparse.Namespace) -> int:
     from raftka.cluster.controller_client import describe_quorum
     timeout_s = args.timeout_ms / 1000
-    status = describe_quorum(args.bootstrap_controller, timeout_s=timeout_s)
+    dial = _dial(args)
+    status = describe_quorum(args.bootstrap_controller, timeout_s=timeout_s, dial=dial)
     if not status["active"] and status["leader_endpoint"]:
         try:  # the active controller knows every voter's log end offset
-            status = describe_quorum(status["leader_endpoint"], timeout_s=timeout_s)
+            status = describe_quorum(status["leader_endpoint"], timeout_s=timeout_s, dial=dial)
         except Exception:
             pass  # keep the bootstrap controller's view
     if args.json:
@@ -93,11 +97,24 @@ def run_unregister_broker(args: argparse.Namespace) -> int:
     from raftka.common import errors
     from raftka.common.api import ApiKey
     code, out = controller_request(args.bootstrap_controller, ApiKey.UNREGISTER_BROKER, {"broker_id": args.broker_id},
-                                   timeout_s=args.timeout_ms / 1000)
+                                   timeout_s=args.timeout_ms / 1000, dial=_dial(args))
     if code != errors.NONE:
         raise errors.error_for(code, (out or {}).get("error_message") or f"broker {args.broker_id} not unregistered")
     print(f"unregistered broker {args.broker_id}")
     return 0
+
+
+def _dial(args: argparse.Namespace) -> Any:
+    """How to dial the controllers: PLAINTEXT, or the security keys of --command-config (as
+    kafka-metadata-quorum --command-config: the controller listener's protocol and login)."""
+    from raftka.cluster.controller_client import PLAINTEXT_DIAL, dial_from_client_configs
+    from raftka.common.errors import ConfigError
+    if not args.command_config:
+        return PLAINTEXT_DIAL
+    try:
+        return dial_from_client_configs(command_configs(args, "admin"))
+    except ConfigError as error:
+        raise CommandError(f"--command-config {args.command_config}: {error.message}") from None
 
 
 def _opt(value: object) -> str:
