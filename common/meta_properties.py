@@ -165,6 +165,13 @@ def write_bootstrap(path: Path, credentials: list[tuple[str, scram.ScramCredenti
         for name, c in credentials]}, sort_keys=True)
     text = (f"raftka-bootstrap version={BOOTSTRAP_VERSION} crc32={zlib.crc32(body.encode('utf-8')):08x}\n"
             f"{body}\n")
+    write_private_atomic(path, text)
+
+
+def write_private_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader
+    sees the old file or the new one, never half of one. Mode 600: only the owner may read it
+    (a node's files name secrets, keys and credentials)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as file:

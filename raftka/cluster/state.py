@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from raftka.cluster.process import READY_TIMEOUT_S
+from raftka.common.meta_properties import write_private_atomic as write_atomic
 
 STATE_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"  # the Raft port's secret, mode 600
@@ -49,18 +50,6 @@ def write_properties(path: Path, values: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# written by raftka.cluster"] + [f"{k}={v}" for k, v in values.items()]
     write_atomic(path, "\n".join(lines) + "\n")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader
-    sees the old file or the new one, never half of one. Mode 600: only the owner may read it
-    (the cluster's files name its secret file, configs and processes)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        os.fchmod(file.fileno(), 0o600)  # a leftover .tmp keeps its old mode otherwise
-        file.write(text)
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
