@@ -47,7 +47,7 @@ class ReadSettings:
     include_headers: bool
     fail_on_data_loss: bool
     poll_timeout_ms: int
-    consumer_configs: dict[str, Any] = field(default_factory=dict)
+    consumer_configs: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold the SASL password
 
 
 def data_loss_message(what: str) -> str:

@@ -11,6 +11,7 @@ import re
 from typing import Iterable, Mapping
 
 from raftka.client import Consumer, TopicPartition
+from raftka.client.aio.security import SECURITY_DEFAULTS
 from raftka.client.errors import RaftkaError
 
 from raftka.spark.options import Subscription
@@ -18,6 +19,9 @@ from raftka.spark.options import Subscription
 log = logging.getLogger(__name__)
 
 INTERNAL_TOPIC_PREFIX = "__"  # internal topics (group offsets, ...) never match a pattern
+# The reader's client configs the driver's consumers take too (not the fetch sizes): the
+# security ones connect to a secure cluster as the tasks do.
+DRIVER_CONFIGS = ("client_id", "request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms", *SECURITY_DEFAULTS)
 
 
 class UnknownTopicError(LookupError):
@@ -41,8 +45,7 @@ class ClusterView:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            configs = {k: v for k, v in self.consumer_configs.items()
-                       if k in ("client_id", "request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms")}
+            configs = {k: v for k, v in self.consumer_configs.items() if k in DRIVER_CONFIGS}
             configs.setdefault("client_id", "raftka-spark-driver")
             self._consumer = Consumer(bootstrap_servers=self.bootstrap_servers, **configs)
         return self._consumer
@@ -51,9 +54,10 @@ class ClusterView:
         if self.group_id is None:
             raise ConsumerGroupsUnavailableError("no group.id set")
         if self._group_consumer is None:
+            security = {k: v for k, v in self.consumer_configs.items() if k in SECURITY_DEFAULTS}
             self._group_consumer = Consumer(bootstrap_servers=self.bootstrap_servers,
                                             group_id=self.group_id, enable_auto_commit=False,
-                                            client_id="raftka-spark-committer")
+                                            client_id="raftka-spark-committer", **security)
         return self._group_consumer
 
     def close(self) -> None:

@@ -6,6 +6,13 @@ option, so a typo fails the query at once with a message instead of deep inside 
 
 Everything here is plain data and pure functions (no Spark, no network): it is pickled into
 Spark's Python workers and unit-tested without a JVM.
+
+Kafka's security configs (``kafka.security.protocol``, ``kafka.ssl.*``, ``kafka.sasl.*``) are
+turned into client keywords by raftka.client.properties, as a client.properties file is, and
+checked here by the client's own rules (PEM files read, SASL settings complete), so a typo fails
+on the driver naming the option. The client keywords then hold the SASL password: a message
+never repeats ``sasl.jaas.config`` or ``ssl.key.password``, and the dataclasses keep the configs
+out of their repr.
 """
 from __future__ import annotations
 
@@ -15,6 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from raftka.client import TopicPartition
+from raftka.client.aio.consumer import DEFAULTS as CONSUMER_DEFAULTS
+from raftka.client.aio.producer import DEFAULTS as PRODUCER_DEFAULTS
+from raftka.client.aio.security import SECURITY_DEFAULTS, apply_security
+from raftka.client.errors import ConfigError
+from raftka.client.properties import REFUSED as PROPERTY_REFUSED
+from raftka.client.properties import client_configs
+from raftka.common import sasl, security
 
 EARLIEST = -2  # in per-partition JSON offsets, as in Spark's Kafka source
 LATEST = -1
@@ -30,6 +44,11 @@ PRODUCER_PASSTHROUGH = {"client.id", "request.timeout.ms", "linger.ms", "batch.s
                         "compression.type", "delivery.timeout.ms", "max.block.ms", "buffer.memory",
                         "max.request.size", "retry.backoff.ms", "metadata.max.age.ms",
                         "max.in.flight.requests.per.connection"}
+# Kafka's security configs, for the reader and the writer alike (raftka.client.properties maps
+# them: sasl.jaas.config to user name and password, the truststore to ssl_cafile, ...).
+SECURITY = {"security.protocol", "ssl.truststore.location", "ssl.truststore.type", "ssl.keystore.location",
+            "ssl.keystore.type", "ssl.key.password", "ssl.endpoint.identification.algorithm",
+            "sasl.mechanism", "sasl.jaas.config"}
 # Refused as Spark's Kafka source refuses them: the source manages these itself.
 FORBIDDEN = {"auto.offset.reset": "use startingOffsets",
              "enable.auto.commit": "offsets are tracked in Spark's checkpoint (and committed to group.id)",
@@ -89,15 +108,19 @@ def _client_configs(opts: dict[str, str], allowed: set[str], role: str) -> dict[
     """kafka.* options -> client keyword arguments; forbidden ones raise, unknown ones too (a
     silently ignored config is a bug waiting to happen)."""
     out: dict[str, Any] = {}
+    secured: dict[str, str] = {}
     for key, raw in opts.items():
         if not key.startswith("kafka.") or key in ("kafka.bootstrap.servers", "kafka.group.id"):
             continue
         name = key[len("kafka."):]
         if name in FORBIDDEN:
             raise InvalidOptionError(key, f"is not supported: {FORBIDDEN[name]}")
+        if name in SECURITY or name in PROPERTY_REFUSED:  # the latter refused with the reason
+            secured[name] = raw
+            continue
         if name not in allowed:
-            raise InvalidOptionError(key, f"is not a {role} config the raftka source passes on "
-                                          f"(known: {', '.join('kafka.' + n for n in sorted(allowed))})")
+            known = ", ".join("kafka." + n for n in sorted(allowed | SECURITY))
+            raise InvalidOptionError(key, f"is not a {role} config the raftka source passes on (known: {known})")
         value: Any = raw
         if name == "check.crcs":
             value = raw.strip().lower() == "true"
@@ -107,7 +130,59 @@ def _client_configs(opts: dict[str, str], allowed: set[str], role: str) -> dict[
             except ValueError:
                 raise InvalidOptionError(key, f"must be an integer, got {raw!r}") from None
         out[name.replace(".", "_")] = value
+    if secured:
+        out.update(_security_configs(secured, CONSUMER_DEFAULTS if role == "consumer" else PRODUCER_DEFAULTS))
     return out
+
+
+def _option_error(error: ConfigError, option: str) -> InvalidOptionError:
+    """A client's ConfigError (``key: problem``) as the Spark option's error."""
+    problem = error.message
+    if problem.startswith(f"{error.key}: "):
+        problem = problem[len(error.key) + 2:]
+    return InvalidOptionError(option, problem)
+
+
+def _security_configs(props: dict[str, str], known: Mapping[str, Any]) -> dict[str, Any]:
+    """Kafka's security configs (names without ``kafka.``) -> client keywords, checked as the
+    client checks them, with Kafka's option names in every message and never a password."""
+    try:
+        configs = client_configs(props, known)
+    except ConfigError as error:
+        raise _option_error(error, f"kafka.{error.key}") from None
+    protocol = str(configs.get("security_protocol", security.PLAINTEXT)).upper()
+    if protocol not in security.SECURITY_PROTOCOLS:
+        raise InvalidOptionError("kafka.security.protocol", f"must be one of {', '.join(security.SECURITY_PROTOCOLS)}, "
+                                                            f"got {props['security.protocol']!r}")
+    configs["security_protocol"] = protocol
+    given_sasl = [f"kafka.{n}" for n in sorted(props) if n.startswith("sasl.")]
+    given_ssl = [f"kafka.{n}" for n in sorted(props) if n.startswith("ssl.")]
+    if security.uses_sasl(protocol):
+        mechanism = props.get("sasl.mechanism", "").strip()
+        if mechanism.upper() not in sasl.MECHANISMS:
+            # Kafka's default mechanism, GSSAPI (Kerberos), is not one Raftka speaks.
+            got = f"got {mechanism!r}" if mechanism else "none is set"
+            raise InvalidOptionError("kafka.sasl.mechanism", f"must be one of {', '.join(sasl.MECHANISMS)} with "
+                                                             f"security.protocol={protocol}; {got}")
+        configs["sasl_mechanism"] = mechanism.upper()
+        if "sasl.jaas.config" not in props:
+            raise InvalidOptionError("kafka.sasl.jaas.config", f"is required with security.protocol={protocol}: "
+                                     f'{sasl.login_module_of(mechanism.upper())} required username="..." '
+                                     'password="...";')
+    elif given_sasl:  # a silently ignored SASL setting is how a client ends up unauthenticated
+        raise InvalidOptionError("kafka.security.protocol", f"is {protocol}, which does not use "
+                                 f"{', '.join(given_sasl)}; use SASL_SSL or SASL_PLAINTEXT")
+    if given_ssl and not security.uses_tls(protocol):  # ... and talking plaintext
+        raise InvalidOptionError("kafka.security.protocol", f"is {protocol}, which does not use "
+                                 f"{', '.join(given_ssl)}; use SSL or SASL_SSL")
+    # The client's own checks (readable PEM files, a key its password decrypts), here on the
+    # driver rather than in every task; its keyword is traced back to the option that set it.
+    try:
+        apply_security({**SECURITY_DEFAULTS, **configs, "connection_factory": None})
+    except ConfigError as error:
+        origin = {keyword: name for name, raw in props.items() for keyword in client_configs({name: raw}, known)}
+        raise _option_error(error, f"kafka.{origin.get(error.key, error.key.replace('_', '.'))}") from None
+    return configs
 
 
 def parse_offsets_json(name: str, raw: str) -> dict[TopicPartition, int]:
@@ -222,7 +297,7 @@ class ReadOptions:
     include_headers: bool
     group_id: str | None
     poll_timeout_ms: int
-    consumer_configs: dict[str, Any]
+    consumer_configs: dict[str, Any] = field(repr=False)  # may hold the SASL password
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> "ReadOptions":
@@ -265,7 +340,7 @@ class WriteOptions:
 
     bootstrap_servers: str
     topic: str | None
-    producer_configs: dict[str, Any]
+    producer_configs: dict[str, Any] = field(repr=False)  # may hold the SASL password
     flush_timeout_ms: int
 
     @classmethod

@@ -1,9 +1,11 @@
 """The Spark data source's pure parts, without a JVM or a cluster: option checking (clear errors
-naming the option), the offsets' JSON form, maxOffsetsPerTrigger shares, minPartitions splits,
+naming the option; Kafka's security options mapped by the client's rules, never showing a
+password), the offsets' JSON form, maxOffsetsPerTrigger shares, minPartitions splits,
 the Arrow schema, and the Java check."""
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import stat
 
@@ -105,6 +107,109 @@ def test_kafka_prefixed_client_configs_reach_the_client_as_keywords():
     assert w.topic == "t" and w.producer_configs == {"linger_ms": 20}
     with pytest.raises(InvalidOptionError, match="idempotent"):
         WriteOptions.parse({"kafka.bootstrap.servers": "h:1", "kafka.enable.idempotence": "false"})
+
+
+PASSWORD = "s3cret-Spark-Passw0rd"
+SCRAM_JAAS = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="{PASSWORD}";'
+SASL_SSL = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+            "kafka.sasl.jaas.config": SCRAM_JAAS}
+
+
+@pytest.fixture(scope="module")
+def pem_files(tmp_path_factory) -> dict[str, str]:
+    """A private CA's certificate (a truststore) and a client keystore whose key is encrypted."""
+    from raftka.cluster.certs import CertificateAuthority, write_pem
+    directory = tmp_path_factory.mktemp("spark-pem")
+    ca = CertificateAuthority.create("raftka spark units CA", days=1)
+    client = ca.issue("spark", days=1, key_password="key-Passw0rd")
+    return {"ca": str(write_pem(directory / "ca.pem", ca.cert_pem)),
+            "keystore": str(write_pem(directory / "client.pem", client.keystore_pem))}
+
+
+def test_kafka_security_options_reach_reader_and_writer_as_the_clients_keywords(pem_files):
+    options = {**BASE, "kafka.security.protocol": "sasl_ssl", "kafka.sasl.mechanism": "scram-sha-512",
+               "kafka.sasl.jaas.config": SCRAM_JAAS, "kafka.ssl.truststore.location": pem_files["ca"],
+               "kafka.ssl.truststore.type": "PEM", "kafka.ssl.keystore.location": pem_files["keystore"],
+               "kafka.ssl.keystore.type": "PEM", "kafka.ssl.key.password": "key-Passw0rd",
+               "kafka.ssl.endpoint.identification.algorithm": "", "kafka.client.id": "me"}
+    expected = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                "sasl_plain_username": "alice", "sasl_plain_password": PASSWORD, "ssl_cafile": pem_files["ca"],
+                "ssl_certfile": pem_files["keystore"], "ssl_keyfile": pem_files["keystore"],
+                "ssl_password": "key-Passw0rd", "ssl_check_hostname": False, "client_id": "me"}
+    read = ReadOptions.parse(options, streaming=True)
+    assert read.consumer_configs == expected
+    assert WriteOptions.parse({**options, "topic": "t"}).producer_configs == expected
+    # Readers and writers travel to Spark's Python workers pickled: the configs go with them.
+    assert pickle.loads(pickle.dumps(read)).consumer_configs == expected
+    # The driver's own consumers (partitions, offsets, group commits) connect the same way.
+    from raftka.spark.metadata import ClusterView
+    view = ClusterView(read.bootstrap_servers, read.consumer_configs)
+    assert view._client().config["security_protocol"] == "SASL_SSL"
+    view.close()
+
+
+@pytest.mark.parametrize("extra, option, words", [
+    ({"kafka.security.protocol": "SASL_SLL"}, "kafka.security.protocol", "must be one of PLAINTEXT, SSL"),
+    ({**SASL_SSL, "kafka.sasl.mechanism": "GSSAPI"}, "kafka.sasl.mechanism", "got 'GSSAPI'"),
+    ({**SASL_SSL, "kafka.sasl.mechanism": None}, "kafka.sasl.mechanism", "none is set"),
+    ({**SASL_SSL, "kafka.sasl.jaas.config": None}, "kafka.sasl.jaas.config", "is required"),
+    ({**SASL_SSL, "kafka.security.protocol": None}, "kafka.security.protocol", "use SASL_SSL or SASL_PLAINTEXT"),
+    ({"kafka.ssl.truststore.location": "x.pem"}, "kafka.security.protocol", "use SSL or SASL_SSL"),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "no-such-ca.pem"},
+     "kafka.ssl.truststore.location", "cannot read no-such-ca.pem"),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "JKS"}, "kafka.ssl.truststore.type",
+     "only PEM files"),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.endpoint.identification.algorithm": "http"},
+     "kafka.ssl.endpoint.identification.algorithm", "https or empty"),
+    ({**SASL_SSL, "kafka.sasl.jaas.config": "ScramLoginModule required;"}, "kafka.sasl.jaas.config",
+     "is not one Raftka speaks"),
+])
+def test_bad_security_options_fail_naming_the_option(extra, option, words):
+    opts = {k: v for k, v in {**BASE, **extra}.items() if v is not None}
+    for parse in (lambda: ReadOptions.parse(opts, streaming=False), lambda: WriteOptions.parse(opts)):
+        with pytest.raises(InvalidOptionError) as info:
+            parse()
+        assert info.value.option == option and words in str(info.value)
+
+
+@pytest.mark.parametrize("extra", [
+    {"kafka.sasl.jaas.config": SCRAM_JAAS[:-1]},  # no ';'
+    {"kafka.sasl.jaas.config": SCRAM_JAAS.replace('username="alice" ', "")},
+    {"kafka.sasl.jaas.config": SCRAM_JAAS.replace(f'password="{PASSWORD}"', f"password={PASSWORD} x=")},
+    {"kafka.sasl.jaas.config": SCRAM_JAAS.replace('"alice"', '"al\0ice"')},  # a NUL in the user name
+    {"kafka.security.protocol": "SSL"},  # SASL options without a SASL protocol
+    {"kafka.sasl.mechanism": "OAUTHBEARER"},
+])
+def test_no_message_and_no_repr_ever_shows_the_sasl_password(extra):
+    opts = {**BASE, **SASL_SSL, **extra}
+    with pytest.raises(InvalidOptionError) as info:
+        ReadOptions.parse(opts, streaming=False)
+    assert info.value.option.startswith("kafka.") and PASSWORD not in str(info.value)
+    good = {**BASE, **SASL_SSL, "kafka.security.protocol": "SASL_PLAINTEXT"}
+    from raftka.spark.reader import _settings
+    read = ReadOptions.parse(good, streaming=False)
+    assert read.consumer_configs["sasl_plain_password"] == PASSWORD
+    for shown in (read, _settings(read), WriteOptions.parse(good)):
+        assert PASSWORD not in repr(shown) and PASSWORD not in str(shown)
+
+
+def test_a_wrong_ssl_key_password_is_named_and_never_shown(pem_files):
+    opts = {**BASE, "kafka.security.protocol": "SSL", "kafka.ssl.keystore.location": pem_files["keystore"],
+            "kafka.ssl.key.password": "not-the-key-Passw0rd"}
+    with pytest.raises(InvalidOptionError) as info:
+        WriteOptions.parse(opts)
+    assert info.value.option == "kafka.ssl.key.password" and "does not decrypt" in str(info.value)
+    assert "not-the-key-Passw0rd" not in str(info.value)
+
+
+def test_java_keystore_passwords_are_refused_with_the_reason():
+    for name, reason in (("kafka.ssl.truststore.password", "a PEM truststore has no password"),
+                         ("kafka.ssl.keystore.password", "use ssl.key.password")):
+        for parse in (lambda o: ReadOptions.parse(o, streaming=True), WriteOptions.parse):
+            with pytest.raises(InvalidOptionError) as info:
+                parse({**BASE, "kafka.security.protocol": "SSL", name: "changeit"})
+            assert info.value.option == name and "not supported" in str(info.value) and reason in str(info.value)
+            assert "changeit" not in str(info.value)
 
 
 def test_offsets_json_round_trips_through_string_keys():
