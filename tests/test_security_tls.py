@@ -13,12 +13,18 @@ What it proves, from the cheapest to the dearest:
   NetworkExceptionError, not a traceback), and so does a certificate naming another host unless
   host names are not checked; ssl.client.auth=required refuses a client without a certificate
   and serves one with a certificate of the CA. Each on asyncio's loop and on uvloop.
-- A 3+3 cluster (real processes) with an SSL listener beside PLAINTEXT and
+- A cluster of 1 controller + 3 brokers (real processes; three brokers so that RF 3 shows every
+  follower replicating over SSL) with an SSL listener beside PLAINTEXT and
   inter.broker.listener.name=SSL: Raftka's client produces with acks=all and consumes in a group
   over SSL; followers hold the full ISR and the brokers' sockets to each other go to SSL ports
   only (read from /proc); Metadata over SSL lists SSL endpoints and over PLAINTEXT lists
   PLAINTEXT ones; raw plaintext bytes on the SSL port are refused and the broker serves on;
   kafka-python and confluent-kafka produce and consume over SSL.
+- The same cluster against clients configured wrong: kafka-python, confluent-kafka and Raftka's
+  client speaking PLAINTEXT to the SSL port, and each of them trusting another CA, fail within
+  their own short timeouts with no metadata, with the error saying why where the client exposes
+  one (certificate verify failed; a connection the broker closed); the brokers keep no socket of
+  theirs (/proc) and serve SSL clients on.
 
 Certificates: a CA, a broker certificate (SAN 127.0.0.1 and localhost, for server and client
 use: brokers show it to each other) and a client certificate are made per module with
@@ -163,13 +169,15 @@ def test_a_listener_missing_from_the_protocol_map_is_refused():
     assert error.key == "listener.security.protocol.map" and "unknown security protocol" in error.message
 
 
-def test_tls_below_1_2_and_tls_on_the_controller_listener_are_refused(pki):
+def test_tls_below_1_2_is_refused_and_a_tls_controller_listener_needs_its_keystore(pki):
     error = _refused(_broker(ssl__keystore__location=pki["broker"], ssl__enabled__protocols="TLSv1.1,TLSv1.2"))
     assert error.key == "ssl.enabled.protocols"
-    error = _refused({**_broker(listeners="CONTROLLER://127.0.0.1:9001,PLAINTEXT://127.0.0.1:0"),
-                      "process.roles": "broker,controller", "node.id": "1", "controller.quorum.secret": "s",
-                      "listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT"})
-    assert error.key == "listener.security.protocol.map" and "controller listener" in error.message
+    combined = {**_broker(listeners="CONTROLLER://127.0.0.1:9001,PLAINTEXT://127.0.0.1:0"),
+                "process.roles": "broker,controller", "node.id": "1", "controller.quorum.secret": "s",
+                "listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT"}
+    assert _refused(combined).key == "ssl.keystore.location"  # loaded at start, not at the first handshake
+    config = server_config({**combined, "ssl.keystore.location": pki["broker"], "ssl.truststore.location": pki["ca"]})
+    assert config.controller_ssl_context() is not None  # the broker half dials its controllers over TLS too
 
 
 def test_the_inter_broker_listener_must_be_one_of_the_brokers_listeners(pki):
@@ -358,21 +366,26 @@ async def _wait(predicate, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
-# -- a 3+3 cluster with an SSL listener beside PLAINTEXT -----------------------------------------
+# -- a 1+3 cluster with an SSL listener beside PLAINTEXT -----------------------------------------
 
 WAIT_S = 30.0
 RECORDS = 40
+# Bootstrap, metadata and message timeouts of the clients configured wrong: a refused client
+# fails in seconds, not after its defaults (30 s to bootstrap in kafka-python, 300 s per message
+# in librdkafka).
+REFUSED_CLIENT_TIMEOUT_MS = 2000
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, pki):
-    """3 controllers + 3 brokers (real processes); brokers replicate over SSL
-    (inter.broker.listener.name=SSL) and show their certificate to each other
-    (listener.name.ssl.ssl.client.auth=requested); stopped by PID at the end of the module."""
+    """1 controller + 3 brokers (real processes; TLS is the brokers' business, one controller
+    is enough); brokers replicate over SSL (inter.broker.listener.name=SSL) and show their
+    certificate to each other (listener.name.ssl.ssl.client.auth=requested); stopped by PID at
+    the end of the module."""
     broker_configs = {"ssl.keystore.location": pki["broker"], "ssl.truststore.location": pki["ca"],
                       "inter.broker.listener.name": "SSL", "listener.name.ssl.ssl.client.auth": "requested"}
-    made = cluster_with_listeners("SSL").start(tmp_path_factory.mktemp("tls"), controllers=3, brokers=3, configs=FAST_CLUSTER_CONFIGS,
-                                      broker_configs=broker_configs)
+    made = cluster_with_listeners("SSL").start(tmp_path_factory.mktemp("tls"), controllers=1, brokers=3,
+                                               configs=FAST_CLUSTER_CONFIGS, broker_configs=broker_configs)
     try:
         yield made
     finally:
@@ -450,9 +463,11 @@ def test_metadata_and_find_coordinator_answer_with_the_endpoints_of_the_listener
 def test_plaintext_bytes_on_the_ssl_port_are_refused_and_the_broker_serves_on(cluster, pki):
     port = cluster.ports["SSL"][cluster.broker_ids[1]]
     frame = struct.pack(">hhih", ApiKey.API_VERSIONS, 0, 7, -1)
-    for payload in (struct.pack(">i", len(frame)) + frame, b"\x16\x03\x01" + os.urandom(200)):
-        # Closed at once, or (a frame OpenSSL reads as a record still incomplete) by the
-        # handshake timeout: connections.first.byte.timeout.ms, 10 s by default.
+    # A plaintext Kafka frame, and a whole TLS handshake record (200 bytes) holding no
+    # ClientHello: both are refused at once. (A record header announcing more bytes than come
+    # would wait for connections.first.byte.timeout.ms, 10 s by default: random lengths made
+    # this test take 10 s more in about one run of four; the in-process tests cover that timeout.)
+    for payload in (struct.pack(">i", len(frame)) + frame, b"\x16\x03\x01\x00\xc8" + bytes(range(200))):
         with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
             raw.sendall(payload)
             answer = raw.recv(1024)
@@ -488,3 +503,157 @@ def test_kafka_python_and_confluent_kafka_produce_and_consume_over_ssl(cluster, 
         topic, {"bootstrap_servers": cluster.bootstrap("SSL"), "security_protocol": "SSL", "ssl_cafile": pki["ca"]},
         {"bootstrap.servers": cluster.bootstrap("SSL"), "security.protocol": "SSL", "ssl.ca.location": pki["ca"]},
         WAIT_S)
+
+
+# -- third-party clients configured wrong ------------------------------------------------------
+
+_TCP_LISTEN = "0A"  # /proc/net/tcp state
+
+
+def _tcp_sockets(pid: int) -> list[tuple[int, int, str]]:
+    """(local port, remote port, state) of each IPv4 TCP socket process ``pid`` holds (/proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[9] in inodes:
+            found.append((int(fields[1].rpartition(":")[2], 16), int(fields[2].rpartition(":")[2], 16), fields[3]))
+    return found
+
+
+def _client_sockets_on_ssl_ports(cluster) -> dict[int, list[tuple[int, str]]]:
+    """Per broker, the (remote port, state) of each socket it holds on its SSL port whose other
+    end no process of the cluster holds: a client's, not a follower's. A connection the broker
+    failed to close after a refused handshake stays here (ESTABLISHED, or CLOSE_WAIT once the
+    client hung up)."""
+    held = {node: _tcp_sockets(process.popen.pid) for node, process in cluster.processes.items()}
+    cluster_ports = {local for sockets in held.values() for local, _, _ in sockets}
+    found = {}
+    for broker_id in cluster.broker_ids:
+        clients = [(remote, state) for local, remote, state in held[broker_id]
+                   if local == cluster.ports["SSL"][broker_id] and state != _TCP_LISTEN
+                   and remote not in cluster_ports]
+        if clients:
+            found[broker_id] = clients
+    return found
+
+
+def _assert_brokers_unharmed(cluster) -> None:
+    from raftka.cluster import wait_until
+    assert all(cluster.alive(b) for b in cluster.broker_ids)
+    # Read until none is left: a follower's connection opened between two reads of /proc can
+    # look like a client's for a moment; a leaked one stays.
+    wait_until(lambda: not _client_sockets_on_ssl_ports(cluster), WAIT_S,
+               what="no socket of a refused client left on a broker's SSL port")
+
+
+LIBRDKAFKA_LOGGER = "librdkafka"  # confluent-kafka's log lines, for caplog
+
+
+def _confluent_refused(confluent: Any, configs: dict[str, Any]) -> tuple[Any, list[Any], Any]:
+    """A confluent-kafka producer with ``configs`` asks for metadata and sends one message;
+    returns the list_topics error, what error_cb reported and the delivery error. Its log
+    lines go to the LIBRDKAFKA_LOGGER logger."""
+    errors: list[Any] = []
+    delivered: list[Any] = []
+    producer = confluent.Producer({**configs, "error_cb": errors.append, "logger": logging.getLogger(LIBRDKAFKA_LOGGER),
+                                   "message.timeout.ms": REFUSED_CLIENT_TIMEOUT_MS})
+    try:
+        producer.produce("tls-refused", b"never", on_delivery=lambda err, msg: delivered.append(err))
+        with pytest.raises(confluent.KafkaException) as caught:
+            producer.list_topics(timeout=REFUSED_CLIENT_TIMEOUT_MS / 1000)
+        assert producer.flush(REFUSED_CLIENT_TIMEOUT_MS / 1000 + 5) == 0  # the message expired...
+        assert len(delivered) == 1 and delivered[0] is not None, delivered  # ...undelivered
+    finally:
+        producer.close()
+    return caught.value.args[0], errors, delivered[0]
+
+
+def test_kafka_python_confluent_kafka_and_raftka_in_plaintext_on_the_ssl_port_fail_within_seconds_and_the_broker_serves_on(
+        cluster, pki, caplog):
+    """Each client speaks plaintext Kafka to the SSL listener. The broker reads its first
+    bytes as a broken TLS handshake and closes the connection, so each client fails in its
+    own short timeout with no metadata; then no socket of theirs is left on a broker and the
+    same libraries, configured for SSL, produce and consume."""
+    kafka = pytest.importorskip("kafka")
+    confluent = pytest.importorskip("confluent_kafka")
+    from raftka.client import AdminClient, NewTopic, Producer
+    from raftka.client.errors import KafkaTimeoutError
+    from helpers import wait_for_topic
+    bootstrap = cluster.bootstrap("SSL")
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="kafka"):
+        with pytest.raises(kafka.errors.KafkaTimeoutError):  # bootstraps in the constructor
+            kafka.KafkaProducer(bootstrap_servers=bootstrap, bootstrap_timeout_ms=REFUSED_CLIENT_TIMEOUT_MS)
+    assert time.monotonic() - started < 10
+    # The broker hung up on the first bytes; the client did not sit waiting for an answer.
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("kafka")]
+    assert any("socket disconnected" in line for line in logged), logged[-5:]
+
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger=LIBRDKAFKA_LOGGER):
+        metadata_error, _, delivery_error = _confluent_refused(confluent, {"bootstrap.servers": bootstrap})
+    assert time.monotonic() - started < 15
+    assert metadata_error.code() == confluent.KafkaError._TRANSPORT, metadata_error  # no broker usable
+    assert delivery_error.code() == confluent.KafkaError._MSG_TIMED_OUT, delivery_error
+    logged = [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA_LOGGER]
+    assert any("connection closed by peer" in line for line in logged), logged[-5:]
+
+    started = time.monotonic()
+    producer = Producer(bootstrap_servers=bootstrap, max_block_ms=REFUSED_CLIENT_TIMEOUT_MS)
+    try:
+        with pytest.raises(KafkaTimeoutError):
+            producer.send("tls-refused", b"never").get(10)
+    finally:
+        producer.close()
+    assert time.monotonic() - started < 10
+
+    _assert_brokers_unharmed(cluster)
+    topic = f"tls-after-plaintext-{uuid.uuid4().hex[:8]}"
+    with AdminClient(bootstrap_servers=bootstrap, **_ssl(pki)) as admin:
+        admin.create_topics([NewTopic(topic, 2, 3)])
+        wait_for_topic(admin, topic, 2)
+    third_party_round_trip(
+        topic, {"bootstrap_servers": bootstrap, "security_protocol": "SSL", "ssl_cafile": pki["ca"]},
+        {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": pki["ca"]}, WAIT_S, records=5)
+
+
+def test_kafka_python_and_confluent_kafka_trusting_another_ca_are_refused_saying_certificate_verify_failed(
+        cluster, pki, caplog):
+    """The brokers' certificate does not chain to the CA the client trusts: the client ends
+    the handshake, gets no metadata, and says why where it can (kafka-python in its log,
+    confluent-kafka in error_cb); the brokers keep no socket of theirs and serve on. (Raftka's
+    client: test_a_client_trusting_another_ca_is_refused_with_a_connection_error_saying_why.)"""
+    kafka = pytest.importorskip("kafka")
+    confluent = pytest.importorskip("confluent_kafka")
+    bootstrap = cluster.bootstrap("SSL")
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="kafka"):
+        with pytest.raises(kafka.errors.KafkaTimeoutError):
+            kafka.KafkaProducer(bootstrap_servers=bootstrap, security_protocol="SSL", ssl_cafile=pki["other_ca"],
+                                bootstrap_timeout_ms=REFUSED_CLIENT_TIMEOUT_MS)
+    assert time.monotonic() - started < 10
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("kafka")]
+    assert any("CERTIFICATE_VERIFY_FAILED" in line for line in logged), logged[-5:]
+
+    started = time.monotonic()
+    metadata_error, errors, _ = _confluent_refused(
+        confluent, {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": pki["other_ca"]})
+    assert time.monotonic() - started < 15
+    assert metadata_error.code() == confluent.KafkaError._TRANSPORT, metadata_error
+    assert any(e.code() == confluent.KafkaError._SSL and "certificate verify failed" in e.str() for e in errors), [
+        e.str() for e in errors]
+
+    _assert_brokers_unharmed(cluster)
+    answer = _raw_request(cluster.ports["SSL"][cluster.broker_ids[0]], ApiKey.METADATA, {"topics": None},
+                          client_ssl_context(pki["ca"]))
+    assert len(answer["brokers"]) == 3
