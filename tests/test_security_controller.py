@@ -197,19 +197,45 @@ def _heartbeat_body(cluster: Any, broker_id: int) -> dict[str, Any]:
 
 
 def _broker_epoch(cluster: Any, broker_id: int) -> int:
+    return _registration(cluster, broker_id).broker_epoch
+
+
+def _registration(cluster: Any, broker_id: int) -> Any:
+    """The broker's registration in the committed metadata, fetched from the controller as admin."""
     from raftka.cluster.controller_client import dial_from_client_configs
     from raftka.raft_meta.metadata.fetcher import MetadataFetcher
 
-    async def read() -> int:
+    async def read() -> Any:
         dial = dial_from_client_configs(cluster.client_configs)
         fetcher = MetadataFetcher([cluster.bootstrap_controllers], max_wait_ms=0, ssl=dial.ssl, sasl=dial.sasl)
         try:
             while not fetcher.caught_up:
                 await fetcher.fetch_once()
-            return fetcher.loader.image.brokers[broker_id].broker_epoch
+            return fetcher.loader.image.brokers[broker_id]
         finally:
             await fetcher.close()
     return asyncio.run(read())
+
+
+def test_a_registration_keeps_each_listeners_protocol_through_the_log_and_a_snapshot():
+    from raftka.raft_meta.metadata.delta import MetadataDelta
+    from raftka.raft_meta.metadata.image import MetadataImage, image_from_bytes, image_to_bytes
+    from raftka.raft_meta.metadata.records import RegisterBrokerRecord, decode_entry, encode_entry
+    record = RegisterBrokerRecord(4, "4" * 32, {"INTERNAL": "h:1", "PLAINTEXT": "h:2"}, None, {"INTERNAL": 1})
+    [decoded] = decode_entry(encode_entry([record]))
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    assert "error" not in delta.replay(decoded, 1)
+    image = delta.apply()
+    assert dict(image.brokers[4].security_protocols) == {"INTERNAL": 1, "PLAINTEXT": 0}  # SSL, not by its name
+    assert dict(image_from_bytes(image_to_bytes(image)).brokers[4].security_protocols) == {"INTERNAL": 1, "PLAINTEXT": 0}
+    with pytest.raises(Exception, match="security protocol"):
+        encode_entry([RegisterBrokerRecord(4, "4" * 32, {"INTERNAL": "h:1"}, None, {"INTERNAL": 7})])
+
+
+def test_the_registration_keeps_each_listeners_security_protocol(secure):
+    cluster, _ = secure
+    registration = _registration(cluster, cluster.broker_ids[-1])
+    assert dict(registration.security_protocols) == {"SASL_SSL": 3}  # Kafka's id, from the broker, not the name
 
 
 async def _send(cluster: Any, api_key: int, body: dict, *, tls: bool, login: Any = None) -> tuple[int, Any]:

@@ -48,6 +48,7 @@ from typing import Any, Iterable
 from raftka.common import errors
 from raftka.common.configs import TOPIC_CONFIGS, ConfigDef
 from raftka.common.schema import ZERO_UUID
+from raftka.common.security import SECURITY_PROTOCOLS
 from raftka.common.messages.admin import (
     CONFIG_OP_APPEND, CONFIG_OP_DELETE, CONFIG_OP_NAMES, CONFIG_OP_SET, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
 )
@@ -176,7 +177,8 @@ class QuorumController:
         cluster). ``incarnation_id`` is a uuid new on every start of the broker: the same one
         again is a retry and answers the same epoch; another one while the registered
         incarnation is unfenced and heartbeating is DUPLICATE_BROKER_REGISTRATION. Listeners
-        {name, host, port} become the registration's endpoints {name: "host:port"};
+        {name, host, port, security_protocol} become the registration's endpoints {name:
+        "host:port"} and their protocols (an unknown protocol id is INVALID_REQUEST);
         ``features``, ``log_dirs`` and ``previous_broker_epoch`` are not used (Raftka has one
         metadata version and no log-directory ids)."""
         broker_id, incarnation = body["broker_id"], body["incarnation_id"]
@@ -191,11 +193,16 @@ class QuorumController:
         if incarnation == ZERO_UUID:
             raise InvalidRequestError("incarnation_id must not be the zero uuid")
         endpoints: dict[str, str] = {}
+        protocols: dict[str, int] = {}
         for listener in body["listeners"]:
             name, host, port = listener["name"], listener["host"], listener["port"]
             if not name or not host or not port or name in endpoints:
                 raise InvalidRequestError(f"listener {listener}: needs a unique name, a host and a port")
+            if listener["security_protocol"] not in SECURITY_PROTOCOLS.values():
+                raise InvalidRequestError(f"listener {name}: security_protocol {listener['security_protocol']} is "
+                                          f"not one of {sorted(SECURITY_PROTOCOLS.values())}")
             endpoints[name] = f"{host}:{port}"
+            protocols[name] = listener["security_protocol"]
         if not endpoints:
             raise InvalidRequestError(f"broker {broker_id} registers no listener")
         rack = body.get("rack") or None  # Kafka: null; Raftka's image: None (no rack)
@@ -204,7 +211,7 @@ class QuorumController:
                 and self._alive(broker_id)):
             return errors.DUPLICATE_BROKER_REGISTRATION, {
                 "error_message": f"broker {broker_id} is registered by a live incarnation"}
-        results = await self.commit([RegisterBrokerRecord(broker_id, incarnation, endpoints, rack)])
+        results = await self.commit([RegisterBrokerRecord(broker_id, incarnation, endpoints, rack, protocols)])
         self._heard_from(broker_id)
         return errors.NONE, {"broker_epoch": results[0]["broker_epoch"]}
 

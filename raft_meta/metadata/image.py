@@ -72,6 +72,8 @@ class BrokerRegistration:
     endpoints: Mapping[str, str]
     rack: str | None
     fenced: bool
+    # listener -> Kafka's protocol id, as registered (RegisterBrokerRecord)
+    security_protocols: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
 
     def endpoint(self, listener: str | None = None) -> str | None:
         """The "host:port" of ``listener`` (or of the first listener when None)."""
@@ -232,7 +234,7 @@ def _end_points(broker: BrokerRegistration) -> list[dict]:
     for name, address in broker.endpoints.items():
         host, _, port = address.rpartition(":")
         out.append({"name": name, "host": host, "port": int(port),
-                    "security_protocol": schemas.SECURITY_PROTOCOLS.get(name, 0)})
+                    "security_protocol": broker.security_protocols.get(name, schemas.SECURITY_PROTOCOLS.get(name, 0))})
     return out
 
 
@@ -272,7 +274,7 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
             brokers[broker_id] = BrokerRegistration(
                 broker_id, body["incarnation_id"], body["broker_epoch"],
                 frozen_map({e["name"]: f"{e['host']}:{e['port']}" for e in body["end_points"]}),
-                body["rack"], body["fenced"])
+                body["rack"], body["fenced"], frozen_map({e["name"]: e["security_protocol"] for e in body["end_points"]}))
         elif api_key == schemas.TOPIC.api_key:
             topics[body["topic_id"]] = (body["name"], [], _EMPTY_MAP)
             topic_ids[body["name"]] = body["topic_id"]

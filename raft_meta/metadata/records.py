@@ -61,7 +61,7 @@ No record carries a time: nothing in the image depends on one. Decisions that ne
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -105,15 +105,18 @@ def _uuid(value: Any, what: str) -> str:
     return value
 
 
-def _end_points(endpoints: Mapping[str, str], broker_id: int) -> list[dict]:
-    """{listener: "host:port"} as Kafka's BrokerEndpoint bodies."""
+def _end_points(endpoints: Mapping[str, str], broker_id: int, protocols: Mapping[str, int]) -> list[dict]:
+    """{listener: "host:port"} as Kafka's BrokerEndpoint bodies, each with its security protocol."""
     out = []
     for name, address in endpoints.items():
         host, _, port = address.rpartition(":") if address.__class__ is str else ("", "", "")
         if not host or not port.isdigit() or str(int(port)) != port or int(port) > 65535:
             raise _bad(f"broker {broker_id}: endpoint {name!r} must be host:port, got {address!r:.60}")
-        out.append({"name": name, "host": host, "port": int(port),
-                    "security_protocol": schemas.SECURITY_PROTOCOLS.get(name, 0)})
+        protocol = protocols.get(name, schemas.SECURITY_PROTOCOLS.get(name, 0))
+        if protocol not in schemas.SECURITY_PROTOCOLS.values():
+            raise _bad(f"broker {broker_id}: endpoint {name!r} has security protocol {protocol!r}, "
+                       f"not one of {sorted(schemas.SECURITY_PROTOCOLS.values())}")
+        out.append({"name": name, "host": host, "port": int(port), "security_protocol": protocol})
     return out
 
 
@@ -140,15 +143,25 @@ class RegisterBrokerRecord(MetadataRecord):
     incarnation_id: str
     endpoints: Mapping[str, str]
     rack: str | None = None
+    # listener -> Kafka's security protocol id (0 PLAINTEXT .. 3 SASL_SSL), as the broker
+    # registered it; a listener missing here is taken from its name (PLAINTEXT for others)
+    security_protocols: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def protocol_ids(self) -> dict[str, int]:
+        """Every endpoint's security protocol id (those not given: by the listener's name)."""
+        return {name: self.security_protocols.get(name, schemas.SECURITY_PROTOCOLS.get(name, 0))
+                for name in self.endpoints}
 
     def to_body(self) -> dict:
         return {"broker_id": self.broker_id, "incarnation_id": _uuid(self.incarnation_id, "incarnation_id"),
-                "broker_epoch": -1, "end_points": _end_points(self.endpoints, self.broker_id), "rack": self.rack}
+                "broker_epoch": -1, "end_points": _end_points(self.endpoints, self.broker_id, self.security_protocols),
+                "rack": self.rack}
 
     @classmethod
     def from_body(cls, body: dict) -> "RegisterBrokerRecord":
         endpoints = MappingProxyType({e["name"]: f"{e['host']}:{e['port']}" for e in body["end_points"]})
-        return cls(body["broker_id"], body["incarnation_id"], endpoints, body["rack"])
+        protocols = MappingProxyType({e["name"]: e["security_protocol"] for e in body["end_points"]})
+        return cls(body["broker_id"], body["incarnation_id"], endpoints, body["rack"], protocols)
 
 
 @dataclass(frozen=True)
