@@ -106,3 +106,34 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+# -- one SparkSession per run ------------------------------------------------------------------
+
+def java_missing_reason() -> str | None:
+    """Why Spark tests cannot run here (no Java 17+), or None; scripts/test.sh sets
+    RAFTKA_HAVE_JAVA=1 when it found Java itself."""
+    import os
+    if os.environ.get("RAFTKA_HAVE_JAVA") == "1":
+        return None
+    from raftka.spark.session import JavaNotFoundError, require_java
+    try:
+        require_java()
+    except JavaNotFoundError as error:
+        return f"Spark tests need Java 17+: {error}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local SparkSession (local[2]) shared by every Spark test module of the run: one JVM
+    start (~20 s); stopped at the end of the run. Skips when there is no Java 17+."""
+    reason = java_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    from raftka.spark.session import local_session
+    session = local_session("raftka-tests", conf={"spark.ui.showConsoleProgress": "false"})
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -137,3 +137,28 @@ def third_party_round_trip(topic: str, kafka_python: dict[str, Any], confluent: 
             seen.add(message.value())
     cconsumer.close()
     assert seen == want, f"confluent-kafka read {len(seen)} of {len(want)}"
+
+
+# -- server configs in tests of config errors ---------------------------------------------------
+
+def broker_config(**values: Any) -> dict[str, Any]:
+    """A broker-only node's server.properties values (its controllers and log dir never used:
+    for tests of config loading), with ``values`` on top; a value of None removes the key."""
+    base = {"process.roles": "broker", "node.id": "4", "controller.quorum.voters": "1@127.0.0.1:9000",
+            "controller.quorum.bootstrap.servers": "127.0.0.1:9001", "log.dirs": "/tmp/raftka-config-unused",
+            "listeners": "PLAINTEXT://127.0.0.1:0"}
+    base.update(values)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def config_refused(values: dict[str, Any], *hidden: str) -> Any:
+    """The ConfigError ``server_config(values)`` raises (AssertionError if none), checked to show
+    none of ``hidden`` (passwords)."""
+    from raftka.common.errors import ConfigError
+    from raftka.common.server_config import server_config
+    try:
+        server_config(values)
+    except ConfigError as error:
+        assert not any(secret in str(error) for secret in hidden), error
+        return error
+    raise AssertionError("the config was accepted")

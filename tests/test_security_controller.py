@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from helpers import third_party_round_trip, wait_for_topic
+from helpers import broker_config, config_refused, third_party_round_trip, wait_for_topic
 from raftka.common import errors
 from raftka.common.api import ApiKey
 from raftka.common.errors import ConfigError
@@ -51,21 +51,14 @@ MALLORY_PASSWORD = "mallory-pass-3e9d"
 # -- config ----------------------------------------------------------------------------------------
 
 def _broker(**extra: Any) -> dict[str, Any]:
-    values = {"process.roles": "broker", "node.id": "4", "controller.quorum.voters": "1@127.0.0.1:9000",
-              "controller.quorum.bootstrap.servers": "127.0.0.1:9001", "log.dirs": "/tmp/raftka-ctl-unused",
-              "listeners": "PLAINTEXT://127.0.0.1:0",
-              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-              "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
-              CONTROLLER_JAAS: f'{SCRAM_MODULE} required username="broker" password="{BROKER_PASSWORD}";'}
-    values.update(extra)
-    return {k: v for k, v in values.items() if v is not None}
+    return broker_config(**{"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                            "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+                            CONTROLLER_JAAS: f'{SCRAM_MODULE} required username="broker" password="{BROKER_PASSWORD}";',
+                            **extra})
 
 
 def _refused(values: dict[str, Any]) -> ConfigError:
-    with pytest.raises(ConfigError) as caught:
-        server_config(values)
-    assert BROKER_PASSWORD not in str(caught.value)
-    return caught.value
+    return config_refused(values, BROKER_PASSWORD)
 
 
 def test_a_broker_logs_in_to_a_sasl_controller_listener_it_does_not_listen_on():

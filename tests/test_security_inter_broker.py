@@ -33,7 +33,8 @@ from typing import Any
 
 import pytest
 
-from helpers import FAST_CLUSTER_CONFIGS, cluster_with_listeners, peer_ports, wait_for_topic
+from helpers import (FAST_CLUSTER_CONFIGS, broker_config, cluster_with_listeners, config_refused, peer_ports,
+                     wait_for_topic)
 from raftka.broker.replica_manager import ReplicaManager
 from raftka.common import errors
 from raftka.common.api import ApiKey
@@ -54,21 +55,14 @@ def _jaas(password: str = BROKER_PASSWORD, module: str = SCRAM_MODULE, user: str
 
 
 def _broker(**extra: Any) -> dict[str, Any]:
-    values = {"process.roles": "broker", "node.id": "4", "controller.quorum.voters": "1@127.0.0.1:9000",
-              "controller.quorum.bootstrap.servers": "127.0.0.1:9001", "log.dirs": "/tmp/raftka-ib-unused",
-              "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
-              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
-              "inter.broker.listener.name": "INTERNAL", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-              JAAS_KEY: _jaas()}
-    values.update(extra)
-    return {k: v for k, v in values.items() if v is not None}
+    return broker_config(**{"listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+                            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+                            "inter.broker.listener.name": "INTERNAL",
+                            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512", JAAS_KEY: _jaas(), **extra})
 
 
 def _refused(values: dict[str, Any]) -> ConfigError:
-    with pytest.raises(ConfigError) as caught:
-        server_config(values)
-    assert BROKER_PASSWORD not in str(caught.value)
-    return caught.value
+    return config_refused(values, BROKER_PASSWORD)
 
 
 # -- config --------------------------------------------------------------------------------------

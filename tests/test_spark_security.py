@@ -25,7 +25,6 @@ import pytest
 
 from helpers import cluster_with_listeners, wait_for_topic
 from raftka.cluster.certs import CertificateAuthority, write_pem
-from test_spark_source import _java_missing_reason
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -39,20 +38,6 @@ FAIL_FAST_S = 60.0  # a refused login ends the query well before the write's max
 
 def jaas(password: str) -> str:
     return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="{password}";'
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """The same SparkSession test_spark_source.py uses (getOrCreate), so a run of both starts one JVM."""
-    reason = _java_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    from raftka.spark.session import local_session
-    session = local_session("raftka-tests", conf={"spark.ui.showConsoleProgress": "false"})
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture(scope="module")

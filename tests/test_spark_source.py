@@ -28,31 +28,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 RF3 = {"default.replication.factor": 3, "min.insync.replicas": 2, "log.retention.check.interval.ms": 1000}
 
 
-# -- fixtures: one SparkSession per run, one cluster per module --
-
-def _java_missing_reason() -> str | None:
-    if os.environ.get("RAFTKA_HAVE_JAVA") == "1":
-        return None
-    from raftka.spark.session import JavaNotFoundError, require_java
-    try:
-        require_java()
-    except JavaNotFoundError as error:
-        return f"Spark tests need Java 17+: {error}"
-    return None
-
-
-@pytest.fixture(scope="session")
-def spark():
-    reason = _java_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    from raftka.spark.session import local_session
-    session = local_session("raftka-tests", conf={"spark.ui.showConsoleProgress": "false"})
-    try:
-        yield session
-    finally:
-        session.stop()
-
+# -- fixtures: one SparkSession per run (conftest.py), one cluster per module --
 
 @pytest.fixture(scope="module")
 def cluster(module_cluster_factory):
