@@ -4,14 +4,20 @@ Links (a proxy each, named ``"{source}-{target}"``):
 
 | link | proxy upstream | how the source is made to use it |
 |---|---|---|
-| client -> broker B | B's PLAINTEXT listener | B advertises the proxy (``advertised.listeners``) |
-| broker A -> broker B | B's PLAINTEXT listener | A's ``broker.dial.proxies`` (followers fetch through it) |
+| client -> broker B | B's client listener | B advertises the proxy (``advertised.listeners``) |
+| broker A -> broker B | B's client listener | A's ``broker.dial.proxies`` (followers fetch through it) |
 | broker A -> controller C | C's CONTROLLER (RPC) listener | A's ``controller.quorum.bootstrap.servers`` and ``controller.rpc.proxies`` |
 | controller A -> controller C | C's Raft port | A's ``controller.quorum.voter.proxies`` |
 
 Between two controllers pysyncobj opens one TCP connection, from the voter with the greater
 address (NOTES.md), so only one of ``A-C``/``C-A`` carries their Raft traffic; ``cut`` takes
 both down. Clients (the workload) are one source, ``client``.
+
+With ``secure=True`` (raftka/cluster/secure.py) every listener is SASL_SSL and the brokers' one
+listener is ``client_listener``: the proxies are plain TCP forwarders, so TLS and the SASL login
+pass through them end to end, and since they listen on 127.0.0.1, the name the nodes'
+certificate carries, a client or broker dialling a proxy checks the certificate as if it dialled
+the node. Clients need ``client_configs`` (the admin super user's login).
 
 ``ProxyService`` runs the proxy server: ours (`raftka chaos proxy`, a subprocess) or a real
 `toxiproxy-server` when asked and on PATH. ``ProxiedCluster`` is raftka.cluster's ``Cluster``
@@ -87,9 +93,9 @@ def link_name(source: int | str, target: int | str) -> str:
 class ProxiedCluster(Cluster):
     """raftka.cluster.Cluster with a proxy on every directed link (see the module docstring).
 
-    ``ProxiedCluster.start(root, proxies, controllers=3, brokers=3, configs=...)``; clients use
-    ``bootstrap_servers`` (the client -> broker proxies). ``links`` maps (source, target) to
-    the proxy's name and listen address.
+    ``ProxiedCluster.start(root, proxies, controllers=3, brokers=3, configs=..., secure=False)``;
+    clients use ``bootstrap_servers`` (the client -> broker proxies) with ``client_configs``.
+    ``links`` maps (source, target) to the proxy's name and listen address.
     """
 
     def __init__(self, root: str | Path, proxies: ProxyService, controllers: int = 3, brokers: int = 3,
@@ -151,7 +157,7 @@ class ProxiedCluster(Cluster):
         values = super().config_values(node_id)
         spec = self.nodes[node_id]
         if "broker" in spec.roles:
-            values["advertised.listeners"] = f"PLAINTEXT://{self.listen(CLIENT, node_id)}"
+            values["advertised.listeners"] = f"{self.client_listener}://{self.listen(CLIENT, node_id)}"
             values["broker.dial.proxies"] = ",".join(
                 f"{b}@{self.listen(node_id, b)}" for b in self.broker_ids if b != node_id)
             values["controller.quorum.bootstrap.servers"] = ",".join(

@@ -6,6 +6,8 @@ acks=1 with unclean leader election and must come out invalid (the checker catch
 ``smoke`` scenarios run in the default test suite (about 30 s each); the others are ``soak``.
 ``spark`` scenarios also run a Spark streaming query during the faults (chaos/spark_sink.py;
 tests/test_chaos_spark.py runs ``spark`` in the default suite when Java 17+ is there).
+``secure`` scenarios run on a secure cluster (SASL_SSL, ACLs: chaos/runner.py); any scenario
+does with ``raftka chaos run --secure``.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class Scenario:
     expect_valid: bool = True
     smoke: bool = False
     spark: bool = False  # a Spark streaming query to Parquet runs during the faults
+    secure: bool = False  # SASL_SSL on every listener, ACLs, clients log in (raftka/cluster/secure.py)
 
     def configs(self) -> dict[str, Any]:
         return {**CLUSTER_CONFIGS, **self.cluster_configs}

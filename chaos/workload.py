@@ -14,7 +14,8 @@ the history, and the final read that gives the truth.
 - ``final_read``: once healed and idle, every partition from its log start to its high watermark.
 
 Everything runs on one event loop in one thread (``Workload.start``); ``counters`` is read by the
-progress line.
+progress line. Every client it makes gets ``client_configs`` (a secure cluster's login: security
+keywords, kafka-python's names), which stay out of ``WorkloadConfig`` and so out of the history.
 """
 from __future__ import annotations
 
@@ -91,11 +92,13 @@ def _describe(error: BaseException) -> str:
 
 
 class Workload:
-    """Producers and consumers against ``bootstrap_servers``, writing to ``history``."""
+    """Producers and consumers against ``bootstrap_servers``, writing to ``history``;
+    ``client_configs``: security keywords every client gets (``ProxiedCluster.client_configs``)."""
 
     def __init__(self, bootstrap_servers: str, history: HistoryWriter, config: WorkloadConfig, *,
-                 seed: int) -> None:
+                 seed: int, client_configs: dict[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap_servers
+        self.client_configs = dict(client_configs or {})  # may hold a password: never logged
         self.history = history
         self.config = config
         self.rng = random.Random(seed)
@@ -118,7 +121,7 @@ class Workload:
 
     async def _setup(self, timeout_s: float) -> None:
         c = self.config
-        admin = AdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=15_000)
+        admin = AdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=15_000, **self.client_configs)
         try:
             configs = {"min.insync.replicas": str(c.min_insync_replicas),
                        "unclean.leader.election.enable": str(c.unclean_leader_election).lower()}
@@ -184,7 +187,8 @@ class Workload:
                             enable_idempotence=c.idempotent, linger_ms=c.linger_ms,
                             request_timeout_ms=c.request_timeout_ms, delivery_timeout_ms=c.delivery_timeout_ms,
                             max_block_ms=c.max_block_ms,
-                            max_in_flight_requests_per_connection=5 if c.idempotent else 1)
+                            max_in_flight_requests_per_connection=5 if c.idempotent else 1,
+                            **self.client_configs)
         # A window per partition: a partition whose leader is unreachable fills its own window,
         # and the producer goes on writing to the others (as Jepsen's per-key workers do).
         per_partition = max(5, c.in_flight_max // c.partitions)
@@ -261,7 +265,7 @@ class Workload:
             warnings.simplefilter("ignore")  # "groups not implemented yet" from an older client
             consumer = Consumer(bootstrap_servers=self.bootstrap, client_id=f"chaos-{name}", group_id=c.group_id,
                                 auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=200,
-                                request_timeout_ms=c.request_timeout_ms)
+                                request_timeout_ms=c.request_timeout_ms, **self.client_configs)
         try:
             consumer.subscribe([c.topic])
             await consumer.committed(TopicPartition(c.topic, 0))
@@ -281,7 +285,7 @@ class Workload:
         if consumer is None:
             consumer = Consumer(bootstrap_servers=self.bootstrap, client_id=f"chaos-{name}",
                                 auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                request_timeout_ms=c.request_timeout_ms)
+                                request_timeout_ms=c.request_timeout_ms, **self.client_configs)
             consumer.assign(tps)
         else:
             self.groups_used = True
@@ -346,7 +350,7 @@ class Workload:
         c = self.config
         tps = [TopicPartition(c.topic, p) for p in range(c.partitions)]
         consumer = Consumer(bootstrap_servers=self.bootstrap, client_id="chaos-final", auto_offset_reset="earliest",
-                            fetch_max_wait_ms=100, request_timeout_ms=c.request_timeout_ms)
+                            fetch_max_wait_ms=100, request_timeout_ms=c.request_timeout_ms, **self.client_configs)
         deadline = time.monotonic() + timeout_s
         try:
             consumer.assign(tps)

@@ -2,10 +2,12 @@
 
 - `raftka chaos proxy [--listen 127.0.0.1:8474] [--seed N]`: a TCP proxy server with Toxiproxy's
   HTTP API (drive it with any Toxiproxy client).
-- `raftka chaos run --scenario NAME --duration S --seed N [--out DIR] [--toxiproxy-server] [--spark]`
-  (`--list` lists the scenarios): a proxied cluster, a workload, seeded faults, a checked
-  history. Exit 0 only if the history is valid. `--spark` (on in scenario `spark`) also runs a
-  Spark streaming query to Parquet during the faults, whose output must equal the committed log.
+- `raftka chaos run --scenario NAME --duration S --seed N [--out DIR] [--toxiproxy-server] [--spark]
+  [--secure]` (`--list` lists the scenarios): a proxied cluster, a workload, seeded faults, a
+  checked history. Exit 0 only if the history is valid. `--spark` (on in scenario `spark`) also
+  runs a Spark streaming query to Parquet during the faults, whose output must equal the
+  committed log. `--secure` makes the cluster as `raftka cluster up --secure` does (SASL_SSL
+  everywhere, ACLs) and the harness's clients log in as its admin; not with `--spark` yet.
 - `raftka chaos check DIR`: check a saved run again (history.jsonl -> results.json, timeline.png).
 """
 from __future__ import annotations
@@ -39,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--spark", action="store_true",
                      help="also run a Spark streaming query to Parquet during the faults and check its output "
                           "against the committed log (needs Java 17+; on in scenario spark)")
+    run.add_argument("--secure", action="store_true",
+                     help="a secure cluster, as `raftka cluster up --secure` makes it: SASL_SSL on every listener, "
+                          "ACLs; the workload and the nemeses log in as its admin user (not with --spark yet)")
     run.add_argument("--list", action="store_true", help="list the scenarios and exit")
     run.add_argument("--json", action="store_true", help="print results.json instead of the summary")
     run.set_defaults(func=run_run)
@@ -63,7 +68,7 @@ def run_run(args: argparse.Namespace) -> int:
     if args.list:
         for s in scenarios.SCENARIOS.values():
             tags = ("smoke " if s.smoke else "soak  ") + ("" if s.expect_valid else "(expected INVALID) ") \
-                + ("(Spark) " if s.spark else "")
+                + ("(Spark) " if s.spark else "") + ("(secure) " if s.secure else "")
             print(f"{s.name:<24} {tags}{s.description}")
         return 0
     try:
@@ -75,6 +80,13 @@ def run_run(args: argparse.Namespace) -> int:
         print("error: --duration must be in (0, 86400] seconds", file=sys.stderr)
         return 2
     use_spark = args.spark or scenario.spark
+    use_secure = args.secure or scenario.secure
+    from raftka.chaos.runner import UnsupportedRunError, check_options
+    try:
+        check_options(spark=use_spark, secure=use_secure)
+    except UnsupportedRunError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if use_spark:
         from raftka.spark.session import JavaNotFoundError, require_java
         try:
@@ -86,7 +98,7 @@ def run_run(args: argparse.Namespace) -> int:
     out = args.out or f"chaos-runs/{scenario.name}-{seed}"
     from raftka.chaos.runner import run, summary
     results = run(scenario, duration_s=args.duration, seed=seed, out=out, toxiproxy_server=args.toxiproxy_server,
-                  spark=use_spark, say=lambda line: print(line, flush=True))
+                  spark=use_spark, secure=use_secure, say=lambda line: print(line, flush=True))
     _show(results, args.json, out)
     return 0 if results["valid"] else 1
 
