@@ -397,6 +397,7 @@ RULES: Final[dict[int, Rule]] = {
     ApiKey.DESCRIBE_ACLS: _on_cluster(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _on_cluster(Op.ALTER),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _on_cluster(Op.DESCRIBE),
+    ApiKey.ELECT_LEADERS: _on_cluster(Op.ALTER),  # Kafka: ALTER on the cluster
 }
 
 

@@ -42,7 +42,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     # (the newest declared; fields its version lacks carry their declared defaults) and the answer
     # goes back encoded at the client's version (fields that version lacks are left out).
     ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 6, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.CREATE_PARTITIONS: 3,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.CREATE_PARTITIONS: 3, ApiKey.ELECT_LEADERS: 2,
 }
 
 

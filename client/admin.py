@@ -7,7 +7,7 @@ from raftka.client._sync import LoopThread
 from raftka.client.acl import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
                                ResourcePattern, ResourcePatternFilter, ResourceType)
 from raftka.client.aio.admin import AdminClient as AioAdminClient
-from raftka.client.aio.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+from raftka.client.aio.admin import (ElectionType, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                      UserScramCredentialsDescription, UserScramCredentialUpsertion)
 from raftka.common.errors import RaftkaError
 from raftka.client.aio.group import GroupInformation
@@ -46,6 +46,15 @@ class AdminClient:
         {topic: total_count}); raises the first error (InvalidPartitionsError, ...) unless
         ``raise_errors=False``, which returns {topic: None or error}."""
         return self._io.run(self._aio.create_partitions(topic_partitions, timeout_ms, validate_only, raise_errors))
+
+    def perform_leader_election(self, election_type: "ElectionType | int" = ElectionType.PREFERRED,
+                                topic_partitions: Any = None, timeout_ms: int | None = None,
+                                raise_errors: bool = True) -> dict[Any, RaftkaError | None]:
+        """Elect partition leaders (ElectLeaders): ElectionType.PREFERRED or UNCLEAN, for
+        ``topic_partitions`` (TopicPartitions; None: all). {TopicPartition: None or error};
+        raises the first error but ElectionNotNeededError unless ``raise_errors=False``."""
+        return self._io.run(self._aio.perform_leader_election(election_type, topic_partitions, timeout_ms,
+                                                              raise_errors))
 
     def list_topics(self) -> list[str]:
         """Every topic name, sorted."""
@@ -176,5 +185,5 @@ async def _make(configs: dict[str, Any]) -> AioAdminClient:
 
 
 __all__ = ["AdminClient", "ACL", "ACLFilter", "ACLOperation", "ACLPermissionType", "ACLResourcePatternType",
-           "ResourcePattern", "ResourcePatternFilter", "ResourceType", "ScramCredentialInfo", "ScramMechanism", "UserScramCredentialDeletion",
+           "ElectionType", "ResourcePattern", "ResourcePatternFilter", "ResourceType", "ScramCredentialInfo", "ScramMechanism", "UserScramCredentialDeletion",
            "UserScramCredentialsDescription", "UserScramCredentialUpsertion"]

@@ -209,6 +209,9 @@ SERVER_CONFIGS = (
     .define("default.replication.factor", "int", 1, "Replication factor of a topic created without one.", at_least(1))
     .define("min.insync.replicas", "int", 1, "Default min.insync.replicas of new topics.", at_least(1))
     .define("unclean.leader.election.enable", "bool", False, "Default for new topics: elect outside the ISR.")
+    .define("auto.leader.rebalance.enable", "bool", True,
+            "Controllers: move leadership back to a partition's preferred (first) replica as soon as it is "
+            "live and in the ISR; false: only ElectLeaders (raftka leader-election) moves it.")
     .define("auto.create.topics.enable", "bool", False, "Create a topic when a client first asks for it.")
     .define("log.retention.ms", "long", 604_800_000, "Default retention.ms of new topics.", at_least(-1))
     .define("log.retention.bytes", "long", -1, "Default retention.bytes of new topics.", at_least(-1))

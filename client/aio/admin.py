@@ -61,6 +61,13 @@ OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST}
 ENDPOINT_TYPE_BROKERS = 1  # DescribeCluster: describe the brokers (2, the controllers, is a controller's answer)
 
 
+class ElectionType(enum.IntEnum):
+    """ElectLeaders' election type, numbered as Kafka (and confluent-kafka) number them."""
+
+    PREFERRED = 0  # the first replica, if it is live and in the ISR
+    UNCLEAN = 1  # a partition without a leader: a live replica even outside the ISR (may lose records)
+
+
 class ScramMechanism(enum.IntEnum):
     """A SASL/SCRAM mechanism, numbered as Kafka (and confluent-kafka) number them."""
 
@@ -251,6 +258,39 @@ class AdminClient:
             results[t["name"]] = (errors.error_for(code, t.get("error_message"), topic=t["name"])
                                   if code else None)
         return _raise_or_collect(results, raise_errors)
+
+    async def perform_leader_election(self, election_type: "ElectionType | int" = ElectionType.PREFERRED,
+                                      topic_partitions: Iterable[TopicPartition] | None = None,
+                                      timeout_ms: int | None = None, raise_errors: bool = True
+                                      ) -> dict[TopicPartition, RaftkaError | None]:
+        """Elect partition leaders (ElectLeaders; kafka-python's name, kafka-leader-election's
+        election types): ``ElectionType.PREFERRED`` moves leadership to each partition's first
+        replica when it is live and in the ISR; ``UNCLEAN`` elects a leader for a partition that
+        has none, outside the ISR if need be (acknowledged records may be lost).
+        ``topic_partitions`` None: every partition (the answer then leaves out those that needed
+        no election). Returns {TopicPartition: None or its error}; with ``raise_errors`` (default)
+        the first error other than ElectionNotNeededError is raised instead."""
+        election_type = ElectionType(election_type)
+        wanted = None
+        if topic_partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in topic_partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            wanted = [{"topic": topic, "partition_id": ids} for topic, ids in by_topic.items()]
+        body = {"election_type": int(election_type), "topic_partitions": wanted,
+                "timeout_ms": timeout_ms or self.config["request_timeout_ms"]}
+        answer = await self._call(ApiKey.ELECT_LEADERS, body, timeout_ms)
+        results: dict[TopicPartition, RaftkaError | None] = {}
+        for topic in answer.get("replica_election_results") or []:
+            for p in topic.get("partition_result") or []:
+                code = p.get("error_code", 0) or 0
+                results[TopicPartition(topic["topic"], p["partition_id"])] = (
+                    errors.error_for(code, p.get("error_message"), topic=topic["topic"]) if code else None)
+        if raise_errors:
+            for error in results.values():
+                if error is not None and error.code != errors.ELECTION_NOT_NEEDED:
+                    raise error
+        return results
 
     async def list_topics(self) -> list[str]:
         """Names of every topic, sorted."""

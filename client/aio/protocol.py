@@ -25,6 +25,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
     ApiKey.CREATE_PARTITIONS: 3,
+    ApiKey.ELECT_LEADERS: 2,
     ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 4,
     # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them). Heartbeat v4 is

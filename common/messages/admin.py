@@ -13,6 +13,8 @@ Version ranges are Kafka 4's, each up to the newest version Kafka defines today:
   the config type and documentation, 4 turns flexible.
 - AlterConfigs (33) 0-2: none dropped; 2 turns flexible.
 - IncrementalAlterConfigs (44) 0-1: none dropped; 1 turns flexible.
+- ElectLeaders (43) 0-2: none dropped; 1 adds the election type (0 preferred, 1 unclean) and a
+  top-level error, 2 turns flexible.
 
 Configs and replica assignments are arrays of structs, as on Kafka's wire. ``resource_type`` is
 Kafka's int8 (2: topic, 4: broker).
@@ -260,8 +262,33 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE: Final = Message(
         _throttle(), _ALTER_CONFIGS_RESULTS,
     ), flexible_versions="1+")
 
+# -- ElectLeaders (43) -------------------------------------------------------------------------------
+
+ELECT_LEADERS_REQUEST: Final = Message(ApiKey.ELECT_LEADERS, "ElectLeadersRequest", "0-2", (
+    _f("election_type", "int8", 0, "1+", about="0: the preferred replica; 1: unclean (a live replica if no ISR member)"),
+    _f("topic_partitions", Array(Struct("ElectLeadersTopicPartitions", (
+        _text("topic"),
+        _f("partition_id", Array("int32", max_count=PARTITIONS_MAX), []),
+    )), max_count=TOPICS_MAX), None, nullable_versions="0+", about="null: every partition"),
+    _f("timeout_ms", "int32", 60_000),
+), flexible_versions="2+")
+
+ELECT_LEADERS_RESPONSE: Final = Message(ApiKey.ELECT_LEADERS, "ElectLeadersResponse", "0-2", (
+    _throttle(),
+    _f("error_code", "int16", 0, "1+"),
+    _f("replica_election_results", Array(Struct("ReplicaElectionResult", (
+        _text("topic"),
+        _f("partition_result", Array(Struct("PartitionResult", (
+            _f("partition_id", "int32", 0),
+            _f("error_code", "int16", 0),
+            _error_message(),
+        )), max_count=PARTITIONS_MAX), []),
+    )), max_count=TOPICS_MAX), []),
+), flexible_versions="2+")
+
 REQUESTS: Final = (CREATE_TOPICS_REQUEST, DELETE_TOPICS_REQUEST, DELETE_RECORDS_REQUEST, DESCRIBE_CONFIGS_REQUEST,
-                   ALTER_CONFIGS_REQUEST, CREATE_PARTITIONS_REQUEST, INCREMENTAL_ALTER_CONFIGS_REQUEST)
+                   ALTER_CONFIGS_REQUEST, CREATE_PARTITIONS_REQUEST, INCREMENTAL_ALTER_CONFIGS_REQUEST,
+                   ELECT_LEADERS_REQUEST)
 RESPONSES: Final = (CREATE_TOPICS_RESPONSE, DELETE_TOPICS_RESPONSE, DELETE_RECORDS_RESPONSE,
                     DESCRIBE_CONFIGS_RESPONSE, ALTER_CONFIGS_RESPONSE, CREATE_PARTITIONS_RESPONSE,
-                    INCREMENTAL_ALTER_CONFIGS_RESPONSE)
+                    INCREMENTAL_ALTER_CONFIGS_RESPONSE, ELECT_LEADERS_RESPONSE)

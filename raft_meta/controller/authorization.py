@@ -6,7 +6,7 @@ Who may ask a controller for what (Kafka's rules for the controller's APIs):
   the metadata log (Fetch, FetchSnapshot): CLUSTER_ACTION on the cluster, the brokers' right;
 - the admin APIs: the cluster-level operation a direct caller needs (DESCRIBE for DescribeQuorum,
   DescribeAcls and DescribeUserScramCredentials, DESCRIBE_CONFIGS, ALTER_CONFIGS, ALTER for ACLs,
-  SCRAM users, UnregisterBroker and CreatePartitions, CREATE for CreateTopics, DELETE for
+  SCRAM users, UnregisterBroker, CreatePartitions and ElectLeaders, CREATE for CreateTopics, DELETE for
   DeleteTopics). A principal with CLUSTER_ACTION may send them all: brokers forward their
   clients' admin requests on their own connection after checking the client's ACLs themselves
   (broker/authorization.py), as Kafka's brokers forward in an envelope only a broker may send.
@@ -39,6 +39,7 @@ CLUSTER_OPERATION: Final[dict[int, Op]] = {
     ApiKey.UNREGISTER_BROKER: Op.ALTER,
     ApiKey.DESCRIBE_QUORUM: Op.DESCRIBE,
     ApiKey.CREATE_TOPICS: Op.CREATE, ApiKey.DELETE_TOPICS: Op.DELETE, ApiKey.CREATE_PARTITIONS: Op.ALTER,
+    ApiKey.ELECT_LEADERS: Op.ALTER,
     ApiKey.DESCRIBE_CONFIGS: Op.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS: Op.ALTER_CONFIGS,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Op.ALTER_CONFIGS,
     ApiKey.DESCRIBE_ACLS: Op.DESCRIBE, ApiKey.CREATE_ACLS: Op.ALTER, ApiKey.DELETE_ACLS: Op.ALTER,

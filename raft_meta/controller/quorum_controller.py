@@ -64,6 +64,7 @@ from raftka.common.errors import (
 from raftka.raft_meta.controller import elections, placement
 from raftka.raft_meta.controller.acls import Acls
 from raftka.raft_meta.controller.bootstrap import Bootstrap
+from raftka.raft_meta.controller.leader_election import LeaderElection
 from raftka.raft_meta.controller.scram_credentials import ScramCredentials
 from raftka.raft_meta.controller import service as svc
 from raftka.raft_meta.metadata.delta import MetadataDelta
@@ -104,6 +105,8 @@ class QuorumController:
         self._refused = RateLimitedLog(log)  # a misconfigured broker retries its registration for a minute
         self.session_timeout_ms: int = self.config["broker.session.timeout.ms"]
         self.unclean_default = bool(self.config["unclean.leader.election.enable"])
+        # false: leadership stays where failovers left it until ElectLeaders moves it (leader_election.py)
+        self.auto_leader_rebalance = bool(self.config["auto.leader.rebalance.enable"])
         self.last_heartbeat: dict[int, float] = {}  # broker id -> monotonic seconds
         self.disconnect_grace_ms: int = self.config["broker.session.disconnect.grace.ms"]
         # broker id -> (connection of its last heartbeat, heartbeats in a row on that connection)
@@ -128,6 +131,7 @@ class QuorumController:
         })
         self.scram_credentials = ScramCredentials(self)
         self.acls = Acls(self)
+        self.leader_election = LeaderElection(self)
         self.bootstrap = Bootstrap(self)  # a corrupt bootstrap file stops the controller here
         service.before_commits = self.bootstrap.ensure
         service.background_factories.append(self.periodic_duties)
@@ -157,6 +161,7 @@ class QuorumController:
         live = set(live)
         for _ in range(DECISION_ATTEMPTS_MAX):
             changes = list(elections.changes(self.image, live, self.unclean_default, involving=involving,
+                                             preferred=self.auto_leader_rebalance,
                                              limit=PARTITION_CHANGES_PER_ENTRY_MAX, topics=topics))
             if not first and not changes:
                 return

@@ -21,6 +21,7 @@ COMMAND_ORDER = (
     "quorum",
     "cluster",
     "topics",
+    "leader_election",
     "produce",
     "consume",
     "groups",

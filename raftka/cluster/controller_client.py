@@ -25,7 +25,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     **NEWEST_VERSIONS,
     # the admin APIs a broker forwards, at the versions it forwards them (broker/controller_channel.py)
     ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 6, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.ELECT_LEADERS: 2,
 }
 RAFT_LISTENER: Final = "RAFT"  # the listener name under which DescribeQuorum's nodes list the Raft port
 CLIENT_ID: Final = "raftka-tool"
