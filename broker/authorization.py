@@ -398,6 +398,8 @@ RULES: Final[dict[int, Rule]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _on_cluster(Op.ALTER),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _on_cluster(Op.DESCRIBE),
     ApiKey.ELECT_LEADERS: _on_cluster(Op.ALTER),  # Kafka: ALTER on the cluster
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _on_cluster(Op.ALTER),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _on_cluster(Op.DESCRIBE),
 }
 
 

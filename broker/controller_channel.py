@@ -43,6 +43,7 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     # goes back encoded at the client's version (fields that version lacks are left out).
     ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 6, ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.ALTER_CONFIGS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.CREATE_PARTITIONS: 3, ApiKey.ELECT_LEADERS: 2,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0, ApiKey.LIST_PARTITION_REASSIGNMENTS: 0,
 }
 
 

@@ -7,7 +7,7 @@ wire code (frames, record batches, the error table) shared with the servers.
 """
 from raftka.client.acl import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
                                ResourcePattern, ResourcePatternFilter, ResourceType)
-from raftka.client.admin import (AdminClient, ElectionType, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+from raftka.client.admin import (AdminClient, ElectionType, PartitionReassignment, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                  UserScramCredentialsDescription, UserScramCredentialUpsertion)
 from raftka.client.aio.group import CommitFailedError, ConsumerRebalanceListener
 from raftka.client.assignors import (CooperativeStickyAssignor, RangePartitionAssignor, RoundRobinPartitionAssignor,
@@ -32,7 +32,7 @@ __all__ = ["Producer", "Consumer", "AdminClient", "KafkaProducer", "KafkaConsume
            "OffsetAndTimestamp", "BrokerMetadata", "ConfigResource", "ConfigEntry", "AlterConfigOp",
            "AlterConfigOpType",
            # SCRAM credentials (confluent-kafka's names)
-           "ElectionType", "ScramMechanism", "ScramCredentialInfo", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
+           "ElectionType", "PartitionReassignment", "ScramMechanism", "ScramCredentialInfo", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
            "UserScramCredentialsDescription",
            # ACLs (kafka-python's names)
            "ACL", "ACLFilter", "ACLOperation", "ACLPermissionType", "ACLResourcePatternType", "ResourcePattern",

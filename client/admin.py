@@ -7,7 +7,7 @@ from raftka.client._sync import LoopThread
 from raftka.client.acl import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
                                ResourcePattern, ResourcePatternFilter, ResourceType)
 from raftka.client.aio.admin import AdminClient as AioAdminClient
-from raftka.client.aio.admin import (ElectionType, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+from raftka.client.aio.admin import (ElectionType, PartitionReassignment, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                      UserScramCredentialsDescription, UserScramCredentialUpsertion)
 from raftka.common.errors import RaftkaError
 from raftka.client.aio.group import GroupInformation
@@ -55,6 +55,19 @@ class AdminClient:
         raises the first error but ElectionNotNeededError unless ``raise_errors=False``."""
         return self._io.run(self._aio.perform_leader_election(election_type, topic_partitions, timeout_ms,
                                                               raise_errors))
+
+    def alter_partition_reassignments(self, reassignments: dict[Any, Sequence[int] | None],
+                                      timeout_ms: int | None = None,
+                                      raise_errors: bool = True) -> dict[Any, RaftkaError | None]:
+        """Move partitions to other brokers: {TopicPartition: target replicas, or None to cancel}
+        (AlterPartitionReassignments); raises the first error unless ``raise_errors=False``."""
+        return self._io.run(self._aio.alter_partition_reassignments(reassignments, timeout_ms, raise_errors))
+
+    def list_partition_reassignments(self, partitions: Any = None,
+                                     timeout_ms: int | None = None) -> dict[Any, PartitionReassignment]:
+        """{TopicPartition: PartitionReassignment(replicas, adding_replicas, removing_replicas)} of
+        the reassignments under way (of ``partitions``; None: all)."""
+        return self._io.run(self._aio.list_partition_reassignments(partitions, timeout_ms))
 
     def list_topics(self) -> list[str]:
         """Every topic name, sorted."""
@@ -185,5 +198,5 @@ async def _make(configs: dict[str, Any]) -> AioAdminClient:
 
 
 __all__ = ["AdminClient", "ACL", "ACLFilter", "ACLOperation", "ACLPermissionType", "ACLResourcePatternType",
-           "ElectionType", "ResourcePattern", "ResourcePatternFilter", "ResourceType", "ScramCredentialInfo", "ScramMechanism", "UserScramCredentialDeletion",
+           "ElectionType", "PartitionReassignment", "ResourcePattern", "ResourcePatternFilter", "ResourceType", "ScramCredentialInfo", "ScramMechanism", "UserScramCredentialDeletion",
            "UserScramCredentialsDescription", "UserScramCredentialUpsertion"]

@@ -92,6 +92,7 @@ _TABLE: tuple[tuple[int, str, bool, bool, str], ...] = (
     (82, "FENCED_INSTANCE_ID", False, False, "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id."),
     (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True, True, "Eligible topic partition leaders are not available."),
     (84, "ELECTION_NOT_NEEDED", True, True, "Leader election not needed for topic partition."),
+    (85, "NO_REASSIGNMENT_IN_PROGRESS", False, False, "No partition reassignment is in progress."),
     (86, "GROUP_SUBSCRIBED_TO_TOPIC", False, False, "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."),
     (87, "INVALID_RECORD", False, False, "This record has failed the validation on broker and hence will be rejected."),
     (91, "RESOURCE_NOT_FOUND", False, False, "The request names a resource that does not exist."),

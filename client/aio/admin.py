@@ -61,6 +61,16 @@ OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST}
 ENDPOINT_TYPE_BROKERS = 1  # DescribeCluster: describe the brokers (2, the controllers, is a controller's answer)
 
 
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A reassignment under way (Kafka's PartitionReassignment): the partition's replicas now,
+    those being added (catching up) and those to be removed once they have."""
+
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+
 class ElectionType(enum.IntEnum):
     """ElectLeaders' election type, numbered as Kafka (and confluent-kafka) number them."""
 
@@ -291,6 +301,46 @@ class AdminClient:
                 if error is not None and error.code != errors.ELECTION_NOT_NEEDED:
                     raise error
         return results
+
+    async def alter_partition_reassignments(self, reassignments: dict[TopicPartition, Sequence[int] | None],
+                                            timeout_ms: int | None = None, raise_errors: bool = True
+                                            ) -> dict[TopicPartition, RaftkaError | None]:
+        """Move partitions to other brokers (AlterPartitionReassignments, KIP-455; Kafka's Java
+        name): {TopicPartition: the target replica list, first the preferred leader, or None to
+        cancel the partition's reassignment}. Returns once the controller has started them (the
+        new replicas then catch up; ``list_partition_reassignments`` shows those under way):
+        {TopicPartition: None or its error}, the first error raised with ``raise_errors``
+        (InvalidReplicaAssignmentError, UnknownTopicOrPartitionError, NoReassignmentInProgressError)."""
+        by_topic: dict[str, list[dict]] = {}
+        for tp, replicas in reassignments.items():
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "replicas": None if replicas is None else [int(b) for b in replicas]})
+        body = {"timeout_ms": timeout_ms or self.config["request_timeout_ms"],
+                "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}
+        answer = await self._call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, body, timeout_ms)
+        results: dict[TopicPartition, RaftkaError | None] = {}
+        for topic in answer.get("responses") or []:
+            for p in topic.get("partitions") or []:
+                code = p.get("error_code", 0) or 0
+                results[TopicPartition(topic["name"], p["partition_index"])] = (
+                    errors.error_for(code, p.get("error_message"), topic=topic["name"]) if code else None)
+        return _raise_or_collect(results, raise_errors)  # type: ignore[arg-type]
+
+    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None,
+                                           timeout_ms: int | None = None) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments under way (ListPartitionReassignments), of ``partitions`` (None: all)."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [{"name": name, "partition_indexes": indexes} for name, indexes in by_topic.items()]
+        answer = await self._call(ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                                  {"timeout_ms": timeout_ms or self.config["request_timeout_ms"], "topics": topics},
+                                  timeout_ms)
+        return {TopicPartition(t["name"], p["partition_index"]):
+                PartitionReassignment(list(p["replicas"]), list(p["adding_replicas"]), list(p["removing_replicas"]))
+                for t in answer.get("topics") or [] for p in t.get("partitions") or []}
 
     async def list_topics(self) -> list[str]:
         """Names of every topic, sorted."""

@@ -26,6 +26,8 @@ KAFKA_VERSIONS: Final[dict[int, int]] = {
     ApiKey.DELETE_TOPICS: 6,
     ApiKey.CREATE_PARTITIONS: 3,
     ApiKey.ELECT_LEADERS: 2,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: 0,
     ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 4,
     # The group coordinator's APIs. FindCoordinator v3 (one key; v4 batches them). Heartbeat v4 is

@@ -65,6 +65,8 @@ from raftka.raft_meta.controller import elections, placement
 from raftka.raft_meta.controller.acls import Acls
 from raftka.raft_meta.controller.bootstrap import Bootstrap
 from raftka.raft_meta.controller.leader_election import LeaderElection
+from raftka.raft_meta.controller import reassignment
+from raftka.raft_meta.controller.reassignment import Reassignments
 from raftka.raft_meta.controller.scram_credentials import ScramCredentials
 from raftka.raft_meta.controller import service as svc
 from raftka.raft_meta.metadata.delta import MetadataDelta
@@ -132,6 +134,8 @@ class QuorumController:
         self.scram_credentials = ScramCredentials(self)
         self.acls = Acls(self)
         self.leader_election = LeaderElection(self)
+        self.reassignments = Reassignments(self)
+        self._reassignments_checked: MetadataImage | None = None  # image of the last pass with none to finish
         self.bootstrap = Bootstrap(self)  # a corrupt bootstrap file stops the controller here
         service.before_commits = self.bootstrap.ensure
         service.background_factories.append(self.periodic_duties)
@@ -353,6 +357,7 @@ class QuorumController:
                 log.info("fenced broker %d: no heartbeat for %d ms", broker_id, self.session_timeout_ms)
             except RaftkaError as error:
                 log.warning("fencing broker %d failed: %s", broker_id, error)
+        await self._finish_reassignments()
         image, checked = self.image, self._checked_image
         if image is checked:
             return  # nothing committed since the last pass found nothing to do
@@ -367,6 +372,25 @@ class QuorumController:
                 self._checked_image = image
         except RaftkaError as error:
             log.debug("partition elections: %s", error)
+
+    async def _finish_reassignments(self) -> None:
+        """Commit the end of every reassignment whose new replicas are all in the ISR
+        (reassignment.py), looking only at topics changed since the last pass found none."""
+        image, checked = self.image, self._reassignments_checked
+        if image is checked:
+            return
+        topics = None if checked is None else set(MetadataDelta.between(checked, image).changed_topics)
+        changes = list(reassignment.completions(image, topics))
+        try:
+            for start in range(0, len(changes), PARTITION_CHANGES_PER_ENTRY_MAX):
+                await self.commit(changes[start:start + PARTITION_CHANGES_PER_ENTRY_MAX])
+            if not changes:
+                self._reassignments_checked = image
+            else:
+                log.info("finished the reassignment of %d partition(s): %s", len(changes),
+                         ", ".join(f"{c.topic}-{c.partition}" for c in changes[:10]))
+        except RaftkaError as error:  # a race (the partition moved on) or no quorum: the next pass decides again
+            log.debug("finishing reassignments: %s", error)
 
     # -- topics ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ and goes on to the leader's CONTROLLER listener.
 Every API is served in Kafka's protocol (common/messages/): the broker-controller APIs
 (BrokerRegistration, BrokerHeartbeat, AlterPartition, UnregisterBroker, AllocateProducerIds,
 DescribeQuorum), the metadata-log Fetch and FetchSnapshot, and the admin APIs brokers forward
-(CreateTopics, CreatePartitions, ElectLeaders, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
+(CreateTopics, CreatePartitions, ElectLeaders, Alter/ListPartitionReassignments, DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
 DescribeUserScramCredentials, AlterUserScramCredentials, DescribeAcls, CreateAcls, DeleteAcls).
 
 A decision is a committed record: the metadata handlers (``QuorumController`` in
@@ -54,6 +54,8 @@ API_DESCRIBE_CONFIGS = 32
 API_ALTER_CONFIGS = 33
 API_CREATE_PARTITIONS = 37
 API_ELECT_LEADERS = 43
+API_ALTER_PARTITION_REASSIGNMENTS = 45
+API_LIST_PARTITION_REASSIGNMENTS = 46
 API_INCREMENTAL_ALTER_CONFIGS = 44
 API_DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 API_ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -80,6 +82,7 @@ REGISTER_ATTEMPTS_MAX = 1000  # ~ minutes of retrying while no leader exists
 # Every API the controller listener serves (some only once the metadata handlers are attached).
 CONTROLLER_APIS = frozenset({
     API_FETCH, API_CREATE_TOPICS, API_CREATE_PARTITIONS, API_DELETE_TOPICS, API_ELECT_LEADERS,
+    API_ALTER_PARTITION_REASSIGNMENTS, API_LIST_PARTITION_REASSIGNMENTS,
     API_DESCRIBE_CONFIGS, API_ALTER_CONFIGS, API_INCREMENTAL_ALTER_CONFIGS, API_DESCRIBE_QUORUM, API_ALTER_PARTITION,
     API_FETCH_SNAPSHOT, API_DESCRIBE_USER_SCRAM_CREDENTIALS, API_ALTER_USER_SCRAM_CREDENTIALS,
     API_DESCRIBE_ACLS, API_CREATE_ACLS, API_DELETE_ACLS, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_UNREGISTER_BROKER, API_ALLOCATE_PRODUCER_IDS,

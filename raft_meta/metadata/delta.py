@@ -440,7 +440,9 @@ class MetadataDelta:
         if r.leader_epoch < 0 or r.partition_epoch < 0:
             raise _refuse(errors.INVALID_REQUEST, f"{where}: epochs must be >= 0")
         partition = PartitionRegistration(replicas=replicas, isr=isr, leader=r.leader,
-                                          leader_epoch=r.leader_epoch, partition_epoch=r.partition_epoch)
+                                          leader_epoch=r.leader_epoch, partition_epoch=r.partition_epoch,
+                                          removing_replicas=tuple(r.removing_replicas),
+                                          adding_replicas=tuple(r.adding_replicas))
         result = {"topic": name, "partition": r.partition}
         count = len(topic.partitions)
         if r.partition < count:
@@ -471,16 +473,26 @@ class MetadataDelta:
                           f"the change expected {r.expected_partition_epoch}")
         isr = before.isr if r.isr is None else tuple(r.isr)
         leader = before.leader if r.leader is None else r.leader
-        if not isr or len(set(isr)) != len(isr) or not set(isr) <= set(before.replicas):
+        replicas = before.replicas if r.replicas is None else tuple(r.replicas)
+        removing = before.removing_replicas if r.removing_replicas is None else tuple(r.removing_replicas)
+        adding = before.adding_replicas if r.adding_replicas is None else tuple(r.adding_replicas)
+        where = f"{r.topic}-{r.partition}"
+        if not replicas or len(set(replicas)) != len(replicas) or min(replicas) < 0:
+            raise _refuse(errors.INVALID_REPLICA_ASSIGNMENT, f"replicas {list(replicas)} of {where}: "
+                                                             "need distinct broker ids >= 0")
+        if not set(removing) | set(adding) <= set(replicas) or set(removing) & set(adding):
+            raise _refuse(errors.INVALID_REQUEST, f"{where}: adding {list(adding)} and removing {list(removing)} "
+                                                  f"must be apart and among the replicas {list(replicas)}")
+        if not isr or len(set(isr)) != len(isr) or not set(isr) <= set(replicas):
             raise _refuse(errors.INVALID_REQUEST,
-                          f"ISR {list(isr)} of {r.topic}-{r.partition} must be distinct replicas of {list(before.replicas)}")
+                          f"ISR {list(isr)} of {where} must be distinct replicas of {list(replicas)}")
         if leader != NO_LEADER and leader not in isr:
             raise _refuse(errors.INVALID_REQUEST,
-                          f"leader {leader} of {r.topic}-{r.partition} must be in the ISR {list(isr)} (or -1)")
+                          f"leader {leader} of {where} must be in the ISR {list(isr)} (or -1)")
         after = PartitionRegistration(
-            replicas=before.replicas, isr=isr, leader=leader,
+            replicas=replicas, isr=isr, leader=leader,
             leader_epoch=before.leader_epoch + (1 if leader != before.leader else 0),
-            partition_epoch=before.partition_epoch + 1)
+            partition_epoch=before.partition_epoch + 1, removing_replicas=removing, adding_replicas=adding)
         partitions = list(topic.partitions)
         partitions[r.partition] = after
         self._set_topic(r.topic, replace(topic, partitions=tuple(partitions)))

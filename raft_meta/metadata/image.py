@@ -91,6 +91,19 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # A reassignment under way (KIP-455): replicas being added (catching up) and removed (once
+    # every adding one is in the ISR); both empty otherwise.
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replica list a reassignment ends with (the replicas when none is under way)."""
+        return tuple(b for b in self.replicas if b not in self.removing_replicas)
 
     @property
     def preferred_leader(self) -> int:
@@ -209,7 +222,8 @@ def _snapshot_records(image: MetadataImage) -> Iterator[tuple[int, dict]]:
         for index, p in enumerate(t.partitions):
             yield partition_key, {
                 "partition_id": index, "topic_id": t.topic_id, "replicas": p.replicas, "isr": p.isr,
-                "leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch}
+                "leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                "removing_replicas": p.removing_replicas or None, "adding_replicas": p.adding_replicas or None}
         if t.configs:
             yield schemas.CONFIG.api_key, {"resource_type": schemas.RESOURCE_TYPE_TOPIC, "resource_name": t.name,
                                            "configs": schemas.config_entries(t.configs)}
@@ -268,7 +282,9 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
                 raise schemas.FrameError(f"PartitionRecord {body['partition_id']} of topic id {body['topic_id']} "
                                          "does not follow its topic's previous partition")
             topic[1].append(PartitionRegistration(tuple(body["replicas"]), tuple(body["isr"]), body["leader"],
-                                                  body["leader_epoch"], body["partition_epoch"]))
+                                                  body["leader_epoch"], body["partition_epoch"],
+                                                  tuple(body["removing_replicas"] or ()),
+                                                  tuple(body["adding_replicas"] or ())))
         elif api_key == schemas.REGISTER_BROKER.api_key:
             broker_id = body["broker_id"]
             brokers[broker_id] = BrokerRegistration(

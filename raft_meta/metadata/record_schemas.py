@@ -142,6 +142,11 @@ PARTITION_CHANGE: Final = Message(5, "PartitionChangeRecord", "0", (
     Field("isr", _IDS, default=None, nullable=True, tag=0, tagged_versions="0+"),
     Field("leader", "int32", default=-2, tag=1, tagged_versions="0+",
           about="-2 unchanged, -1 no leader"),
+    Field("replicas", _IDS, default=None, nullable=True, tag=2, tagged_versions="0+", about="null: unchanged"),
+    Field("removing_replicas", _IDS, default=None, nullable=True, tag=3, tagged_versions="0+",
+          about="null: unchanged; replicas a reassignment takes out once the adding ones are in the ISR"),
+    Field("adding_replicas", _IDS, default=None, nullable=True, tag=4, tagged_versions="0+",
+          about="null: unchanged; replicas a reassignment adds"),
     _raftka_tag("topic_name", "string", 0),
     _raftka_tag("expected_partition_epoch", "int32", 1),
 ), flexible_versions="0+")

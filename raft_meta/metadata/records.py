@@ -249,19 +249,21 @@ class PartitionRecord(MetadataRecord):
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()  # a reassignment under way (Kafka's KIP-455 fields)
+    adding_replicas: tuple[int, ...] = ()
 
     def to_body(self) -> dict:
         return {"partition_id": self.partition,
                 "topic_id": _uuid(self.topic_id, f"partition {self.partition}: topic_id"),
                 "replicas": self.replicas, "isr": self.isr, "leader": self.leader,
-                "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch}
+                "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch,
+                "removing_replicas": self.removing_replicas or None, "adding_replicas": self.adding_replicas or None}
 
     @classmethod
     def from_body(cls, body: dict) -> "PartitionRecord":
-        if body["removing_replicas"] or body["adding_replicas"]:
-            raise _bad(f"PartitionRecord {body['partition_id']}: replica reassignment is not supported")
         return cls(body["topic_id"], body["partition_id"], tuple(body["replicas"]), tuple(body["isr"]),
-                   body["leader"], body["leader_epoch"], body["partition_epoch"])
+                   body["leader"], body["leader_epoch"], body["partition_epoch"],
+                   tuple(body["removing_replicas"] or ()), tuple(body["adding_replicas"] or ()))
 
 
 @dataclass(frozen=True)
@@ -291,6 +293,11 @@ class PartitionChangeRecord(MetadataRecord):
     expected_partition_epoch: int
     leader: int | None = None  # None: unchanged; -1: no leader (offline)
     isr: tuple[int, ...] | None = None  # None: unchanged
+    # A reassignment (KIP-455): the replica list, and which of them are being added and removed;
+    # None: unchanged, () for adding/removing: none (the reassignment is over).
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
 
     def to_body(self) -> dict:
         if self.leader is not None and self.leader < -1:
@@ -298,14 +305,20 @@ class PartitionChangeRecord(MetadataRecord):
         return {"partition_id": self.partition,
                 "topic_id": _uuid(self.topic_id, f"partition {self.topic}-{self.partition}: topic_id"),
                 "isr": self.isr, "leader": _LEADER_UNCHANGED if self.leader is None else self.leader,
+                "replicas": self.replicas, "removing_replicas": self.removing_replicas,
+                "adding_replicas": self.adding_replicas,
                 "topic_name": self.topic, "expected_partition_epoch": self.expected_partition_epoch}
 
     @classmethod
     def from_body(cls, body: dict) -> "PartitionChangeRecord":
         leader, isr = body["leader"], body["isr"]
+
+        def ids(key: str) -> tuple[int, ...] | None:
+            return None if body[key] is None else tuple(body[key])
         return cls(_required(body, "topic_name"), body["topic_id"], body["partition_id"],
                    _required(body, "expected_partition_epoch"),
-                   None if leader == _LEADER_UNCHANGED else leader, None if isr is None else tuple(isr))
+                   None if leader == _LEADER_UNCHANGED else leader, ids("isr"), ids("replicas"),
+                   ids("removing_replicas"), ids("adding_replicas"))
 
 
 @dataclass(frozen=True)
