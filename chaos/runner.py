@@ -20,7 +20,7 @@ With ``secure=True`` (``--secure``, or a scenario with ``secure``) the cluster i
 `raftka cluster up --secure` makes one (raftka/cluster/secure.py: SASL_SSL on every listener,
 ACLs, the admin super user) and every client of the harness logs in as admin; the login lives in
 the cluster's own files (OUT/cluster/client.properties, mode 600), never in ``history.jsonl`` or
-``results.json``. Spark with ``secure`` is refused for now (``check_options``).
+``results.json``. The Spark sink, too, logs in from that file (``--command-config``).
 
 Everything random comes from ``seed`` (nemesis choices, timings, the proxies' jitter and
 toxicity, the producers' phase), so a failing run can be repeated; the seed is printed with
@@ -53,20 +53,6 @@ SINK_START_TIMEOUT_S = 240.0  # JVM start to the first micro-batch with rows: 30
 SINK_CATCH_UP_TIMEOUT_S = 120.0  # after the final read, for Spark's last micro-batch
 SINK_STOP_TIMEOUT_S = 180.0  # SIGTERM -> query stopped (stopTimeout 60 s), output read back and written
 SINK_LIFETIME_EXTRA_S = 900.0  # the sink stops by itself this long after the run should have ended
-
-
-class UnsupportedRunError(ValueError):
-    """A combination of run options the harness cannot run (yet)."""
-
-
-def check_options(*, spark: bool, secure: bool) -> None:
-    """UnsupportedRunError for options that cannot go together, before anything starts."""
-    if spark and secure:
-        # `raftka spark sink` takes no client security settings yet, so its query and its
-        # topic wait would dial a SASL_SSL listener in plaintext and fail only after the JVM start.
-        raise UnsupportedRunError("Spark on a secure cluster is not supported yet: `raftka spark sink` takes no "
-                                  "client security settings (run --secure without --spark, or --spark without "
-                                  "--secure)")
 
 
 def schedule_bounds(duration_s: float) -> tuple[float, float]:
@@ -110,11 +96,9 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run one scenario; returns the results (also written to OUT/results.json). ``spark``: run
     a Spark streaming query during the faults; ``secure``: a SASL_SSL cluster with ACLs (both
-    default to the scenario's choice). UnsupportedRunError (before anything starts) for Spark
-    on a secure cluster."""
+    default to the scenario's choice)."""
     use_spark = scenario.spark if spark is None else spark
     use_secure = scenario.secure if secure is None else secure
-    check_options(spark=use_spark, secure=use_secure)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -138,7 +122,9 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         say(f"cluster up: controllers {cluster.controller_ids}, brokers {cluster.broker_ids}, "
             f"{len(cluster.links)} proxied links ({proxies.kind}), client listener {cluster.client_listener}")
         if use_spark:  # its JVM starts while the topic is made; it waits for the topic
-            sink = start_sink(out / "spark", cluster.bootstrap_servers, config.topic, duration_s, history, say)
+            login = cluster.security.client_properties_path if cluster.security is not None else None
+            sink = start_sink(out / "spark", cluster.bootstrap_servers, config.topic, duration_s, history, say,
+                              command_config=login)
         history.append("harness", "ok", "meta", topic=config.topic, partitions=config.partitions, seed=seed,
                        scenario=scenario.name, duration_s=duration_s, config=config.to_json(), spark=use_spark,
                        secure=use_secure)
@@ -235,9 +221,10 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
 
 
 def start_sink(out: Path, bootstrap_servers: str, topic: str, duration_s: float, history: HistoryWriter,
-               say: Callable[[str], None]) -> SparkSink:
+               say: Callable[[str], None], command_config: Path | None = None) -> SparkSink:
     """Start the Spark sink process (returns at once: its JVM starts while the topic is created
-    and the workload starts; it waits for the topic).
+    and the workload starts; it waits for the topic), logging in with ``command_config`` (a
+    secure cluster's client.properties) when given.
     Its micro-batches and restarts go to the history as ``sink_progress`` ops."""
     def record(event: dict[str, Any]) -> None:
         if event["event"] in ("batch", "restart"):
@@ -247,7 +234,7 @@ def start_sink(out: Path, bootstrap_servers: str, topic: str, duration_s: float,
             say(f"  spark: query failed, started again from its checkpoint: {event.get('error')}")
 
     sink = SparkSink(out, bootstrap_servers, topic, max_seconds=duration_s + SINK_LIFETIME_EXTRA_S,
-                     wait_topic_s=SINK_START_TIMEOUT_S, on_event=record)
+                     wait_topic_s=SINK_START_TIMEOUT_S, command_config=command_config, on_event=record)
     say(f"starting the Spark sink (its log: {sink.log_path})")
     sink.start()
     return sink

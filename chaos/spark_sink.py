@@ -6,7 +6,9 @@ end its output must equal the committed log exactly. The query runs in its own p
 offset -> Parquet with a checkpoint, a micro-batch every second, a failed query started again
 from its checkpoint), never in the harness: a JVM does not belong in the runner, and the harness
 reaches Spark only through the ``raftka`` command. It connects through the client proxies, so
-the faults hit it as they hit every client.
+the faults hit it as they hit every client. On a secure cluster it logs in as the cluster's admin
+with ``--command-config OUT/cluster/client.properties`` (the file the secure kit writes, mode
+600): the password stays in that file, never in the process's argv.
 
 ``SparkSink`` starts that process, follows its JSON lines (``started``, one ``batch`` per
 completed micro-batch with its end offsets, ``restart``, ``stopped``), waits for its first
@@ -43,10 +45,12 @@ class SparkSink:
     """One ``raftka spark sink`` process reading ``topic`` through ``bootstrap_servers``."""
 
     def __init__(self, out: str | Path, bootstrap_servers: str, topic: str, *, max_seconds: float,
-                 trigger_ms: int = 1000, wait_topic_s: float = 0.0, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 trigger_ms: int = 1000, wait_topic_s: float = 0.0, command_config: str | Path | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.out = Path(out)
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
+        self.command_config = command_config  # Kafka's client properties: the login, when the cluster is secure
         self.max_seconds = max_seconds
         self.trigger_ms = trigger_ms
         self.wait_topic_s = wait_topic_s
@@ -65,14 +69,21 @@ class SparkSink:
         self._reader: threading.Thread | None = None
         self._stderr: Any = None
 
-    def start(self) -> None:
-        """Start the process (returns at once; ``wait_first_rows`` waits for it to read)."""
-        self.out.mkdir(parents=True, exist_ok=True)
+    def command(self) -> list[str]:
+        """The sink process's argv (the login goes by file name only)."""
         command = [sys.executable, "-m", "raftka", "spark", "sink", "--bootstrap-server", self.bootstrap_servers,
                    "--topic", self.topic, "--output", str(self.out), "--rows-out", str(self.rows_path),
                    "--trigger-ms", str(self.trigger_ms), "--max-seconds", str(self.max_seconds),
                    "--wait-topic-s", str(self.wait_topic_s),
                    "--spark-log", str(self.log_path)]
+        if self.command_config is not None:
+            command += ["--command-config", str(self.command_config)]
+        return command
+
+    def start(self) -> None:
+        """Start the process (returns at once; ``wait_first_rows`` waits for it to read)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        command = self.command()
         self._stderr = open(self.out / "sink.stderr", "w", encoding="utf-8")
         self.started_at = time.monotonic()
         # Its own session: a Ctrl-C meant for the runner does not reach it (the runner stops it),

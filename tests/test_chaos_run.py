@@ -7,7 +7,7 @@
   under `-m soak` (scripts/chaos-soak.sh runs many seeds). The kill-broker smoke run is secure
   (`--secure`: SASL_SSL on every listener through the proxies, ACLs, the harness logging in as
   admin): its brokers refuse a plaintext client, and no password reaches the run's files.
-- The CLI: `chaos run --list`, an unknown scenario, `--secure` with Spark (refused for now),
+- The CLI: `chaos run --list`, an unknown scenario, the Spark sink of a secure run logging in from a file,
   `chaos check DIR` re-checking a saved run.
 Every failure message carries the seed (`raftka chaos run --scenario NAME --seed N` repeats it).
 """
@@ -83,12 +83,15 @@ def test_cli_lists_scenarios_and_refuses_unknown_ones(tmp_path):
     unknown = subprocess.run([sys.executable, "-m", "raftka", "chaos", "run", "--scenario", "nope"],
                              capture_output=True, text=True, env=project_env(), timeout=60)
     assert unknown.returncode == 2 and "unknown scenario" in unknown.stderr and "Traceback" not in unknown.stderr
-    # `raftka spark sink` cannot log in yet: refused before a cluster or a JVM starts
-    spark_secure = subprocess.run([sys.executable, "-m", "raftka", "chaos", "run", "--scenario", "spark", "--secure",
-                                   "--out", str(tmp_path / "spark-secure")],
-                                  capture_output=True, text=True, env=project_env(), timeout=60)
-    assert spark_secure.returncode == 2 and "Spark on a secure cluster" in spark_secure.stderr, spark_secure.stderr
-    assert not (tmp_path / "spark-secure").exists()
+    # `--secure` with Spark runs: the sink logs in from the secure cluster's client.properties,
+    # named in its argv, which never holds the password (no JVM started here)
+    from raftka.chaos.spark_sink import SparkSink
+    from raftka.cluster.secure import SecureKit
+    kit = SecureKit.create(tmp_path / "spark-secure" / "cluster")
+    argv = SparkSink(tmp_path / "spark-secure" / "spark", "127.0.0.1:9092", "t", max_seconds=60,
+                     command_config=kit.client_properties_path).command()
+    assert argv[argv.index("--command-config") + 1] == str(kit.client_properties_path), argv
+    assert kit.admin_password and not any(kit.admin_password in arg for arg in argv), "password in argv"
     missing = subprocess.run([sys.executable, "-m", "raftka", "chaos", "check", str(tmp_path)],
                              capture_output=True, text=True, env=project_env(), timeout=60)
     assert missing.returncode == 1 and "no history.jsonl" in missing.stderr

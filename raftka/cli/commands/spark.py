@@ -3,6 +3,7 @@
     raftka spark demo                      # the local cluster in ./.raftka (scripts/quickstart.sh --keep)
     raftka spark demo --bootstrap-server 127.0.0.1:9092 --seconds 30
     raftka spark sink --topic events --output DIR [--rows-out rows.json]   # until Ctrl-C / SIGTERM
+    raftka spark sink --bootstrap-server HOST:PORT --command-config client.properties --topic events --output DIR
 
 ``demo``: the World Cup stats pipeline (examples/spark/worldcup_stats.py, loaded by path).
 
@@ -15,7 +16,11 @@ Run it again with the same ``--output``: the queries go on from their checkpoint
 ``sink``: a topic streamed into Parquet exactly once (spark/sink.py), one JSON
 line per completed micro-batch on stdout; on Ctrl-C or SIGTERM it stops the query, and with
 ``--rows-out`` reads its own output back into a JSON file. The chaos harness runs it during
-faults (``raftka chaos run --spark``).
+faults (``raftka chaos run --spark``). On a secure cluster it logs in with ``--command-config``
+(Kafka's client properties; by default the cluster directory's client.properties, as every
+command): each property goes to the query as the ``kafka.``-prefixed option of the same name
+(docs/spark.md "Secure clusters") and, as client keywords, to the AdminClient that waits for the
+topic. The login stays in the file and in memory: never in argv, a log line or an error.
 
 Both send the JVM's log (Spark's WARN lines, a query stopped mid-batch, its shutdown) to
 ``--spark-log`` (default OUTPUT/spark.log) instead of the terminal.
@@ -34,8 +39,8 @@ import threading
 import time
 from typing import Any, Iterator
 
-from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, cluster_dir,
-                                         describe_error, one_line_errors, say)
+from raftka.cli.commands._common import (CLIENT_PROPERTIES, CommandError, add_bootstrap_args, bootstrap_servers,
+                                         cluster_dir, command_configs, describe_error, one_line_errors, say)
 
 EVENTS_PARTITIONS = 6
 STATS_PARTITIONS = 3
@@ -51,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     sub = parser.add_subparsers(dest="spark_command", metavar="ACTION")
     demo = sub.add_parser("demo", help="World Cup stats: worldcup-events -> Parquet and worldcup-stats")
-    add_bootstrap_args(demo, command_config=False)  # Spark's kafka.* security options: #security
+    # No --command-config: examples/spark/worldcup_stats.py's queries take no kafka.* options yet.
+    add_bootstrap_args(demo, command_config=False)
     demo.add_argument("--output", default=None, metavar="DIR",
                       help="Parquet files and checkpoints (default: DIR/spark-worldcup of the cluster dir)")
     demo.add_argument("--seconds", type=float, default=20.0, help="how long the live feed runs (20)")
@@ -66,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           description="Stream TOPIC (partition, offset, value) into OUTPUT/parquet with a "
                                       "checkpoint until Ctrl-C or SIGTERM; a failed query is started again "
                                       "from its checkpoint.")
-    add_bootstrap_args(sink, command_config=False)
+    add_bootstrap_args(sink)  # --command-config: the query's kafka.* options and the AdminClient's login
     sink.add_argument("--topic", required=True, help="the topic to read (from its earliest offset)")
     sink.add_argument("--output", required=True, metavar="DIR", help="Parquet files, checkpoint and Spark's log")
     sink.add_argument("--rows-out", default=None, metavar="FILE",
@@ -250,6 +256,10 @@ def run_demo(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     if args.seconds <= 0 or args.events_per_second <= 0:
         raise CommandError("--seconds and --events-per-second must be positive")
+    if not args.bootstrap_server and os.path.exists(os.path.join(cluster_dir(args), CLIENT_PROPERTIES)):
+        # a secure local cluster: without its login the clients would fail later, less clearly
+        raise CommandError(f"the cluster in {cluster_dir(args)} is secure and the demo cannot log in yet "
+                           "(`raftka spark sink` can: --command-config)")
     bootstrap = bootstrap_servers(args)
     output = os.path.abspath(args.output or os.path.join(cluster_dir(args), "spark-worldcup"))
     _ensure_topics(bootstrap)
@@ -304,15 +314,52 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _command_config_path(args: argparse.Namespace) -> str | None:
+    """The properties file ``command_configs`` reads: --command-config, else the cluster
+    directory's client.properties when it exists and no --bootstrap-server is given."""
+    path = getattr(args, "command_config", None)
+    if path is None and not getattr(args, "bootstrap_server", None):
+        local = os.path.join(cluster_dir(args), CLIENT_PROPERTIES)
+        path = local if os.path.exists(local) else None
+    return path
+
+
+def sink_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, Any]]:
+    """The login of ``raftka spark sink``: (the query's ``kafka.*`` options, the AdminClient's
+    keywords), both from the same Kafka client properties (``--command-config`` or the cluster
+    directory's client.properties). A property's name is the option's name after ``kafka.``, so
+    the raw properties go to Spark as they are, checked here as the query will check them on
+    its driver: a property it cannot take is a CommandError now, not a failed query after the
+    JVM start. Both values may hold the password: neither is ever printed."""
+    admin = command_configs(args, "admin")  # reads and checks the file; CommandError naming it
+    path = _command_config_path(args)
+    if path is None:
+        return {}, admin
+    from raftka.common.server_config import parse_properties
+    from raftka.spark.options import InvalidOptionError, ReadOptions
+    with open(path, encoding="utf-8") as file:  # read a moment ago by command_configs
+        properties = parse_properties(file.read())
+    properties.pop("bootstrap.servers", None)  # --bootstrap-server / --dir say where
+    options = {f"kafka.{name}": value for name, value in properties.items()}
+    try:
+        # The address and the topic are placeholders: only the kafka.* options are checked.
+        ReadOptions.parse({**options, "kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"},
+                          streaming=True)
+    except InvalidOptionError as error:  # its message never holds a password (spark/options.py)
+        raise CommandError(f"--command-config {path}: {error}") from None
+    return options, admin
+
+
 def run_sink(args: argparse.Namespace) -> int:
+    if args.trigger_ms <= 0 or args.max_seconds <= 0 or args.restarts_max < 0 or args.wait_topic_s < 0:
+        raise CommandError("--trigger-ms and --max-seconds must be positive, --restarts-max and --wait-topic-s "
+                           "not negative")
+    options, admin_configs = sink_options(args)  # before the JVM: a bad file costs no Spark start
     from raftka.spark.session import JavaNotFoundError, require_java
     try:
         require_java()
     except JavaNotFoundError as error:
         raise CommandError(str(error)) from None
-    if args.trigger_ms <= 0 or args.max_seconds <= 0 or args.restarts_max < 0 or args.wait_topic_s < 0:
-        raise CommandError("--trigger-ms and --max-seconds must be positive, --restarts-max and --wait-topic-s "
-                           "not negative")
     bootstrap = bootstrap_servers(args)
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
@@ -334,9 +381,9 @@ def run_sink(args: argparse.Namespace) -> int:
     timer.start()
     spark = _start_spark("raftka-spark-sink", args.master, _spark_log_path(args, output))
     try:
-        _wait_for_topic(bootstrap, args.topic, args.wait_topic_s, stop)
+        _wait_for_topic(bootstrap, args.topic, args.wait_topic_s, stop, admin_configs)
         summary = parquet_sink.run(spark, bootstrap, args.topic, output, stop, emit, trigger_ms=args.trigger_ms,
-                                   restarts_max=args.restarts_max)
+                                   restarts_max=args.restarts_max, options=options)
         since = signalled[0] if signalled else time.monotonic()
         event: dict[str, Any] = {"event": "stopped", **summary,
                                  "query_stop_s": round(time.monotonic() - since, 2)}
@@ -354,14 +401,16 @@ def run_sink(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_topic(bootstrap: str, topic: str, timeout_s: float, stop: threading.Event) -> None:
-    """Until ``topic`` exists and every partition has a leader (at most ``timeout_s``; 0: one look).
-    CommandError if it does not."""
+def _wait_for_topic(bootstrap: str, topic: str, timeout_s: float, stop: threading.Event,
+                    client_configs: dict[str, Any] | None = None) -> None:
+    """Until ``topic`` exists and every partition has a leader (at most ``timeout_s``; 0: one look),
+    asking as the AdminClient ``client_configs`` log in. CommandError if it does not."""
     from raftka.client import AdminClient
     from raftka.client.errors import RaftkaError
     deadline = time.monotonic() + timeout_s
     last = "it does not exist"
-    with AdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000) as admin:
+    configs = {**(client_configs or {}), "bootstrap_servers": bootstrap, "request_timeout_ms": 5000}
+    with AdminClient(**configs) as admin:
         while True:
             try:
                 described = admin.describe_topics([topic])
