@@ -67,3 +67,29 @@ def test_delete_records_moves_every_in_sync_copy_and_survives_a_leader_kill(clus
         kafka_admin.close()
         if old is not None:
             cluster.restart(old)
+
+
+def test_raftka_delete_records_moves_the_log_start_and_a_consumer_resets_to_it(cluster, module_admin_factory, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from raftka.client import Consumer
+    admin = module_admin_factory(cluster)
+    admin.create_topics([NewTopic("cli-delete", 1, 3)])
+    wait_for_topic(admin, "cli-delete", 1)
+    _produce(cluster, "cli-delete", 20)
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"version": 1, "partitions": [{"topic": "cli-delete", "partition": 0, "offset": 12}]}))
+    run = subprocess.run([sys.executable, "-m", "raftka", "delete-records", "--bootstrap-server",
+                          cluster.bootstrap_servers, "--offset-json-file", str(offsets)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "partition: cli-delete-0\tlow_watermark: 12" in run.stdout, run.stdout + run.stderr
+    assert _earliest(cluster, "cli-delete") == 12
+    with Consumer("cli-delete", bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                  consumer_timeout_ms=3000) as consumer:
+        assert [r.offset for r in consumer] == list(range(12, 20))
+    offsets.write_text(json.dumps({"partitions": [{"topic": "cli-delete", "partition": -1, "offset": 5}]}))
+    bad = subprocess.run([sys.executable, "-m", "raftka", "delete-records", "--bootstrap-server",
+                          cluster.bootstrap_servers, "--offset-json-file", str(offsets)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "partition (>= 0)" in bad.stderr and "Traceback" not in bad.stderr

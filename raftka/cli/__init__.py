@@ -22,6 +22,8 @@ COMMAND_ORDER = (
     "cluster",
     "topics",
     "leader_election",
+    "reassign",
+    "delete_records",
     "produce",
     "consume",
     "groups",
