@@ -109,6 +109,28 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
     return local_bootstrap_servers(cluster_dir(args))
 
 
+JSON_FILE_BYTES_MAX = 64 * 1024 * 1024  # a plan or offsets file of the admin commands
+
+
+def read_json_file(path: str, flag: str) -> Any:
+    """The JSON document in ``path`` (a kafka-* tool's plan or offsets file); CommandError naming
+    ``flag`` for a file that cannot be read, is larger than JSON_FILE_BYTES_MAX or is not JSON."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read(JSON_FILE_BYTES_MAX + 1)
+    except OSError as error:
+        raise CommandError(f"{flag} {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise CommandError(f"{flag} {path}: not UTF-8 text") from None
+    if len(text) > JSON_FILE_BYTES_MAX:
+        raise CommandError(f"{flag} {path}: larger than {JSON_FILE_BYTES_MAX} bytes")
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise CommandError(f"{flag} {path}: not JSON ({error})") from None
+
+
 def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
     """["k=v", "a=b,c=d"] -> {"k": "v", "a": "b", "c": "d"}; CommandError for an item without '='."""
     out: dict[str, str] = {}

@@ -14,10 +14,7 @@ import json
 from typing import Any
 
 from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
-                                         one_line_errors)
-
-JSON_FILE_BYTES_MAX = 16 * 1024 * 1024
-
+                                         one_line_errors, read_json_file)
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("delete-records", help="delete a partition's records below an offset",
@@ -29,13 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_offsets(text: str, source: str) -> dict[Any, int]:
+def parse_offsets(document: Any, source: str) -> dict[Any, int]:
     """{TopicPartition: offset} of kafka-delete-records' JSON; CommandError saying what is wrong."""
     from raftka.client import TopicPartition
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise CommandError(f"{source}: not JSON ({error})") from None
     entries = document.get("partitions") if isinstance(document, dict) else None
     if not isinstance(entries, list) or not entries:
         raise CommandError(f'{source}: expected {{"partitions": [{{"topic": "T", "partition": 0, "offset": N}}]}}')
@@ -58,14 +51,7 @@ def parse_offsets(text: str, source: str) -> dict[Any, int]:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from raftka.client import AdminClient
-    try:
-        with open(args.offset_json_file, encoding="utf-8") as file:
-            text = file.read(JSON_FILE_BYTES_MAX + 1)
-    except OSError as error:
-        raise CommandError(f"--offset-json-file {args.offset_json_file}: {error.strerror or error}") from None
-    if len(text) > JSON_FILE_BYTES_MAX:
-        raise CommandError(f"--offset-json-file: larger than {JSON_FILE_BYTES_MAX} bytes")
-    offsets = parse_offsets(text, args.offset_json_file)
+    offsets = parse_offsets(read_json_file(args.offset_json_file, "--offset-json-file"), args.offset_json_file)
     print("Executing records delete operation")
     with AdminClient(**{**command_configs(args, "admin"), "bootstrap_servers": bootstrap_servers(args),
                         "request_timeout_ms": args.timeout_ms, "client_id": "raftka-delete-records"}) as admin:

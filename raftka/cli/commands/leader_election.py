@@ -18,9 +18,8 @@ import json
 from typing import Any
 
 from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
-                                         one_line_errors)
+                                         one_line_errors, read_json_file)
 
-JSON_FILE_BYTES_MAX = 16 * 1024 * 1024
 ELECTION_TYPES = ("PREFERRED", "UNCLEAN")
 
 
@@ -41,13 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def partitions_from_json(text: str, source: str) -> list[Any]:
+def partitions_from_json(document: Any, source: str) -> list[Any]:
     """The TopicPartitions of kafka-leader-election's JSON file; CommandError saying what is wrong."""
     from raftka.client import TopicPartition
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise CommandError(f"{source}: not JSON ({error})") from None
     entries = document.get("partitions") if isinstance(document, dict) else None
     if not isinstance(entries, list) or not entries:
         raise CommandError(f'{source}: expected {{"partitions": [{{"topic": "T", "partition": N}}, ...]}}')
@@ -73,14 +68,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.partition is not None:
         raise CommandError("--partition goes with --topic")
     elif args.path_to_json_file:
-        try:
-            with open(args.path_to_json_file, encoding="utf-8") as file:
-                text = file.read(JSON_FILE_BYTES_MAX + 1)
-        except OSError as error:
-            raise CommandError(f"--path-to-json-file {args.path_to_json_file}: {error.strerror or error}") from None
-        if len(text) > JSON_FILE_BYTES_MAX:
-            raise CommandError(f"--path-to-json-file: larger than {JSON_FILE_BYTES_MAX} bytes")
-        partitions = partitions_from_json(text, args.path_to_json_file)
+        partitions = partitions_from_json(read_json_file(args.path_to_json_file, "--path-to-json-file"),
+                                          args.path_to_json_file)
     election = ElectionType[args.election_type]
     with AdminClient(**{**command_configs(args, "admin"), "bootstrap_servers": bootstrap_servers(args),
                         "request_timeout_ms": args.timeout_ms, "client_id": "raftka-leader-election"}) as admin:

@@ -23,9 +23,8 @@ import json
 from typing import Any
 
 from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
-                                         one_line_errors)
+                                         one_line_errors, read_json_file)
 
-JSON_FILE_BYTES_MAX = 64 * 1024 * 1024
 PLAN_VERSION = 1
 
 
@@ -46,20 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='{"partitions": [{"topic": "T", "partition": 0, "replicas": [4, 5, 6]}]}')
     parser.add_argument("--timeout-ms", type=int, default=60_000, help="request timeout")
     parser.set_defaults(func=run)
-
-
-def _read_json(path: str, flag: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read(JSON_FILE_BYTES_MAX + 1)
-    except OSError as error:
-        raise CommandError(f"{flag} {path}: {error.strerror or error}") from None
-    if len(text) > JSON_FILE_BYTES_MAX:
-        raise CommandError(f"{flag} {path}: larger than {JSON_FILE_BYTES_MAX} bytes")
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise CommandError(f"{flag} {path}: not JSON ({error})") from None
 
 
 def parse_plan(document: Any, source: str) -> dict[Any, list[int]]:
@@ -135,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         if args.generate:
             if not args.topics_to_move_json_file or not args.broker_list:
                 raise CommandError("--generate needs --topics-to-move-json-file and --broker-list")
-            document = _read_json(args.topics_to_move_json_file, "--topics-to-move-json-file")
+            document = read_json_file(args.topics_to_move_json_file, "--topics-to-move-json-file")
             entries = document.get("topics") if isinstance(document, dict) else None
             if not isinstance(entries, list) or not entries or not all(
                     isinstance(e, dict) and isinstance(e.get("topic"), str) for e in entries):
@@ -153,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not args.reassignment_json_file:
             raise CommandError("--execute, --verify and --cancel need --reassignment-json-file")
-        plan = parse_plan(_read_json(args.reassignment_json_file, "--reassignment-json-file"),
+        plan = parse_plan(read_json_file(args.reassignment_json_file, "--reassignment-json-file"),
                           args.reassignment_json_file)
         if args.execute:
             current = _current(admin, sorted({tp.topic for tp in plan}))
