@@ -5,10 +5,15 @@
 # runs each figure several times and rewrites the generated section of BENCHMARKS.md. Raftka's
 # acks=all and e2e figures are also taken on a second cluster holding --many-partitions N
 # partitions (default 1000; 0 skips), beside the fresh cluster's, with their ratio.
+# --security-protocol SASL_SSL measures Raftka on a secure cluster (TLS, SCRAM-SHA-512, ACLs);
+# --security-protocol both takes each Raftka figure on a PLAINTEXT and then on a SASL_SSL cluster,
+# alternated, and rewrites only BENCHMARKS.md's security section (not the peer section).
 #
 #   scripts/bench.sh                 # the full run (about 10 minutes on the 2-core box)
 #   scripts/bench.sh --runs 1 --records 50000 --failover-kills 2   # a quick look
 #   scripts/bench.sh --many-partitions 5000 ...                    # the many-partitions cluster's size
+#   scripts/bench.sh --security-protocol both --skip nats,redis --failover-kills 0 --many-partitions 0
+#                                    # what security costs: PLAINTEXT and SASL_SSL side by side
 #   BENCH_OUT=/tmp/b.md scripts/bench.sh ...                       # write elsewhere
 #
 # Every process it starts is stopped by PID when it ends, also on failure or Ctrl-C; the whole
@@ -32,9 +37,23 @@ install_peer() {  # install_peer BINARY PACKAGE
     if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop "$2" >/dev/null 2>&1 || true; fi
 }
 
+skipped() {  # skipped NAME ARGS...: is NAME in the driver's --skip list (--skip a,b or --skip=a,b)?
+    local name=$1 list=""
+    shift
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --skip) list="${2:-}"; shift ;;
+            --skip=*) list="${1#--skip=}" ;;
+        esac
+        shift
+    done
+    list="${list// /}"
+    [[ ",$list," == *",$name,"* ]]
+}
+
 ensure_venv bench
-install_peer nats-server nats-server
-install_peer redis-server redis-server
+skipped nats "$@" || install_peer nats-server nats-server
+skipped redis "$@" || install_peer redis-server redis-server
 cd "$RAFTKA_ROOT"
 
 PIDFILE=$(mktemp "${TMPDIR:-/tmp}/raftka-bench-pids.XXXXXX")

@@ -180,6 +180,135 @@ def test_a_bad_many_partitions_count_is_one_line_and_exit_2(capsys, value, probl
     assert err.startswith("error: argument --many-partitions: ") and problem in err
 
 
+def _security_raw(results: dict) -> dict:
+    env = {"records": 1000, "record_size": 100, "command": "scripts/bench.sh --security-protocol both --out /x/B.md",
+           "runs": 2, "duration_s": 1, "date": "today", "cpu": "cpu", "cores": 2, "mem_gb": 1, "kernel": "k",
+           "python": "3.11", "openssl": "OpenSSL 3", "raftka": "0", "confluent_kafka": "2", "load_start": [3.5],
+           "load_end": [4.0], "loads": {"runs": [3.5, 4.5]}, "e2e_rate": 10000, "e2e_duration": 10,
+           "nats_server": "n", "nats_py": "x", "redis_server": "r", "redis_py": "y", "hiredis": "z",
+           "security_protocol": "both"}
+    return {"environment": env, "results": results, "problems": []}
+
+
+def _rates(*pairs: tuple[int, float]) -> list[dict]:
+    return [{"run": run, "records_per_s": rate} for run, rate in pairs]
+
+
+def test_security_protocol_defaults_to_plaintext_and_both_alternates_plaintext_first(capsys):
+    from raftka.bench.__main__ import parse_args, protocols
+    assert parse_args([]).security_protocol == "PLAINTEXT"
+    assert protocols(parse_args(["--security-protocol", "both"]).security_protocol) == ["PLAINTEXT", "SASL_SSL"]
+    assert protocols(parse_args(["--security-protocol", "SASL_SSL"]).security_protocol) == ["SASL_SSL"]
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--security-protocol", "SSL"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and "--security-protocol" in err
+    # The secure side's figures are held apart from the PLAINTEXT ones, whose names stay as they were.
+    assert report.figure_name("PLAINTEXT", "raftka.e2e") == "raftka.e2e"
+    assert report.figure_name("SASL_SSL", "raftka.e2e") == "sasl_ssl.raftka.e2e"
+    with pytest.raises(ValueError):
+        report.figure_name("SSL", "raftka.e2e")
+
+
+def test_the_security_table_gives_both_medians_their_ratio_and_the_runs_own_ratios():
+    def lat(run: int, p50: float) -> dict:
+        return {"run": run, "e2e_latency_ms": {"p50": p50, "p99": p50 * 3}, "rate_achieved": 9990.0}
+    res = {"raftka.produce.acks_all": _rates((0, 100_000), (1, 120_000), (2, 110_000)),
+           "sasl_ssl.raftka.produce.acks_all": _rates((0, 60_000), (1, 90_000), (2, 66_000)),
+           "raftka.e2e": [lat(0, 4.0), lat(1, 5.0)],
+           # run 0 of the secure side failed: its run 1 pairs with PLAINTEXT's run 1 only
+           "sasl_ssl.raftka.e2e": [lat(1, 6.0)]}
+    rows = {row[0]: row[1:] for row in report.security_rows(res)}
+    # medians 110,000 and 66,000: 0.60x; the runs' own ratios 0.60, 0.75, 0.60: median 0.60, all slower
+    assert rows["produce, acks=all (records/s)"] == ("110,000 (100,000-120,000)", "66,000 (60,000-90,000)",
+                                                     "0.60x", "0.60x (0.60-0.75)", "3 of 3")
+    # e2e p50 medians 4.50 and 6.00 ms: 1.33x; one pair (run 1: 6.0 / 5.0) gives no per-run range;
+    # a latency is slower when higher
+    assert rows["end-to-end, p50"] == ("4.50 ms (4.00-5.00)", "6.00 ms", "1.33x", "-", "1 of 1")
+    assert rows["consume from the start (records/s)"] == ("not measured", "not measured", "-", "-", "-")
+    section = report.render_security(_security_raw(res))
+    assert section.startswith(report.SECURITY_BEGIN) and section.endswith(report.SECURITY_END)
+    assert "### Security: PLAINTEXT and SASL_SSL side by side" in section
+    assert "Command: `scripts/bench.sh --security-protocol both` (2 runs" in section  # no output path
+    assert "at start 3.5, at end 4.0; at each step: runs 3.5-4.5" in section and "Machine: cpu, 2 cores" in section
+    assert "| end-to-end at 10,000 records/s for 10 s, p50 | 4.50 ms (4.00-5.00) | 6.00 ms | 1.33x | - | 1 of 1 |" \
+        in section
+
+
+def test_the_security_section_sits_before_the_peer_section_and_each_run_rewrites_only_its_own(tmp_path):
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\n## #security: hand-written\n\nkept\n", encoding="utf-8")
+    peer = _security_raw(_fake_results(100_000, 40_000))
+    peer["environment"]["security_protocol"] = "PLAINTEXT"
+    report.write_section(path, report.render(peer))
+    secure = _security_raw({"raftka.consume": _rates((0, 400_000)), "sasl_ssl.raftka.consume": _rates((0, 300_000))})
+    report.write_section(path, report.render_security(secure), report.SECURITY_BEGIN, report.SECURITY_END)
+    text = path.read_text(encoding="utf-8")
+    assert text.index("kept") < text.index(report.SECURITY_BEGIN) < text.index(report.BEGIN)
+    assert "| 400,000 | 300,000 | 0.75x | - | 1 of 1 |" in text
+    # A full (PLAINTEXT) run replaces the peer section and leaves the security one as it was.
+    peer["results"] = _fake_results(300_000, 40_000)
+    report.write_section(path, report.render(peer))
+    again = path.read_text(encoding="utf-8")
+    assert "315,000 (300,000-330,000)" in again and "| 400,000 | 300,000 | 0.75x |" in again
+    # A second security run replaces its section in place.
+    secure["results"]["sasl_ssl.raftka.consume"] = _rates((0, 200_000))
+    report.write_section(path, report.render_security(secure), report.SECURITY_BEGIN, report.SECURITY_END)
+    last = path.read_text(encoding="utf-8")
+    assert last.count(report.SECURITY_BEGIN) == 1 and last.count(report.BEGIN) == 1
+    assert "| 400,000 | 200,000 | 0.50x |" in last and "0.75x" not in last
+    assert last.index(report.SECURITY_END) < last.index(report.BEGIN)
+
+
+def test_a_runs_json_rewrites_the_section_that_run_measured_without_measuring_again(tmp_path, capsys):
+    results = tmp_path / "security.json"
+    results.write_text(json.dumps(_security_raw({"raftka.consume": _rates((0, 400_000)),
+                                                 "sasl_ssl.raftka.consume": _rates((0, 100_000))})), encoding="utf-8")
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n", encoding="utf-8")
+    assert report.main([str(results), "--out", str(path)]) == 0
+    text = path.read_text(encoding="utf-8")
+    assert "| 400,000 | 100,000 | 0.25x | - | 1 of 1 |" in text and report.BEGIN not in text
+    peer = _security_raw(_fake_results(100_000, 40_000))
+    peer["environment"]["security_protocol"] = "PLAINTEXT"
+    results.write_text(json.dumps(peer), encoding="utf-8")
+    assert report.main([str(results)]) == 0  # no --out: printed
+    assert capsys.readouterr().out.startswith(report.BEGIN)
+
+
+def test_with_sasl_ssl_alone_the_peer_section_shows_the_secure_figures_and_says_so():
+    raw = _security_raw({"sasl_ssl.raftka.produce.acks_1": _rates((0, 123_456)), "nats.r3.publish": _rates((0, 1))})
+    raw["environment"]["security_protocol"] = "SASL_SSL"
+    assert report.primary_results(raw)["raftka.produce.acks_1"][0]["records_per_s"] == 123_456
+    section = report.render(raw)
+    assert "123,456" in section and "over SASL_SSL" in section
+
+
+def test_a_client_properties_file_logs_in_raftka_and_librdkafka_clients_and_results_hold_no_password(tmp_path,
+                                                                                                    capsys):
+    from raftka.bench import peers
+    from raftka.common.errors import ConfigError
+    path = tmp_path / "client.properties"
+    path.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                    'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+                    'username="admin" password="s3cret";\nssl.truststore.location=/ca.pem\n', encoding="utf-8")
+    login = perf_client.properties_configs(str(path), "producer")
+    assert login == {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "admin",
+                     "sasl_plain_password": "s3cret", "ssl_cafile": "/ca.pem"}
+    assert "s3cret" not in json.dumps(perf_client.protocol_of(login))
+    assert perf_client.protocol_of({}) == {"security_protocol": "PLAINTEXT", "sasl_mechanism": None}
+    from raftka.common.server_config import parse_properties
+    assert peers.librdkafka_security(parse_properties(path.read_text(encoding="utf-8"))) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
+        "sasl.password": "s3cret", "ssl.ca.location": "/ca.pem"}
+    with pytest.raises(ConfigError):
+        peers.librdkafka_security({"ssl.truststore.type": "JKS"})
+    # The file describes the cluster at --bootstrap-server: without one, one line and exit 1.
+    assert main(["perf", "produce", "--num-records", "1", "--command-config", str(path), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "--command-config" in err[0]
+
+
 # -- the tools against real processes ------------------------------------------------------
 
 def test_perf_produce_counts_every_record_and_orders_its_latencies(cluster, capsys):

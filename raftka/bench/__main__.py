@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,13 @@ MEASURE_TIMEOUT_S = 600.0  # one child measurement
 FAILOVER_TIMEOUT_S = 1800.0
 MANY_PARTITIONS_CREATE_TIMEOUT_S = 600.0  # the second cluster's partitions, each with a full ISR
 MANY_PARTITIONS_PER_TOPIC = 10  # as `raftka perf partitions` creates them
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_SSL")  # --security-protocol's values; "both" is the two
+DIRECTORIES = {"PLAINTEXT": "raftka", "SASL_SSL": "raftka-sasl-ssl"}  # each cluster's, under the run's
+
+
+def protocols(option: str) -> list[str]:
+    """--security-protocol -> the clusters to measure, in the order each figure is taken."""
+    return list(SECURITY_PROTOCOLS) if option == "both" else [option]
 
 
 class TimeLimit(Exception):
@@ -94,9 +102,13 @@ class Bench:
             self.problems.append(f"{name}: exit {proc.returncode} {last}".strip())
         return result
 
-    def record(self, figure: str, result: dict[str, Any] | None, show: Callable[[dict[str, Any]], str]) -> None:
+    def record(self, figure: str, result: dict[str, Any] | None, show: Callable[[dict[str, Any]], str],
+               run: int | None = None) -> None:
+        """Keep a figure's result; ``run`` (its run number) pairs the two sides of a security run."""
         if result is None:
             return
+        if run is not None:
+            result["run"] = run
         self.results.setdefault(figure, []).append(result)
         self.say(f"{figure}: {show(result)}")
 
@@ -114,19 +126,35 @@ class RaftkaSystem:
     """Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2; figures via `raftka perf`.
     With ``--many-partitions N`` a second such cluster holds N partitions (topics of 10), and the
     acks=all produce and e2e figures are also taken on one fresh topic of it, each right after the
-    same figure on the fresh cluster, so the two see the same stretch of the box's load."""
+    same figure on the fresh cluster, so the two see the same stretch of the box's load.
+
+    ``--security-protocol``: the cluster's listeners. SASL_SSL starts a secure cluster (every
+    listener SASL_SSL, SCRAM-SHA-512 logins, ACLs; raftka/cluster/secure.py) whose clients, Raftka's
+    and librdkafka's, log in as its admin super user through its client.properties (the password
+    stays in that file: never in argv, a log line or the JSON). With ``both`` a PLAINTEXT and a
+    secure cluster run side by side and every figure is taken on one, then at once on the other
+    (PLAINTEXT, SASL_SSL, PLAINTEXT, ...), so their ratio is taken over the same stretch of the
+    shared box's load. The secure side skips the many-partitions cluster and the failover."""
 
     name = "raftka"
 
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
-        self.cluster: Any = None
-        self.many: Any = None  # the cluster holding --many-partitions partitions
+        self.protocols = protocols(bench.args.security_protocol)
+        self.clusters: dict[str, Any] = {}  # security protocol -> its cluster
+        self.many: Any = None  # the cluster holding --many-partitions partitions (PLAINTEXT)
+        self.started: list[Any] = []  # every cluster made, ready or not: close() stops them all
 
-    def _launch(self, directory: str) -> Any:
+    @property
+    def cluster(self) -> Any:
+        """The PLAINTEXT cluster (None when only SASL_SSL is measured)."""
+        return self.clusters.get("PLAINTEXT")
+
+    def _launch(self, directory: str, secure: bool = False) -> Any:
         from raftka.cluster import Cluster
         configs = {"default.replication.factor": 3, "min.insync.replicas": 2}
-        cluster = Cluster(self.bench.root / directory, controllers=3, brokers=3, configs=configs)
+        cluster = Cluster(self.bench.root / directory, controllers=3, brokers=3, configs=configs, secure=secure)
+        self.started.append(cluster)
         for node_id in cluster.controller_ids:
             self.bench.note_processes([cluster.launch(node_id)])
         for node_id in cluster.controller_ids:
@@ -138,9 +166,13 @@ class RaftkaSystem:
         return cluster
 
     def start(self) -> None:
-        self.bench.say("starting Raftka: 3 controllers + 3 brokers, RF 3, min.insync.replicas 2")
-        self.cluster = self._launch("raftka")
-        if self.bench.args.many_partitions:
+        for protocol in self.protocols:
+            self.bench.say(f"starting Raftka ({protocol}): 3 controllers + 3 brokers, RF 3, min.insync.replicas 2")
+            self.clusters[protocol] = self._launch(DIRECTORIES[protocol], secure=protocol == "SASL_SSL")
+        a = self.bench.args
+        if self.cluster is None and (a.many_partitions or a.failover_kills > 0):
+            self.bench.say("the many-partitions and failover figures are taken on PLAINTEXT only: skipped")
+        if a.many_partitions and self.cluster is not None:
             try:
                 self._start_many(self.bench.args.many_partitions)
             except Exception as error:  # noqa: BLE001 - reported; the fresh cluster's figures go on
@@ -163,70 +195,97 @@ class RaftkaSystem:
         self.bench.say(f"{n:,} partitions ({MANY_PARTITIONS_PER_TOPIC} per topic) created in "
                        f"{created['create_s']:.1f} s, every leader in {created['leaders_s']:.1f} s")
 
+    def _target(self, cluster: Any) -> list[str]:
+        """The perf tools' options that point at ``cluster`` (and log in to a secure one)."""
+        login = (["--command-config", str(cluster.security.client_properties_path)]
+                 if cluster.security is not None else [])
+        return ["--bootstrap-server", cluster.bootstrap_servers, *login]
+
     def run_once(self, run: int) -> None:
+        """Run ``run`` of every figure; each figure on every cluster of ``self.protocols`` in turn
+        (and on the many-partitions cluster right after the PLAINTEXT one) before the next."""
         bench, a = self.bench, self.bench.args
         perf = [sys.executable, "-m", "raftka", "perf"]
-        common = ["--bootstrap-server", self.cluster.bootstrap_servers, "--json", "--no-progress"]
+        out = ["--json", "--no-progress"]
         props = ["--producer-props", *a.producer_props] if a.producer_props else []
-        topic = f"bench-all-{run}"
-        many = (["--bootstrap-server", self.many.bootstrap_servers, "--json", "--no-progress"]
-                if self.many is not None else [])
-        bench.record("raftka.produce.acks_all", bench.child(
-            f"raftka produce acks=all #{run}",
-            perf + ["produce", *common, "--topic", topic, "--num-records", str(a.records),
-                    "--record-size", str(a.record_size), "--acks", "all", *props]), _rate)
-        if self.many is not None:
-            bench.record("raftka.many.produce.acks_all", bench.child(
-                f"raftka produce acks=all, {a.many_partitions:,} partitions #{run}",
-                perf + ["produce", *many, "--topic", f"bench-many-{run}", "--num-records", str(a.records),
-                        "--record-size", str(a.record_size), "--acks", "all", *props]), _rate)
-        bench.record("raftka.produce.acks_1", bench.child(
-            f"raftka produce acks=1 #{run}",
-            perf + ["produce", *common, "--topic", f"bench-one-{run}", "--num-records", str(a.records),
-                    "--record-size", str(a.record_size), "--acks", "1", *props]), _rate)
-        bench.record("raftka.consume", bench.child(
-            f"raftka consume #{run}",
-            perf + ["consume", *common, "--topic", topic, "--messages", str(a.records),
-                    *(["--consumer-props", *a.consumer_props] if a.consumer_props else [])]), _rate)
-        # The same cluster through librdkafka: what the brokers take when the client is C.
         rdkafka = [sys.executable, "-m", "raftka.bench.peers"]
-        rd_topic = f"bench-librdkafka-{run}"
-        bench.record("librdkafka.produce.acks_all", bench.child(
-            f"librdkafka produce acks=all #{run}",
-            rdkafka + ["librdkafka-produce", "--bootstrap-server", self.cluster.bootstrap_servers,
-                       "--stream", rd_topic, "--records", str(a.records), "--record-size", str(a.record_size)]),
-            _rate)
-        bench.record("librdkafka.consume", bench.child(
-            f"librdkafka consume #{run}",
-            rdkafka + ["librdkafka-consume", "--bootstrap-server", self.cluster.bootstrap_servers,
-                       "--stream", rd_topic, "--records", str(a.records)]), _rate)
-        bench.record("raftka.e2e", bench.child(
-            f"raftka e2e #{run}",
-            perf + ["e2e", *common, "--topic", f"bench-e2e-{run}", "--rate", str(a.e2e_rate),
-                    "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
-            lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
-        if self.many is not None:
-            bench.record("raftka.many.e2e", bench.child(
-                f"raftka e2e, {a.many_partitions:,} partitions #{run}",
-                perf + ["e2e", *many, "--topic", f"bench-many-e2e-{run}", "--rate", str(a.e2e_rate),
+        sides = [(protocol, self.clusters[protocol]) for protocol in self.protocols]
+        many = (["--bootstrap-server", self.many.bootstrap_servers, *out] if self.many is not None else [])
+
+        def each(step: Callable[[str, str, list[str], str], None]) -> None:
+            for protocol, cluster in sides:
+                # Topic names carry the protocol only on the secure side: a PLAINTEXT run's are as before.
+                suffix = "" if protocol == "PLAINTEXT" else f"-{protocol.lower().replace('_', '-')}"
+                tag = "" if len(sides) == 1 and protocol == "PLAINTEXT" else f" {protocol}"
+                step(protocol, f"{run}{suffix}", self._target(cluster), tag)
+
+        def produce_all(protocol: str, run_id: str, target: list[str], tag: str) -> None:
+            bench.record(report.figure_name(protocol, "raftka.produce.acks_all"), bench.child(
+                f"raftka produce acks=all{tag} #{run}",
+                perf + ["produce", *target, *out, "--topic", f"bench-all-{run_id}", "--num-records", str(a.records),
+                        "--record-size", str(a.record_size), "--acks", "all", *props]), _rate, run)
+            if self.many is not None and protocol == "PLAINTEXT":
+                bench.record("raftka.many.produce.acks_all", bench.child(
+                    f"raftka produce acks=all, {a.many_partitions:,} partitions #{run}",
+                    perf + ["produce", *many, "--topic", f"bench-many-{run}", "--num-records", str(a.records),
+                            "--record-size", str(a.record_size), "--acks", "all", *props]), _rate, run)
+
+        def produce_one(protocol: str, run_id: str, target: list[str], tag: str) -> None:
+            bench.record(report.figure_name(protocol, "raftka.produce.acks_1"), bench.child(
+                f"raftka produce acks=1{tag} #{run}",
+                perf + ["produce", *target, *out, "--topic", f"bench-one-{run_id}", "--num-records", str(a.records),
+                        "--record-size", str(a.record_size), "--acks", "1", *props]), _rate, run)
+
+        def consume(protocol: str, run_id: str, target: list[str], tag: str) -> None:
+            bench.record(report.figure_name(protocol, "raftka.consume"), bench.child(
+                f"raftka consume{tag} #{run}",
+                perf + ["consume", *target, *out, "--topic", f"bench-all-{run_id}", "--messages", str(a.records),
+                        *(["--consumer-props", *a.consumer_props] if a.consumer_props else [])]), _rate, run)
+
+        # The same cluster through librdkafka: what the brokers take when the client is C.
+        def librdkafka(protocol: str, run_id: str, target: list[str], tag: str) -> None:
+            rd_topic = f"bench-librdkafka-{run_id}"
+            bench.record(report.figure_name(protocol, "librdkafka.produce.acks_all"), bench.child(
+                f"librdkafka produce acks=all{tag} #{run}",
+                rdkafka + ["librdkafka-produce", *target, "--stream", rd_topic, "--records", str(a.records),
+                           "--record-size", str(a.record_size)]), _rate, run)
+            bench.record(report.figure_name(protocol, "librdkafka.consume"), bench.child(
+                f"librdkafka consume{tag} #{run}",
+                rdkafka + ["librdkafka-consume", *target, "--stream", rd_topic, "--records", str(a.records)]),
+                _rate, run)
+
+        def e2e(protocol: str, run_id: str, target: list[str], tag: str) -> None:
+            bench.record(report.figure_name(protocol, "raftka.e2e"), bench.child(
+                f"raftka e2e{tag} #{run}",
+                perf + ["e2e", *target, *out, "--topic", f"bench-e2e-{run_id}", "--rate", str(a.e2e_rate),
                         "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
-                lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
-        bench.record("raftka.sequential", bench.child(
-            f"raftka sequential #{run}",
-            perf + ["produce", *common, "--topic", f"bench-seq-{run}", "--num-records",
-                    str(a.sequential_samples), "--record-size", str(a.record_size), "--acks", "all",
-                    "--sync", "--producer-props", "linger_ms=0"]), _lat)
+                lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s", run)
+            if self.many is not None and protocol == "PLAINTEXT":
+                bench.record("raftka.many.e2e", bench.child(
+                    f"raftka e2e, {a.many_partitions:,} partitions #{run}",
+                    perf + ["e2e", *many, "--topic", f"bench-many-e2e-{run}", "--rate", str(a.e2e_rate),
+                            "--duration", str(a.e2e_duration), "--record-size", str(a.record_size)]),
+                    lambda r: _lat(r, "e2e_latency_ms") + f" at {r['rate_achieved']:,.0f}/s")
+
+        def sequential(protocol: str, run_id: str, target: list[str], tag: str) -> None:
+            bench.record(report.figure_name(protocol, "raftka.sequential"), bench.child(
+                f"raftka sequential{tag} #{run}",
+                perf + ["produce", *target, *out, "--topic", f"bench-seq-{run_id}", "--num-records",
+                        str(a.sequential_samples), "--record-size", str(a.record_size), "--acks", "all",
+                        "--sync", "--producer-props", "linger_ms=0"]), _lat, run)
+
+        for step in (produce_all, produce_one, consume, librdkafka, e2e, sequential):
+            each(step)
 
     def close(self) -> None:
-        for cluster in (self.cluster, self.many):
-            if cluster is not None:
-                cluster.close()
-        self.cluster = self.many = None
+        for cluster in self.started:
+            cluster.close()
+        self.started, self.clusters, self.many = [], {}, None
 
     def failover(self) -> None:
-        """Its own cluster (it kills brokers), after the other systems are stopped."""
+        """Its own PLAINTEXT cluster (it kills brokers), after the other systems are stopped."""
         bench, a = self.bench, self.bench.args
-        if a.failover_kills <= 0:
+        if a.failover_kills <= 0 or "PLAINTEXT" not in self.protocols:
             return
         bench.load("failover")
         extra = [x for kv in a.failover_server_config for x in ("--server-config", kv)]
@@ -406,7 +465,7 @@ def environment() -> dict[str, Any]:
             "raftka": f"{__version__} (git {rev}; event loop {loop} {loop_version})", "nats_server": peers.version_of("nats-server"),
             "redis_server": peers.version_of("redis-server"), "nats_py": peers.package_version("nats-py"),
             "redis_py": peers.package_version("redis"), "hiredis": peers.package_version("hiredis"),
-            "confluent_kafka": peers.package_version("confluent-kafka")}
+            "confluent_kafka": peers.package_version("confluent-kafka"), "openssl": ssl.OPENSSL_VERSION}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -448,6 +507,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="extra Raftka producer configs for the throughput runs")
     p.add_argument("--consumer-props", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--skip", default="", help="comma-separated: raftka,nats,redis")
+    p.add_argument("--security-protocol", choices=[*SECURITY_PROTOCOLS, "both"], default="PLAINTEXT",
+                   help="Raftka's listeners (default PLAINTEXT). SASL_SSL: a secure cluster (TLS, "
+                        "SCRAM-SHA-512, ACLs). both: the two side by side, each figure on one then the "
+                        "other; writes only the security section of --out (not the peer section)")
     p.add_argument("--time-limit-s", type=float, default=2400, help="whole run (default 2400)")
     p.add_argument("--out", default=None, help="BENCHMARKS.md to update (default: print only)")
     p.add_argument("--json-out", default=None, help="also write every raw result here")
@@ -494,13 +557,14 @@ def main(argv: list[str] | None = None) -> int:
     env["failover_server_config"] = args.failover_server_config
     env["producer_props"] = args.producer_props
     env["consumer_props"] = args.consumer_props
+    env["security_protocol"] = args.security_protocol
     raw = {"environment": env, "results": bench.results, "problems": bench.problems}
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(raw, indent=2, default=str), encoding="utf-8")
-    section = report.render(raw)
+    section, begin, end = report.section_of(raw)
     if args.out:
-        report.write_section(Path(args.out), section)
-        bench.say(f"wrote the benchmark section of {args.out}")
+        report.write_section(Path(args.out), section, begin, end)
+        bench.say(f"wrote the {'security' if begin == report.SECURITY_BEGIN else 'benchmark'} section of {args.out}")
     else:
         print(section)
     print(report.summary_lines(raw), flush=True)

@@ -18,6 +18,11 @@ at the end.
   ISR to be whole again. At the end read the partition back and check that every acknowledged
   record is there at its acknowledged offset (0 lost) and none is duplicated.
 
+``--command-config FILE`` (Kafka's client properties: security.protocol, sasl.*, ssl.*) logs the
+clients of produce, consume and e2e in to a secure cluster given with ``--bootstrap-server``, as
+kafka-producer-perf-test's ``--producer.config`` does; the login stays in the file, out of argv
+and out of the JSON.
+
 Each prints a progress bar on stderr (when it is a terminal, else a line every few seconds;
 ``--no-progress`` turns it off), a summary line, and with ``--json`` a JSON object on stdout.
 Nothing here asserts a target: scripts/bench.sh compares figures with targets and peers.
@@ -120,6 +125,9 @@ def _common(p: argparse.ArgumentParser, cluster_only: bool = False) -> None:
     if not cluster_only:
         p.add_argument("--bootstrap-server", default=None,
                        help="host:port,...; without it a local 3+3 cluster is started and stopped")
+        p.add_argument("--command-config", default=None, metavar="FILE",
+                       help="Kafka client properties (security.protocol, sasl.*, ssl.*) for every client "
+                            "of the run; needs --bootstrap-server")
     p.add_argument("--controllers", type=int, default=3, help="own cluster: controllers (default 3)")
     p.add_argument("--brokers", type=int, default=3, help="own cluster: brokers (default 3)")
     p.add_argument("--server-config", action="append", default=[], metavar="KEY=VALUE",
@@ -159,6 +167,45 @@ def parse_props(items: list[str]) -> dict[str, Any]:
                     pass
         out[key.strip()] = value
     return out
+
+
+def properties_configs(path: str, role: str) -> dict[str, Any]:
+    """The client keywords of a Kafka client properties file (``--command-config``) for a
+    ``role`` ("producer", "consumer" or "admin": each takes its own keys); ConfigError for a file
+    that cannot be read or a key that client cannot take."""
+    from raftka.client.properties import client_configs
+    from raftka.common.server_config import parse_properties
+    if role == "producer":
+        from raftka.client.aio.producer import DEFAULTS
+    elif role == "consumer":
+        from raftka.client.aio.consumer import DEFAULTS
+    else:
+        from raftka.client.aio.admin import DEFAULTS
+    try:
+        with open(path, encoding="utf-8") as file:
+            properties = parse_properties(file.read())
+    except OSError as error:
+        raise _bad("--command-config", f"{path}: {error.strerror or error}") from None
+    properties.pop("bootstrap.servers", None)  # --bootstrap-server says where
+    return client_configs(properties, DEFAULTS)
+
+
+def security_of(args: argparse.Namespace, role: str) -> dict[str, Any]:
+    """``--command-config``'s keywords for ``role``, or none. The file describes the cluster at
+    ``--bootstrap-server``: a cluster this command starts itself is PLAINTEXT."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    if not getattr(args, "bootstrap_server", None):
+        raise _bad("--command-config", "needs --bootstrap-server (the cluster a tool starts itself is PLAINTEXT)")
+    return properties_configs(path, role)
+
+
+def protocol_of(configs: dict[str, Any]) -> dict[str, Any]:
+    """What a result records of the login: protocol and mechanism, never the credentials."""
+    protocol = configs.get("security_protocol") or "PLAINTEXT"
+    return {"security_protocol": protocol,
+            "sasl_mechanism": configs.get("sasl_mechanism") if protocol.startswith("SASL") else None}
 
 
 def payload(size: int, seed: int = 0) -> bytes:
@@ -303,13 +350,14 @@ def _raise_on_term(signum: int, _frame: Any) -> None:
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int,
-                 min_insync_replicas: int) -> dict[str, Any]:
+                 min_insync_replicas: int, configs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Create ``topic`` unless it exists (RF capped at the live brokers); wait until every
-    partition has a leader. Returns its describe_topics entry."""
+    partition has a leader. Returns its describe_topics entry. ``configs``: the admin client's
+    other keywords (a secure cluster's login)."""
     from raftka.client import AdminClient, NewTopic
     from raftka.common.errors import TopicAlreadyExistsError
     from raftka.cluster import wait_until
-    with AdminClient(bootstrap_servers=bootstrap) as admin:
+    with AdminClient(bootstrap_servers=bootstrap, **(configs or {})) as admin:
         if topic not in admin.list_topics():
             brokers = len(admin.describe_cluster().get("brokers") or []) or replication_factor
             rf = max(1, min(replication_factor, brokers))
@@ -449,13 +497,16 @@ def run_produce(args: argparse.Namespace) -> int:
     if args.num_records < 1 or args.record_size < 0 or args.producers < 1:
         raise _bad("--num-records/--producers/--record-size", "need --num-records >= 1, --producers >= 1, --record-size >= 0")
     configs = producer_configs(args.acks, args.compression, parse_props(args.producer_props))
+    login = security_of(args, "producer")  # kept out of the result: it holds a password
     with target_cluster(args, say) as (bootstrap, _cluster):
-        ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas)
-        result = produce(bootstrap, args.topic, args.num_records, args.record_size, configs,
+        ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas,
+                     security_of(args, "admin"))
+        result = produce(bootstrap, args.topic, args.num_records, args.record_size, {**login, **configs},
                          args.throughput, args.producers, progress=not args.no_progress, sync=args.sync)
     result.update({"command": "produce", "date": _now(), "topic": args.topic, "acks": args.acks, "sync": args.sync,
                    "compression": args.compression, "producers": args.producers,
-                   "record_size": args.record_size, "configs": {k: v for k, v in configs.items()}})
+                   "record_size": args.record_size, "configs": {k: v for k, v in configs.items()},
+                   **protocol_of(login)})
     say(f"{result['records']:,} records sent, {result['records_per_s']:,.1f} records/s "
         f"({result['mb_per_s']:.2f} MB/s), {_fmt_latency(result['latency_ms'])}"
         + (f"; {result['failed_batches']} batches FAILED, first: {result['first_error']}"
@@ -592,16 +643,17 @@ def run_consume(args: argparse.Namespace) -> int:
     if args.messages < 1:
         raise _bad("--messages", "must be >= 1")
     configs = parse_props(args.consumer_props)
+    login = security_of(args, "consumer")
     with target_cluster(args, say) as (bootstrap, cluster):
         if cluster is not None:  # our own cluster starts empty: fill the topic first (untimed)
             ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas)
             say(f"filling {args.topic} with {args.messages:,} records of {args.record_size} bytes (untimed)")
             produce_records(bootstrap, args.topic, args.messages, args.record_size,
                             producer_configs("all", "none", {"batch_size": 65536}), -1)
-        result = consume(bootstrap, args.topic, args.messages, configs, args.group, args.timeout_ms,
+        result = consume(bootstrap, args.topic, args.messages, {**login, **configs}, args.group, args.timeout_ms,
                          progress=not args.no_progress)
     result.update({"command": "consume", "date": _now(), "topic": args.topic, "group": args.group,
-                   "configs": configs})
+                   "configs": configs, **protocol_of(login)})
     say(f"{result['records']:,} records consumed, {result['records_per_s']:,.1f} records/s "
         f"({result['mb_per_s']:.2f} MB/s); poll(): {_fmt_latency(result['poll_latency_ms'])}")
     _emit(args, result)
@@ -667,12 +719,15 @@ def run_e2e(args: argparse.Namespace) -> int:
     if args.rate <= 0 or args.duration <= 0 or args.record_size < STAMP.size:
         raise _bad("--rate/--duration/--record-size", f"need --rate > 0, --duration > 0, --record-size >= {STAMP.size}")
     configs = producer_configs(args.acks, "none", parse_props(args.producer_props))
+    login = security_of(args, "producer")
     with target_cluster(args, say) as (bootstrap, _cluster):
-        ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas)
-        result = e2e(bootstrap, args.topic, args.rate, args.duration, args.record_size, configs,
-                     parse_props(args.consumer_props), args.partitions, progress=not args.no_progress)
+        ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor, args.min_insync_replicas,
+                     security_of(args, "admin"))
+        result = e2e(bootstrap, args.topic, args.rate, args.duration, args.record_size, {**login, **configs},
+                     {**security_of(args, "consumer"), **parse_props(args.consumer_props)}, args.partitions,
+                     progress=not args.no_progress)
     result.update({"command": "e2e", "date": _now(), "topic": args.topic, "acks": args.acks,
-                   "record_size": args.record_size, "configs": configs})
+                   "record_size": args.record_size, "configs": configs, **protocol_of(login)})
     say(f"end-to-end at {result['rate_achieved']:,.0f} records/s (asked {args.rate:,.0f}) for "
         f"{result['seconds']:.1f} s: {result['received']:,} of {result['sent']:,} received; "
         f"{_fmt_latency(result['e2e_latency_ms'])}; producer acks: p50 "

@@ -18,7 +18,9 @@ peers' own Python clients, each used the fastest documented way:
 - confluent-kafka against Raftka: librdkafka's producer (idempotent, acks=all, linger.ms 5,
   ``produce`` + ``poll(0)``, retried on a full local queue, then ``flush``) and consumer
   (``consume(num_messages=1000)`` from the earliest offset, no commits). librdkafka's C core is not
-  the bottleneck a Python client is: its rate shows what the brokers take.
+  the bottleneck a Python client is: its rate shows what the brokers take. ``--command-config``
+  (Kafka's client properties) logs it in to a secure cluster: :func:`librdkafka_security` turns
+  the Java names into librdkafka's (``sasl.username``/``sasl.password``, ``ssl.ca.location``).
 
 Each driver runs in its own process (``python -m raftka.bench.peers FIGURE ...``) and prints one
 JSON object, so a hung client is killed by the benchmark's timeout like any other process.
@@ -356,11 +358,56 @@ LIBRDKAFKA_QUEUE_FULL_WAIT_S = 0.05  # poll() while librdkafka's local queue is 
 LIBRDKAFKA_IDLE_TIMEOUT_S = 30.0  # no record consumed for this long: the run fails
 
 
-def librdkafka_produce(bootstrap: str, topic: str, records: int, size: int) -> dict[str, Any]:
-    """Produce ``records`` values with acks=all through librdkafka; every delivery checked."""
+def librdkafka_security(properties: dict[str, str]) -> dict[str, str]:
+    """Kafka's client properties (a ``client.properties`` file) as librdkafka configs: the Java
+    names librdkafka spells differently are translated, the others pass as they are (librdkafka
+    refuses a name it does not know, so nothing is silently dropped)."""
+    from raftka.common.errors import ConfigError
+    from raftka.common.sasl import parse_jaas_config
+    out: dict[str, str] = {}
+    for name, value in properties.items():
+        if name == "bootstrap.servers":
+            continue  # --bootstrap-server says where
+        if name in ("ssl.truststore.type", "ssl.keystore.type"):
+            if value.upper() != "PEM":
+                raise ConfigError(name, f"only PEM files are read, got {value!r}")
+        elif name == "sasl.jaas.config":
+            options = parse_jaas_config(value, name)
+            out["sasl.username"], out["sasl.password"] = options.get("username", ""), options.get("password", "")
+        elif name == "ssl.truststore.location":
+            out["ssl.ca.location"] = value
+        elif name == "ssl.keystore.location":  # PEM: the chain and the private key in one file
+            out["ssl.certificate.location"] = out["ssl.key.location"] = value
+        elif name == "ssl.endpoint.identification.algorithm":
+            out[name] = value or "none"  # Kafka's empty value turns the check off; librdkafka says none
+        else:
+            out[name] = value
+    return out
+
+
+def _read_properties(path: str | None) -> dict[str, str]:
+    if not path:
+        return {}
+    from raftka.common.server_config import parse_properties
+    with open(path, encoding="utf-8") as file:
+        return parse_properties(file.read())
+
+
+def _protocol(command_config: str | None) -> dict[str, Any]:
+    """What a result records of the login: the protocol and mechanism, never the credentials."""
+    properties = _read_properties(command_config)
+    return {"security_protocol": properties.get("security.protocol", "PLAINTEXT"),
+            "sasl_mechanism": properties.get("sasl.mechanism")}
+
+
+def librdkafka_produce(bootstrap: str, topic: str, records: int, size: int,
+                       command_config: str | None = None) -> dict[str, Any]:
+    """Produce ``records`` values with acks=all through librdkafka; every delivery checked.
+    ``command_config``: a Kafka client properties file (a secure cluster's login)."""
     from confluent_kafka import Producer
-    from raftka.bench.client import ensure_topic, payload
-    ensure_topic(bootstrap, topic, 1, 3, 2)  # as `raftka perf produce` makes its topic
+    from raftka.bench.client import ensure_topic, payload, properties_configs
+    admin = properties_configs(command_config, "admin") if command_config else {}
+    ensure_topic(bootstrap, topic, 1, 3, 2, admin)  # as `raftka perf produce` makes its topic
     value = payload(size)
     failed: list[str] = []
 
@@ -368,7 +415,8 @@ def librdkafka_produce(bootstrap: str, topic: str, records: int, size: int) -> d
         if error is not None:
             failed.append(str(error))
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "client.id": "raftka-bench-librdkafka"})
+                         "linger.ms": 5, "client.id": "raftka-bench-librdkafka",
+                         **librdkafka_security(_read_properties(command_config))})
     producer.produce(topic, value, on_delivery=delivered)  # metadata and producer id first
     producer.flush(30)
     started = time.perf_counter()
@@ -385,14 +433,15 @@ def librdkafka_produce(bootstrap: str, topic: str, records: int, size: int) -> d
     if left or failed:
         raise RuntimeError(f"{left} records undelivered, {len(failed)} failed (first: {failed[:1]})")
     return {"records": records, "seconds": elapsed, "records_per_s": records / elapsed,
-            "confluent_kafka": package_version("confluent-kafka")}
+            "confluent_kafka": package_version("confluent-kafka"), **_protocol(command_config)}
 
 
-def librdkafka_consume(bootstrap: str, topic: str, records: int) -> dict[str, Any]:
+def librdkafka_consume(bootstrap: str, topic: str, records: int, command_config: str | None = None) -> dict[str, Any]:
     """Read ``records`` from the start of ``topic`` through librdkafka (no commits)."""
     from confluent_kafka import Consumer
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.time_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         **librdkafka_security(_read_properties(command_config))})
     consumer.subscribe([topic])
     count = 0
     started = None
@@ -411,7 +460,8 @@ def librdkafka_consume(bootstrap: str, topic: str, records: int) -> dict[str, An
     finally:
         consumer.close()
     elapsed = time.perf_counter() - (started or time.perf_counter())
-    return {"records": count, "seconds": elapsed, "records_per_s": count / elapsed if elapsed else 0.0}
+    return {"records": count, "seconds": elapsed, "records_per_s": count / elapsed if elapsed else 0.0,
+            **_protocol(command_config)}
 
 
 # -- Redis drivers --------------------------------------------------------------------------
@@ -479,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "redis-xadd", "redis-xread", "redis-sequential",
                                            "librdkafka-produce", "librdkafka-consume"])
     parser.add_argument("--bootstrap-server", default="", help="librdkafka: Raftka's brokers")
+    parser.add_argument("--command-config", default=None, metavar="FILE",
+                        help="librdkafka: Kafka client properties (a secure cluster's login)")
     parser.add_argument("--urls", default="", help="NATS: comma-separated server URLs")
     parser.add_argument("--port", type=int, default=0, help="Redis: port on 127.0.0.1")
     parser.add_argument("--stream", default="bench", help="NATS stream / Redis key / Kafka topic")
@@ -495,9 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.figure == "nats-sequential":
         out = asyncio.run(nats_sequential(urls, args.stream, args.replicas, args.samples, args.record_size))
     elif args.figure == "librdkafka-produce":
-        out = librdkafka_produce(args.bootstrap_server, args.stream, args.records, args.record_size)
+        out = librdkafka_produce(args.bootstrap_server, args.stream, args.records, args.record_size,
+                                 args.command_config)
     elif args.figure == "librdkafka-consume":
-        out = librdkafka_consume(args.bootstrap_server, args.stream, args.records)
+        out = librdkafka_consume(args.bootstrap_server, args.stream, args.records, args.command_config)
     elif args.figure == "redis-xadd":
         out = redis_xadd(args.port, args.stream, args.records, args.record_size)
     elif args.figure == "redis-xread":
