@@ -162,3 +162,25 @@ def config_refused(values: dict[str, Any], *hidden: str) -> Any:
         assert not any(secret in str(error) for secret in hidden), error
         return error
     raise AssertionError("the config was accepted")
+
+
+def smoke_and_soak(smoke_examples: int, soak_examples: int, *given_args: Any, **given_kwargs: Any) -> Any:
+    """A Hypothesis property test run twice over: with ``smoke_examples`` examples in the default
+    suite and ``soak_examples`` under ``-m soak`` (test ids ``[N-examples]``). ``given_args`` and
+    ``given_kwargs`` are @given's strategies; decorate the test body, which takes the drawn values
+    (marks such as skipif go above this decorator)."""
+    import pytest
+    from hypothesis import HealthCheck, given, settings
+
+    def decorate(body: Any) -> Any:
+        def test(examples: int) -> None:
+            settings(deadline=None, max_examples=examples,
+                     suppress_health_check=[HealthCheck.too_slow])(given(*given_args, **given_kwargs)(body))()
+        # pytest collects it under the body's name; no functools.wraps: pytest would then read the
+        # body's parameters as fixtures.
+        test.__name__, test.__qualname__, test.__doc__ = body.__name__, body.__qualname__, body.__doc__
+        test.__module__ = body.__module__
+        return pytest.mark.parametrize("examples", [
+            pytest.param(smoke_examples, id=f"{smoke_examples}-examples"),
+            pytest.param(soak_examples, id=f"{soak_examples}-examples", marks=pytest.mark.soak)])(test)
+    return decorate

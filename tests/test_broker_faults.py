@@ -2,7 +2,8 @@
 RF-3 partitions (min ISR 2), brokers are killed with -9 and restarted, or paused with SIGSTOP and
 resumed, one at a time. Afterwards every acknowledged record must be readable at the offset it
 was acknowledged with, once per partition, in the order it was sent (Jepsen's checks for a
-Kafka workload, restricted to what acks=all promises). The seed is printed on failure;
+Kafka workload, restricted to what acks=all promises). The default suite makes 3 faults, `-m soak`
+6. Only brokers are faulted, so one controller serves. The seed is printed on failure;
 RAFTKA_FAULT_SEED=N reruns one."""
 from __future__ import annotations
 
@@ -18,15 +19,18 @@ from raftka.common.errors import RaftkaError
 from raftka.cluster import Cluster
 from test_broker import FAST, batch, create_topic, partition_metadata, produce, read_all, wait_for_partition
 
-ROUNDS = 6
+SMOKE_ROUNDS = 3
+SOAK_ROUNDS = 6
 PARTITIONS = 2
 
 
 @pytest.mark.slow
-def test_acknowledged_writes_survive_random_broker_kills_and_pauses(tmp_path):
+@pytest.mark.parametrize("rounds", [pytest.param(SMOKE_ROUNDS, id=f"{SMOKE_ROUNDS}-faults"),
+                                    pytest.param(SOAK_ROUNDS, id=f"{SOAK_ROUNDS}-faults", marks=pytest.mark.soak)])
+def test_acknowledged_writes_survive_random_broker_kills_and_pauses(tmp_path, rounds):
     seed = int(os.environ.get("RAFTKA_FAULT_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    cluster = Cluster.start(tmp_path, controllers=3, brokers=3, configs=FAST)
+    cluster = Cluster.start(tmp_path, controllers=1, brokers=3, configs=FAST)
     stop = threading.Event()
     acked: dict[int, list[tuple[bytes, int]]] = {p: [] for p in range(PARTITIONS)}
     attempts = {"ok": 0, "failed": 0}
@@ -72,7 +76,7 @@ def test_acknowledged_writes_survive_random_broker_kills_and_pauses(tmp_path):
     try:
         create_topic(cluster, "faults", partitions=PARTITIONS)
         thread.start()
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             victim = rng.choice(cluster.broker_ids)
             outage_s = rng.uniform(0.5, 3.0)
             if rng.random() < 0.5:
@@ -99,7 +103,7 @@ def test_acknowledged_writes_survive_random_broker_kills_and_pauses(tmp_path):
             assert offsets == sorted(offsets), f"seed {seed}: acknowledged order not kept in partition {partition}"
         assert attempts["ok"] > 50, f"seed {seed}: only {attempts['ok']} writes acknowledged"
         print(f"\nseed {seed}: {attempts['ok']} acknowledged, {attempts['failed']} refused or in doubt, "
-              f"{ROUNDS} faults, nothing acknowledged lost")
+              f"{rounds} faults, nothing acknowledged lost")
     except BaseException:
         print(f"\nfault test seed {seed} (rerun: RAFTKA_FAULT_SEED={seed})")
         raise

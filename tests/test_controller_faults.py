@@ -5,6 +5,7 @@ Checked after healing, on every controller's committed log (via Fetch into a loc
 - every CreateTopics that was acknowledged is there, with the topic id it was acknowledged with;
 - every controller holds the same committed log (same offsets, same bytes);
 - at most one active controller at the end, and all agree on it.
+The default suite makes 4 faults, `-m soak` 8 (RAFTKA_FAULT_ROUNDS=N sets both).
 Reproduce a failure with RAFTKA_SEED=<seed printed on failure>.
 """
 from __future__ import annotations
@@ -32,11 +33,17 @@ def committed_log(cluster, node_id):
     return entries
 
 
+SMOKE_ROUNDS = 4
+SOAK_ROUNDS = 8
+
+
 @pytest.mark.slow
-def test_acknowledged_topic_creations_survive_kills_and_pauses(cluster_factory):
+@pytest.mark.parametrize("rounds", [pytest.param(SMOKE_ROUNDS, id=f"{SMOKE_ROUNDS}-faults"),
+                                    pytest.param(SOAK_ROUNDS, id=f"{SOAK_ROUNDS}-faults", marks=pytest.mark.soak)])
+def test_acknowledged_topic_creations_survive_kills_and_pauses(cluster_factory, rounds):
     seed = int(os.environ.get("RAFTKA_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    rounds = int(os.environ.get("RAFTKA_FAULT_ROUNDS", "8"))
+    rounds = int(os.environ.get("RAFTKA_FAULT_ROUNDS", rounds))
     cluster = cluster_factory(voters=3, configs={"broker.session.timeout.ms": 60000})
     try:
         cluster.wait_for_leader(timeout_s=30)

@@ -145,7 +145,34 @@ def brokers(cluster):
     fake.close()
 
 
-def test_create_topics_places_replicas_round_robin_with_balanced_leaders(cluster, brokers):
+@pytest.fixture(scope="module")
+def shared_quorum(tmp_path_factory):
+    """One quorum with three fake brokers, shared by the tests that only add topics of names of
+    their own (a quorum per test cost a third of this module's time); the tests that fence,
+    stop or kill take their own ``cluster``. Stopped by PID when the module ends."""
+    from raftka.cluster import ControllerCluster
+    cluster = ControllerCluster.start(tmp_path_factory.mktemp("metadata") / "cluster", voters=3, configs=CONFIGS)
+    fake = None
+    try:
+        cluster.wait_for_leader(timeout_s=30)
+        fake = FakeBrokers(cluster, [1, 2, 3])
+        yield cluster, fake
+    finally:
+        if fake is not None:
+            fake.close()
+        cluster.close()
+
+
+@pytest.fixture
+def shared(shared_quorum):
+    """(cluster, brokers) of the shared quorum, its three brokers unfenced (a heartbeat late on a
+    loaded box fences one for a moment)."""
+    wait_unfenced(shared_quorum[0], 3)
+    return shared_quorum
+
+
+def test_create_topics_places_replicas_round_robin_with_balanced_leaders(shared):
+    cluster, _ = shared
     out = ok(cluster, 19, {"topics": [{"name": "orders", "num_partitions": 6, "replication_factor": 3}]})
     assert out["topics"][0]["error_code"] == errors.NONE, out
     topic = next(t for t in metadata(cluster)["topics"] if t["name"] == "orders")
@@ -169,17 +196,20 @@ def test_create_topics_places_replicas_round_robin_with_balanced_leaders(cluster
     ({"name": "placed", "num_partitions": -1, "replication_factor": -1,
       "assignments": [{"partition_index": 0, "broker_ids": [1]}]}, errors.INVALID_REQUEST, "assignments"),
 ])
-def test_create_topics_refuses_bad_input_with_a_typed_error_naming_the_problem(cluster, brokers, topic, code, needle):
-    out = ok(cluster, 19, {"topics": [topic, {"name": "fine", "num_partitions": 1, "replication_factor": 1}]})
+def test_create_topics_refuses_bad_input_with_a_typed_error_naming_the_problem(shared, topic, code, needle):
+    cluster, _ = shared
+    fine = f"fine-{uuid.uuid4().hex[:8]}"  # each case's own: the quorum is shared
+    out = ok(cluster, 19, {"topics": [topic, {"name": fine, "num_partitions": 1, "replication_factor": 1}]})
     bad, good = out["topics"]
     assert bad["error_code"] == code, bad
     assert needle in bad["error_message"]
     assert good["error_code"] == errors.NONE  # one bad topic does not sink the request
     names = [t["name"] for t in metadata(cluster)["topics"]]
-    assert "fine" in names and topic["name"] not in names
+    assert fine in names and topic["name"] not in names
 
 
-def test_a_malformed_request_body_gets_invalid_request_and_the_controller_keeps_serving(cluster, brokers):
+def test_a_malformed_request_body_gets_invalid_request_and_the_controller_keeps_serving(shared):
+    cluster, _ = shared
     # A CreateTopics v7 frame whose body is cut short: Kafka's answer to bytes that do not decode
     # is closing that connection (common/server.py); nothing else is affected.
     body = b"\x02\x06orders"  # one topic, its name, then nothing of the rest
@@ -205,7 +235,8 @@ def test_a_broker_without_heartbeats_is_fenced_and_loses_leadership_unclean_elec
         assert p["leader_id"] == -1 and p["isr_nodes"] == [2]
 
 
-def test_alter_partition_refuses_a_stale_partition_epoch_and_accepts_the_current_one(cluster, brokers):
+def test_alter_partition_refuses_a_stale_partition_epoch_and_accepts_the_current_one(shared):
+    cluster, brokers = shared
     ok(cluster, 19, {"topics": [{"name": "isr", "num_partitions": 1, "replication_factor": 3}]})
     p = next(t for t in metadata(cluster)["topics"] if t["name"] == "isr")["partitions"][0]
     leader = p["leader_id"]
@@ -223,7 +254,8 @@ def test_alter_partition_refuses_a_stale_partition_epoch_and_accepts_the_current
     assert code == errors.FENCED_LEADER_EPOCH
 
 
-def test_configs_can_be_described_and_altered(cluster, brokers):
+def test_configs_can_be_described_and_altered(shared):
+    cluster, _ = shared
     ok(cluster, 19, {"topics": [{"name": "c", "num_partitions": 1, "replication_factor": 1,
                                  "configs": [{"name": "retention.ms", "value": "1000"}]}]})
     out = ok(cluster, 33, {"resources": [{"resource_type": 2, "resource_name": "c", "configs": [
@@ -268,7 +300,8 @@ def test_controlled_shutdown_moves_leadership_away_first(cluster, brokers):
         assert p["leader_id"] != 3 and 3 not in p["isr_nodes"]
 
 
-def test_deleted_topics_disappear_and_unknown_ones_are_named(cluster, brokers):
+def test_deleted_topics_disappear_and_unknown_ones_are_named(shared):
+    cluster, _ = shared
     ok(cluster, 19, {"topics": [{"name": "gone", "num_partitions": 1, "replication_factor": 1}]})
     out = ok(cluster, 20, {"topics": [{"name": "gone"}, {"name": "never"}]})
     codes = {r["name"]: r["error_code"] for r in out["responses"]}

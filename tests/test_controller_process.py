@@ -19,23 +19,35 @@ from raftka.cluster import Process, free_ports, project_env, python_argv, wait_u
 from raftka.cluster.controller_client import describe_quorum
 
 
-def test_three_controllers_elect_one_active_controller_and_agree_on_it(controller_cluster):
-    leader = controller_cluster.wait_for_leader(timeout_s=30)
-    views = {n: controller_cluster.describe_quorum(n) for n in controller_cluster.nodes}
-    wait_until(lambda: all(controller_cluster.describe_quorum(n)["leader_id"] == leader
-                           for n in controller_cluster.nodes), 15, what="every controller knows the leader")
+@pytest.fixture(scope="module")
+def quorum(tmp_path_factory):
+    """One 3-voter quorum shared by the tests that only read from it or talk to it (starting one
+    costs seconds); the tests that kill or pause a controller take their own `controller_cluster`.
+    Every process is stopped by PID when the module ends."""
+    from raftka.cluster import ControllerCluster
+    cluster = ControllerCluster.start(tmp_path_factory.mktemp("quorum") / "cluster", voters=3)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def test_three_controllers_elect_one_active_controller_and_agree_on_it(quorum):
+    leader = quorum.wait_for_leader(timeout_s=30)
+    views = {n: quorum.describe_quorum(n) for n in quorum.nodes}
+    wait_until(lambda: all(quorum.describe_quorum(n)["leader_id"] == leader
+                           for n in quorum.nodes), 15, what="every controller knows the leader")
     assert [n for n, v in views.items() if v["active"]] == [leader]
     # Every controller announced its RPC endpoint through the log: the leader's view lists them.
-    wait_until(lambda: all(v["endpoint"] for v in controller_cluster.describe_quorum(leader)["voters"]),
+    wait_until(lambda: all(v["endpoint"] for v in quorum.describe_quorum(leader)["voters"]),
                15, what="every voter's endpoint committed")
 
 
-def test_a_non_active_controller_answers_not_controller_and_its_describe_quorum_names_the_active_one(
-        controller_cluster):
-    leader = controller_cluster.wait_for_leader(timeout_s=30)
-    follower = next(n for n in controller_cluster.nodes if n != leader)
-    host, port = controller_cluster.controller_address(leader)
-    follower_address = "%s:%d" % controller_cluster.controller_address(follower)
+def test_a_non_active_controller_answers_not_controller_and_its_describe_quorum_names_the_active_one(quorum):
+    leader = quorum.wait_for_leader(timeout_s=30)
+    follower = next(n for n in quorum.nodes if n != leader)
+    host, port = quorum.controller_address(leader)
+    follower_address = "%s:%d" % quorum.controller_address(follower)
     from raftka.common.transport import call_sync
     # Kafka's answer carries the error in each topic's entry.
     _, answer = call_sync(follower_address, 19, {"topics": [{"name": "t"}]}, timeout_ms=5000)
@@ -62,10 +74,10 @@ def test_kill_9_of_the_active_controller_elects_another_that_commits(controller_
     assert status["leader_id"] == new
 
 
-def test_quorum_status_cli_prints_leader_term_and_each_voters_lag(controller_cluster):
-    leader = controller_cluster.wait_for_leader(timeout_s=30)
-    follower = next(n for n in controller_cluster.nodes if n != leader)
-    address = "%s:%d" % controller_cluster.controller_address(follower)
+def test_quorum_status_cli_prints_leader_term_and_each_voters_lag(quorum):
+    leader = quorum.wait_for_leader(timeout_s=30)
+    follower = next(n for n in quorum.nodes if n != leader)
+    address = "%s:%d" % quorum.controller_address(follower)
     wait_until(lambda: describe_quorum(address)["leader_endpoint"], 15, what="leader endpoint known")
     run = subprocess.run(python_argv("-m", "raftka", "quorum", "status", "--bootstrap-controller", address,
                                      "--json"), capture_output=True, text=True, env=project_env(), timeout=60)
@@ -82,9 +94,9 @@ def test_quorum_status_cli_prints_leader_term_and_each_voters_lag(controller_clu
     assert f"ClusterLeaderId:   {leader}" in text.stdout and "LogEndOffset" in text.stdout
 
 
-def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster):
-    leader = controller_cluster.wait_for_leader(timeout_s=30)
-    host, port = controller_cluster.controller_address(leader)
+def test_garbage_on_the_rpc_port_closes_only_that_connection(quorum):
+    leader = quorum.wait_for_leader(timeout_s=30)
+    host, port = quorum.controller_address(leader)
     bad = socket.create_connection((host, port), timeout=10)
     good = socket.create_connection((host, port), timeout=10)
     try:
@@ -110,7 +122,7 @@ def test_garbage_on_the_rpc_port_closes_only_that_connection(controller_cluster)
     finally:
         bad.close()
         good.close()
-    assert controller_cluster.alive(leader)
+    assert quorum.alive(leader)
 
 
 def test_a_controller_refuses_to_start_without_a_secret_or_with_a_secret_file_others_can_read(tmp_path):
@@ -161,11 +173,11 @@ def test_a_bad_server_config_value_names_the_key(tmp_path, key, value, needle):
     assert needle in str(caught.value)
 
 
-def test_any_controller_serves_committed_metadata_records_by_fetch_with_long_poll(controller_cluster):
-    leader = controller_cluster.wait_for_leader(timeout_s=30)
+def test_any_controller_serves_committed_metadata_records_by_fetch_with_long_poll(quorum):
+    leader = quorum.wait_for_leader(timeout_s=30)
     from raftka.raft_meta.metadata.fetcher import fetch_entries
-    for node_id in controller_cluster.nodes:
-        address = "%s:%d" % controller_cluster.controller_address(node_id)
+    for node_id in quorum.nodes:
+        address = "%s:%d" % quorum.controller_address(node_id)
 
         def three_announcements():
             partition, entries = asyncio.run(fetch_entries(address))
@@ -180,7 +192,7 @@ def test_any_controller_serves_committed_metadata_records_by_fetch_with_long_pol
         _, empty = asyncio.run(fetch_entries(address, partition["high_watermark"], max_wait_ms=300))
         assert empty == [] and time.monotonic() - started >= 0.25
     with pytest.raises(errors.OffsetOutOfRangeError):  # a negative fetch_offset
-        asyncio.run(fetch_entries("%s:%d" % controller_cluster.controller_address(leader), -1))
+        asyncio.run(fetch_entries("%s:%d" % quorum.controller_address(leader), -1))
 
 
 def test_a_paused_active_controller_is_replaced_and_steps_down_when_resumed(controller_cluster):
@@ -215,14 +227,14 @@ def test_perf_metadata_command_runs_end_to_end_on_a_small_load(tmp_path):
     assert len(result["load_average_start"]) == 3
 
 
-def test_quorum_status_lists_metadata_fetchers_as_observers_with_their_lag(controller_cluster):
-    leader = controller_cluster.wait_for_leader(timeout_s=30)
-    address = "%s:%d" % controller_cluster.controller_address(leader)
+def test_quorum_status_lists_metadata_fetchers_as_observers_with_their_lag(quorum):
+    leader = quorum.wait_for_leader(timeout_s=30)
+    address = "%s:%d" % quorum.controller_address(leader)
     from raftka.common.transport import Connection
     from raftka.raft_meta.metadata.fetcher import KAFKA_VERSIONS, fetch_request
 
     async def fetch_as_broker_101() -> dict:
-        connection = await Connection.open(*controller_cluster.controller_address(leader),
+        connection = await Connection.open(*quorum.controller_address(leader),
                                            kafka_versions=KAFKA_VERSIONS)
         try:
             return (await connection.request(1, fetch_request(0, replica_id=101), timeout_ms=5000))[1]

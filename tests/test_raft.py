@@ -121,8 +121,9 @@ def test_kill_9_of_the_leader_lets_a_new_leader_commit_the_next_record(quorum):
     wait_until(lambda: quorum.records(old) == ["before", "after"], 20, what="restarted node catches up")
 
 
+@pytest.mark.parametrize("rounds", [2, pytest.param(3, marks=pytest.mark.soak)])  # hold-ups in a row
 @pytest.mark.parametrize("pause_s", [0.6, 2.5])  # under and over pysyncobj's connectionTimeout (1 s)
-def test_a_follower_held_up_past_its_election_timeout_does_not_depose_a_healthy_leader(quorum, pause_s):
+def test_a_follower_held_up_past_its_election_timeout_does_not_depose_a_healthy_leader(quorum, pause_s, rounds):
     # A busy box holds a process up (here: SIGSTOP). Without pre-vote the follower, back, finds
     # its deadline passed, raises the term, and the other follower votes for it: the leader
     # steps down though nothing was wrong with it (the spurious elections of #hardening).
@@ -132,7 +133,7 @@ def test_a_follower_held_up_past_its_election_timeout_does_not_depose_a_healthy_
     quorum.submit(leader, "before")
     term = quorum.status(leader)["term"]
     follower = next(n for n in quorum.ids if n != leader)
-    for round_ in range(3):
+    for round_ in range(rounds):
         quorum.procs[follower].pause()
         time.sleep(pause_s)
         quorum.procs[follower].resume()

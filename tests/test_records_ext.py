@@ -17,11 +17,12 @@ from contextlib import contextmanager
 
 import crc32c
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from raftka.client.aio import fetcher
 from raftka.common import records as rec
 from raftka.common.errors import RaftkaError
+from helpers import smoke_and_soak
 
 EXT = rec.records_ext
 FORCED_OFF = os.environ.get("RAFTKA_NO_EXTENSIONS", "") not in ("", "0")
@@ -30,7 +31,9 @@ needs_ext = pytest.mark.skipif(EXT is None, reason="RAFTKA_NO_EXTENSIONS forces 
                                "loops" if FORCED_OFF else "the extension is not built (see the build test)")
 
 INT64_MAX = (1 << 63) - 1
-common = settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+# Examples per property: the default suite runs a third, `-m soak` all (helpers.smoke_and_soak).
+EXAMPLES = 300
+SMOKE_EXAMPLES = 100
 
 
 @contextmanager
@@ -140,10 +143,10 @@ def build(records, **kwargs) -> bytes:
 
 
 @needs_ext
-@common
-@given(records=record_lists, codec=codecs, base_offset=st.integers(0, 2**62),
-       timestamp_type=st.sampled_from([rec.TIMESTAMP_TYPE_CREATE_TIME, rec.TIMESTAMP_TYPE_LOG_APPEND_TIME]),
-       window=st.tuples(st.integers(-3, 210), st.integers(-1, 210)))
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES,
+                records=record_lists, codec=codecs, base_offset=st.integers(0, 2**62),
+                timestamp_type=st.sampled_from([rec.TIMESTAMP_TYPE_CREATE_TIME, rec.TIMESTAMP_TYPE_LOG_APPEND_TIME]),
+                window=st.tuples(st.integers(-3, 210), st.integers(-1, 210)))
 def test_every_valid_batch_decodes_the_same_in_c_and_python(records, codec, base_offset, timestamp_type,
                                                             window):
     batch = build(records, compression_type=codec, base_offset=base_offset,
@@ -223,19 +226,19 @@ def record_sections(draw):
 
 
 @needs_ext
-@common
-@given(case=record_sections(), base_offset=st.sampled_from([0, 1000, 2**40, INT64_MAX - 3]),
-       base_ts=st.sampled_from([0, 1_700_000_000_000, INT64_MAX, -(2**63)]))
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES,
+                case=record_sections(), base_offset=st.sampled_from([0, 1000, 2**40, INT64_MAX - 3]),
+                base_ts=st.sampled_from([0, 1_700_000_000_000, INT64_MAX, -(2**63)]))
 def test_c_is_ok_exactly_when_python_does_not_raise_and_decodes_the_same(case, base_offset, base_ts):
     section, count = case
     check_loops(section, count, base_offset, base_ts)
 
 
 @needs_ext
-@common
-@given(case=record_sections(), attributes=st.sampled_from([0, rec.ATTR_TIMESTAMP_TYPE, rec.ATTR_CONTROL]),
-       base_offset=st.sampled_from([0, 2**40]), window=st.tuples(st.integers(-2, 8), st.integers(-1, 8)),
-       gap=st.sampled_from([0, 1]))
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES,
+                case=record_sections(), attributes=st.sampled_from([0, rec.ATTR_TIMESTAMP_TYPE, rec.ATTR_CONTROL]),
+                base_offset=st.sampled_from([0, 2**40]), window=st.tuples(st.integers(-2, 8), st.integers(-1, 8)),
+                gap=st.sampled_from([0, 1]))
 def test_public_entry_points_give_the_same_result_or_the_same_error(case, attributes, base_offset, window,
                                                                     gap):
     section, count = case

@@ -7,10 +7,11 @@ from __future__ import annotations
 import struct
 
 import crc32c
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import strategies as st
 
 from raftka.common import records as rec
 from raftka.common.errors import CorruptRecordError
+from helpers import smoke_and_soak
 
 optional_bytes = st.none() | st.binary(max_size=300)
 headers = st.lists(st.tuples(st.text(max_size=10), optional_bytes), max_size=3)
@@ -22,8 +23,9 @@ codecs = st.sampled_from([rec.COMPRESSION_NONE, rec.COMPRESSION_GZIP, rec.COMPRE
 compressed_codecs = st.sampled_from([rec.COMPRESSION_GZIP, rec.COMPRESSION_SNAPPY, rec.COMPRESSION_LZ4,
                                      rec.COMPRESSION_ZSTD])
 
-common = settings(deadline=None, max_examples=150,
-                  suppress_health_check=[HealthCheck.too_slow])
+# Examples per property: the default suite runs a third, `-m soak` all (helpers.smoke_and_soak).
+EXAMPLES = 150
+SMOKE_EXAMPLES = 50
 
 
 def build(records, **kwargs) -> bytes:
@@ -33,10 +35,10 @@ def build(records, **kwargs) -> bytes:
     return builder.build()
 
 
-@common
-@given(records=record_lists, codec=codecs, base_offset=st.integers(0, 2**62),
-       producer_id=st.integers(-1, 2**62), producer_epoch=st.integers(-1, 2**15 - 1),
-       base_sequence=st.integers(-1, 2**31 - 1), epoch=st.integers(-1, 2**31 - 1))
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES,
+                records=record_lists, codec=codecs, base_offset=st.integers(0, 2**62),
+                producer_id=st.integers(-1, 2**62), producer_epoch=st.integers(-1, 2**15 - 1),
+                base_sequence=st.integers(-1, 2**31 - 1), epoch=st.integers(-1, 2**31 - 1))
 def test_encode_then_decode_is_the_identity(records, codec, base_offset, producer_id,
                                             producer_epoch, base_sequence, epoch):
     batch = build(records, compression_type=codec, base_offset=base_offset,
@@ -55,8 +57,7 @@ def test_encode_then_decode_is_the_identity(records, codec, base_offset, produce
     assert rec.validate_batches(batch) == [header]
 
 
-@common
-@given(records=record_lists, codec=codecs, data=st.data())
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES, records=record_lists, codec=codecs, data=st.data())
 def test_a_flipped_bit_anywhere_after_the_crc_field_is_detected(records, codec, data):
     batch = build(records, compression_type=codec)
     position = data.draw(st.integers(rec.ATTRIBUTES_OFFSET, len(batch) - 1), label="position")
@@ -70,8 +71,7 @@ def test_a_flipped_bit_anywhere_after_the_crc_field_is_detected(records, codec, 
     raise AssertionError(f"flip of bit {bit} at byte {position} went unnoticed")
 
 
-@common
-@given(records=record_lists, data=st.data())
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES, records=record_lists, data=st.data())
 def test_a_truncated_batch_is_refused_and_iter_batches_stops_before_it(records, data):
     batch = build(records)
     cut = data.draw(st.integers(0, len(batch) - 1), label="cut")
@@ -85,9 +85,9 @@ def test_a_truncated_batch_is_refused_and_iter_batches_stops_before_it(records, 
     assert [r.value for r in rec.iter_records(batch + batch[:cut])] == [r[2] for r in records]
 
 
-@common
-@given(batches=st.lists(record_lists, min_size=1, max_size=4), base_offset=st.integers(0, 2**40),
-       epoch=st.integers(0, 2**31 - 1))
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES,
+                batches=st.lists(record_lists, min_size=1, max_size=4), base_offset=st.integers(0, 2**40),
+                epoch=st.integers(0, 2**31 - 1))
 def test_assign_offsets_keeps_crcs_valid_and_offsets_contiguous(batches, base_offset, epoch):
     buf = b"".join(build(records, base_offset=0) for records in batches)
     out = rec.assign_offsets(buf, base_offset, epoch)
@@ -108,8 +108,7 @@ def test_assign_offsets_keeps_crcs_valid_and_offsets_contiguous(batches, base_of
     assert bytes(mask) == out
 
 
-@settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(records=record_lists, data=st.data())
+@smoke_and_soak(2 * SMOKE_EXAMPLES, 2 * EXAMPLES, records=record_lists, data=st.data())
 def test_fuzzed_records_inside_a_valid_batch_decode_or_raise_corrupt_record_error(records, data):
     # Mutate the records section, then make length and CRC right again, so the damage reaches
     # the record parser: it must either decode or raise CorruptRecordError, nothing else.
@@ -142,8 +141,7 @@ def reseal(batch: bytes | bytearray) -> bytes:
     return bytes(out)
 
 
-@common
-@given(records=record_lists, data=st.data())
+@smoke_and_soak(SMOKE_EXAMPLES, EXAMPLES, records=record_lists, data=st.data())
 def test_a_resealed_damaged_batch_is_refused_by_the_walk_or_decodes_whole(records, data):
     """Accepted by the leader => every consumer can decode it, all recordCount records: the
     invariant that keeps a valid-CRC poison pill out of the log."""
@@ -161,8 +159,7 @@ def test_a_resealed_damaged_batch_is_refused_by_the_walk_or_decodes_whole(record
     assert [r.offset - header.base_offset for r in decoded] == list(range(header.record_count))
 
 
-@settings(deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
-@given(records=record_lists, codec=compressed_codecs, data=st.data())
+@smoke_and_soak(130, 400, records=record_lists, codec=compressed_codecs, data=st.data())
 def test_a_resealed_damaged_compressed_batch_is_refused_or_decodes_whole(records, codec, data):
     """The same invariant for compressed batches: damage to the compressed bytes (set, cut or
     inserted bytes, CRC made right again) is refused by the leader's walk with CorruptRecordError or
