@@ -380,3 +380,37 @@ def test_kafka_python_gets_its_own_topic_authorization_failed_error(cluster, top
             producer.send(topics["orders"], b"v").get(timeout=WAIT_S)
     finally:
         producer.close(timeout=5)
+
+
+def test_kafka_python_and_confluent_kafka_consumers_without_the_group_acl_get_group_authorization_failed(cluster,
+                                                                                                         topics):
+    kafka = pytest.importorskip("kafka")
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    import kafka.errors
+    group = f"g3p-{uuid.uuid4().hex[:6]}"  # alice may read the topic, not this group
+    consumer = kafka.KafkaConsumer(topics["orders"], bootstrap_servers=cluster.bootstrap(SASL), group_id=group,
+                                   security_protocol=SASL, sasl_mechanism="SCRAM-SHA-512",
+                                   sasl_plain_username="alice", sasl_plain_password=PASSWORDS["alice"],
+                                   auto_offset_reset="earliest")
+    try:
+        with pytest.raises(kafka.errors.GroupAuthorizationFailedError):
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                consumer.poll(timeout_ms=1000)
+    finally:
+        consumer.close()
+    cconsumer = confluent_kafka.Consumer({
+        "bootstrap.servers": cluster.bootstrap(SASL), "group.id": group, "security.protocol": SASL,
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORDS["alice"],
+        "auto.offset.reset": "earliest"})
+    try:
+        cconsumer.subscribe([topics["orders"]])
+        codes = set()
+        deadline = time.monotonic() + WAIT_S
+        while confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED not in codes and time.monotonic() < deadline:
+            message = cconsumer.poll(1.0)
+            if message is not None and message.error() is not None:
+                codes.add(message.error().code())
+        assert confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED in codes, codes
+    finally:
+        cconsumer.close()
