@@ -91,6 +91,24 @@ def test_a_reorder_finishes_at_once_keeping_its_leader_and_a_new_target_restarts
     assert (p.replicas, p.adding_replicas, p.removing_replicas) == ((5, 1, 3, 2), (5,), (2,))
 
 
+def test_a_new_target_drops_an_added_replica_that_already_joined_the_isr():
+    image = _apply(_image(), decide(_image(), "t", 0, (1, 2, 4))[2])
+    image = _isr(image, (1, 2, 4))  # 4 caught up, 3 not yet removed (1, 2, 3 -> 1, 2, 4 under way)
+    image = _apply(image, PartitionChangeRecord("t", TOPIC_ID, 0, image.partition("t", 0).partition_epoch,
+                                                isr=(1, 2, 4)))
+    code, _, change = decide(image, "t", 0, (3, 1, 2))  # back to the original: 4 goes, though in the ISR
+    assert code == errors.NONE
+    image = _apply(image, change)
+    p = image.partition("t", 0)  # 3 never left: a follower out of the ISR, which catches up as any
+    assert (p.replicas, p.isr, p.reassigning, p.leader) == ((3, 1, 2), (1, 2), False, 1)
+    image = _apply(image, decide(image, "t", 0, (1, 2, 4))[2])
+    image = _isr(image, (1, 2, 4))
+    code, _, change = decide(image, "t", 0, (5, 1, 6))  # 4, added and in sync, is dropped for 5 and 6
+    image = _apply(image, change)
+    p = image.partition("t", 0)
+    assert (p.replicas, p.isr, p.adding_replicas, p.removing_replicas) == ((5, 1, 6, 2, 3), (1, 2), (5, 6), (2, 3))
+
+
 def test_a_cancel_goes_back_to_the_original_replicas_and_bad_requests_get_kafkas_errors():
     image = _image()
     assert decide(image, "t", 0, None)[0] == errors.NO_REASSIGNMENT_IN_PROGRESS

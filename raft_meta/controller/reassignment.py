@@ -127,7 +127,13 @@ def decide(image: MetadataImage, name: str, index: int, target: tuple[int, ...] 
         isr = tuple(b for b in p.isr if b in target)
         return errors.NONE, None, _change(name, topic.topic_id, index, p, target, isr, (), (),
                                           _leader_among(p, target, isr, image))
-    return errors.NONE, None, _change(name, topic.topic_id, index, p, replicas, p.isr, removing, adding, p.leader)
+    # A replaced reassignment may drop replicas it was adding, some already in the ISR.
+    isr = tuple(b for b in p.isr if b in replicas)
+    if not isr:
+        return (errors.INVALID_REPLICA_ASSIGNMENT, f"{name}-{index}: no in-sync replica {list(p.isr)} would stay "
+                f"among {list(replicas)}", None)
+    return errors.NONE, None, _change(name, topic.topic_id, index, p, replicas, isr, removing, adding,
+                                      _leader_among(p, replicas, isr, image))
 
 
 def completions(image: MetadataImage, topics: Any = None) -> Iterator[PartitionChangeRecord]:
