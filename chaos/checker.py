@@ -25,10 +25,18 @@ must equal the final log exactly:
 - **sink_uncommitted**: a row of Spark's output that the final log does not hold at that
   partition and offset (Spark read a record above the high watermark, or one later truncated).
 
+With reassignments (``reassign`` ops: chaos/nemesis.py's Reassigner moved partitions during the
+run; the ``replicas`` op: every partition's replicas once they settled at the end):
+
+- **reassignment**: a partition still being reassigned at the end, or whose replicas are not
+  what the last accepted request asked for: the last target started, or the original replicas
+  after a cancel. A request without an answer (info) may or may not have happened, so both
+  outcomes are accepted after it; a refused one (fail) changes nothing.
+
 Writes whose outcome is unknown (info) or failed may be present or absent; they are only held
 to the duplicate and offset checks. ``valid`` is true when every count is 0, a final read exists,
-and, when the run had a Spark sink (``spark`` in the meta op), its output was collected and it
-had caught up with the final log.
+when the run had a Spark sink (``spark`` in the meta op), its output was collected and it
+had caught up with the final log, and, when it had reassignments, the replicas were read at the end.
 """
 from __future__ import annotations
 
@@ -38,8 +46,9 @@ from typing import Any, Iterable
 
 EXAMPLES_MAX = 5
 SINK_CHECKS = ("sink_duplicate", "sink_gap", "sink_uncommitted")
+REASSIGNMENT_CHECKS = ("reassignment",)
 CHECKS = ("lost", "duplicate", "inconsistent_offsets", "reordered", "uncommitted_read",
-          "nonmonotonic_commits", "phantom") + SINK_CHECKS
+          "nonmonotonic_commits", "phantom") + SINK_CHECKS + REASSIGNMENT_CHECKS
 
 
 @dataclass
@@ -81,8 +90,12 @@ class Verdict:
         if with_sink:
             lines.append(f"  spark sink: {s['sink_records']} rows in {s.get('sink_batches', 0)} micro-batches, "
                          f"{s.get('sink_restarts', 0)} query restarts")
+        if "reassign_started" in s:
+            lines.append(f"  reassignments: {s['reassign_started']} started, {s.get('reassign_cancelled', 0)} "
+                         f"cancelled, {s.get('reassign_finished', 0)} seen finished, {s.get('reassign_refused', 0)} "
+                         f"refused, {s.get('reassign_unknown', 0)} of unknown outcome (no answer, or another error)")
         for name in CHECKS:
-            if name in SINK_CHECKS and not with_sink:
+            if name in SINK_CHECKS and not with_sink or name in REASSIGNMENT_CHECKS and "reassign_started" not in s:
                 continue
             result = self.anomalies.get(name, Anomalies())
             mark = "ok " if result.count == 0 else "BAD"
@@ -109,9 +122,15 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
     sink: dict[str, Any] | None = None
     sink_failures: list[dict[str, Any]] = []
     expect_sink = False
+    moves: list[dict[str, Any]] = []
+    settled: dict[str, Any] | None = None
     for op in ops:
         f, kind = op.get("f"), op.get("type")
-        if f == "meta":
+        if f == "reassign":
+            moves.append(op)
+        elif f == "replicas" and kind == "ok":
+            settled = op
+        elif f == "meta":
             expect_sink = bool(op.get("spark"))
         elif f == "sink":
             if kind == "ok":
@@ -252,6 +271,9 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
         why = "; ".join(str(op.get("error", "?")) for op in sink_failures) or "no sink op in the history"
         problems.append(f"the run had a Spark sink but its output could not be checked: {why}")
 
+    if moves:
+        check_reassignments(moves, settled, anomalies, problems)
+
     stats = {"sends": len(invoked), "acked": len(acked),
              "failed": sum(1 for k in outcome.values() if k == "fail"),
              "unknown": sum(1 for k in outcome.values() if k == "info") + sum(1 for v in invoked if v not in outcome),
@@ -265,7 +287,14 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
         sink_ok = sink.get("caught_up", True) is not False
     elif expect_sink or sink_failures:
         sink_ok = False
-    valid = final is not None and sink_ok and all(a.count == 0 for a in anomalies.values())
+    if moves:
+        for action, key in (("start", "reassign_started"), ("cancel", "reassign_cancelled"),
+                            ("finish", "reassign_finished")):
+            stats[key] = sum(1 for op in moves if op.get("action") == action and op.get("type") == "ok")
+        stats["reassign_refused"] = sum(1 for op in moves if op.get("type") == "fail")
+        stats["reassign_unknown"] = sum(1 for op in moves if op.get("type") == "info")
+    valid = (final is not None and sink_ok and (settled is not None or not moves)
+             and all(a.count == 0 for a in anomalies.values()))
     return Verdict(valid, anomalies, stats, problems)
 
 
@@ -299,3 +328,41 @@ def check_sink(sink: dict[str, Any], final: dict[str, Any] | None, final_at: dic
             if final_at.get((partition, offset)) != value:
                 anomalies["sink_uncommitted"].add({"partition": partition, "offset": offset, "value": value,
                                                    "final_log": final_at.get((partition, offset))})
+
+
+def reassignment_expectations(moves: Iterable[dict[str, Any]]) -> dict[int, set[tuple[int, ...]]]:
+    """{partition: the replica lists it may end with} after these ``reassign`` ops, in order."""
+    accepted: dict[int, set[tuple[int, ...]]] = {}
+    for op in moves:
+        action, kind = op.get("action"), op.get("type")
+        if action not in ("start", "cancel") or kind == "fail":
+            continue
+        partition = int(op["partition"])
+        outcome = tuple(op["to"] if action == "start" else op["original"])
+        if kind == "ok":
+            accepted[partition] = {outcome}
+        else:  # unanswered: it may have happened or not
+            before = accepted.get(partition)
+            if before is None:  # the first move of this partition started from its own replicas
+                before = {tuple(op["from"] if action == "start" else op["original"])}
+            accepted[partition] = before | {outcome}
+    return accepted
+
+
+def check_reassignments(moves: list[dict[str, Any]], settled: dict[str, Any] | None,
+                        anomalies: dict[str, Anomalies], problems: list[str]) -> None:
+    """The ``reassignment`` check: each moved partition ended on the replicas last asked for."""
+    if settled is None:
+        problems.append("the run moved partitions but the replicas were not read at the end (no replicas op)")
+        return
+    final = {int(p): list(r) for p, r in (settled.get("replicas") or {}).items()}
+    still = {int(p): t for p, t in (settled.get("reassigning") or {}).items()}
+    for partition, accepted in sorted(reassignment_expectations(moves).items()):
+        replicas = final.get(partition)
+        wanted = sorted([list(r) for r in accepted])
+        if partition in still:
+            anomalies["reassignment"].add({"partition": partition, "still_reassigning_to": still[partition],
+                                           "replicas": replicas, "expected": wanted,
+                                           "after_s": settled.get("waited_s")})
+        elif replicas is None or tuple(replicas) not in accepted:
+            anomalies["reassignment"].add({"partition": partition, "replicas": replicas, "expected": wanted})

@@ -20,6 +20,11 @@ clock), ``process`` (who did it: ``p3`` a producer, ``c1`` a consumer, ``nemesis
 | committed | ok only: ``group``, ``offsets`` {partition: offset} read back (OffsetFetch), ``invoked_at`` |
 | fault / heal | nemesis: ``name``, ``detail`` (targets), ``healable``; heal ends the fault of the same ``name`` |
 | healthy | nemesis, ok: every partition led with a full ISR again, ``after_heal_s`` after the heal |
+| reassign | process ``reassigner`` (chaos/nemesis.py), with ``seed``: ``action`` start (``partition``,
+|       | ``from``, ``to``), cancel (``partition``, ``original``), finish (``partition``, ``replicas``);
+|       | ok = accepted (finish: seen done), fail = refused (``error``), info = unknown (``error``)
+| replicas | process ``final``, ok: ``replicas`` {partition: [broker, ...]} once the reassignments
+|       | settled, ``reassigning`` {partition: target} of those still under way, ``waited_s``
 | final | ok only: ``log_start`` {partition: offset}, ``records`` {partition: [[offset, value], ...]}: the
 |       | whole log after the faults healed, read from the log start |
 | sink_progress | process ``spark``: ok = a Spark micro-batch completed (``batch``, ``rows``, ``end``
@@ -87,7 +92,7 @@ def _int_keys(mapping: Any) -> Any:
 
 def normalize(op: dict[str, Any]) -> dict[str, Any]:
     """Partition keys back to ints (JSON made them strings)."""
-    for key in ("offsets", "log_start", "records"):
+    for key in ("offsets", "log_start", "records", "replicas", "reassigning"):
         if key in op and isinstance(op[key], dict):
             op[key] = _int_keys(op[key])
     return op

@@ -21,10 +21,17 @@ Toxiproxy reset.
 
 Cuts are ``down`` (proxy disabled: refused, fast) or ``blackhole`` (bytes dropped, silent), chosen
 at random per fault.
+
+``Reassigner`` is not one of these: it runs in the background for the whole fault schedule
+(scenario ``background="reassign"``), so partitions are moving between brokers while the faults
+above come and go. Each of its actions is a ``reassign`` op in the history (chaos/history.py);
+the checker derives from them what every partition's replicas must be at the end.
 """
 from __future__ import annotations
 
+import json
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -302,4 +309,124 @@ def heal_everything(ctx: Context) -> list[str]:
     return done
 
 
-__all__ = ["Context", "Fault", "Nemesis", "by_name", "heal_everything", "CLIENT"]
+# Errors with which the controller refuses a reassignment before committing anything.
+REASSIGNMENT_REFUSALS = frozenset({"INVALID_REPLICA_ASSIGNMENT", "NO_REASSIGNMENT_IN_PROGRESS",
+                                   "UNKNOWN_TOPIC_OR_PARTITION"})
+
+
+class Reassigner:
+    """Background nemesis: moves partitions of the workload's topic between brokers during the
+    faults (KIP-455 reassignments through AlterPartitionReassignments), now and then cancelling
+    one under way.
+
+    Every ``interval_s`` (uniform, seeded) it either cancels a reassignment under way (chance
+    ``cancel_p``, when there is one) or starts ``1..partitions_max`` new ones: each picked
+    partition gets a random ordered sample of ``replication_factor`` brokers whose set differs
+    from the partition's current one (a partition already moving is moved elsewhere: the new
+    target replaces the old, from the original replicas). Each tick it also lists the
+    reassignments under way and records those it started that are no longer listed as finished.
+
+    History (process ``reassigner``, f ``reassign``, every op with ``seed``): ``action`` start
+    (``partition``, ``from`` the replicas seen, ``to``), cancel (``partition``, ``original``: the
+    replicas a cancel returns to, as listed just before), finish (``partition``, ``replicas``
+    seen then); type ok (the controller accepted it), fail (refused: one of REASSIGNMENT_REFUSALS,
+    ``error``) or info (no answer, or another error: it may or may not have happened). It uses
+    its own AdminClient, so a request stuck
+    behind a fault does not hold up the fault schedule's.
+    """
+
+    name = "reassign"
+
+    def __init__(self, interval_s: tuple[float, float] = (1.0, 3.0), cancel_p: float = 0.25,
+                 partitions_max: int = 2, request_timeout_ms: int = 5000) -> None:
+        self.interval_s = interval_s
+        self.cancel_p = cancel_p
+        self.partitions_max = partitions_max
+        self.request_timeout_ms = request_timeout_ms
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._admin: Any = None
+        self._moving: set[int] = set()  # partitions whose start was accepted and not yet seen done
+        self.counts = {"start": 0, "cancel": 0, "finish": 0, "fail": 0, "info": 0}
+
+    def start(self, ctx: Context, history: Any, replication_factor: int, seed: int) -> None:
+        """Start the background thread (returns at once)."""
+        from raftka.client import AdminClient
+        if len(ctx.cluster.broker_ids) <= replication_factor:
+            raise ValueError(f"reassign needs more brokers than the replication factor {replication_factor}: "
+                             f"{ctx.cluster.broker_ids}")
+        self._admin = AdminClient(bootstrap_servers=ctx.cluster.bootstrap_servers,
+                                  request_timeout_ms=self.request_timeout_ms, **ctx.cluster.client_configs)
+        rng = random.Random(seed)
+        self._thread = threading.Thread(target=self._run, args=(ctx, history, replication_factor, rng, seed),
+                                        name="chaos-reassigner", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop starting anything (what is under way goes on moving) and close the client."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            except Exception:
+                pass
+
+    def _run(self, ctx: Context, history: Any, rf: int, rng: random.Random, seed: int) -> None:
+        from raftka.client import TopicPartition
+
+        def record(kind: str, action: str, **fields: Any) -> None:
+            history.append("reassigner", kind, "reassign", action=action, seed=seed, **fields)
+            self.counts[action if kind == "ok" else kind] += 1
+            ctx.say(f"  reassign {action} {kind} {json.dumps(fields)}")
+
+        def outcome(failure: Exception) -> str:
+            # Only the controller's own refusals are certain (decided before anything is
+            # committed); a timeout, a lost connection or a controller change may or may not
+            # have left the change committed.
+            return "fail" if getattr(failure, "name", None) in REASSIGNMENT_REFUSALS else "info"
+
+        while not self._stop.wait(rng.uniform(*self.interval_s)):
+            try:
+                under_way = {tp.partition: r for tp, r in self._admin.list_partition_reassignments().items()
+                             if tp.topic == ctx.topic}
+                described = self._admin.describe_topics([ctx.topic])
+            except Exception:
+                continue  # no metadata during this fault: try again next tick
+            replicas = {p["partition"]: list(p["replicas"]) for p in (described[0]["partitions"] if described else [])}
+            for partition in sorted(self._moving - set(under_way)):
+                if partition in replicas:
+                    self._moving.discard(partition)
+                    record("ok", "finish", partition=partition, replicas=replicas[partition])
+            if under_way and rng.random() < self.cancel_p:
+                partition = rng.choice(sorted(under_way))
+                original = [b for b in under_way[partition].replicas if b not in under_way[partition].adding_replicas]
+                try:
+                    self._admin.alter_partition_reassignments({TopicPartition(ctx.topic, partition): None})
+                    self._moving.discard(partition)
+                    record("ok", "cancel", partition=partition, original=original)
+                except Exception as failure:
+                    record(outcome(failure), "cancel", partition=partition, original=original,
+                           error=repr(failure)[:300])
+                continue
+            if not replicas:
+                continue
+            chosen = rng.sample(sorted(replicas), rng.randint(1, min(self.partitions_max, len(replicas))))
+            for partition in chosen:
+                current = replicas[partition]
+                target = current
+                while set(target) == set(current):
+                    target = rng.sample(ctx.cluster.broker_ids, rf)
+                try:
+                    self._admin.alter_partition_reassignments({TopicPartition(ctx.topic, partition): target})
+                    self._moving.add(partition)
+                    record("ok", "start", partition=partition, **{"from": current, "to": target})
+                except Exception as failure:
+                    if outcome(failure) == "info":
+                        self._moving.add(partition)  # it may be moving: watch for its end
+                    record(outcome(failure), "start", partition=partition, error=repr(failure)[:300],
+                           **{"from": current, "to": target})
+
+
+__all__ = ["Context", "Fault", "Nemesis", "Reassigner", "by_name", "heal_everything", "CLIENT"]

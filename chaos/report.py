@@ -10,6 +10,9 @@ Per fault (from its ``fault`` op to its ``heal`` op):
 - ``isr_recovery_s``: from the heal until every partition had a leader and a full ISR again (the
   runner's ``healthy`` op), None when not seen before the next fault.
 
+``reassignments``: the Reassigner's ``reassign`` ops as events (time, action, outcome,
+partition, replicas), for the summary; ``timeline.png`` marks them too.
+
 ``timeline.png``: acknowledged sends per second, and each send's latency (ok as dots, info and
 fail marked), fault windows shaded and labelled, in the style of Jepsen's plots.
 """
@@ -22,6 +25,25 @@ from typing import Any
 
 RECOVERY_WINDOW_S = 10.0
 BIN_S = 1.0
+
+
+def reassignments(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """[{time, action, type, partition, replicas, seed}] of every ``reassign`` op: ``replicas``
+    the target of a start, the original of a cancel, what was seen at a finish."""
+    events = []
+    for op in ops:
+        if op.get("f") != "reassign":
+            continue
+        replicas = op.get("to") if op.get("action") == "start" else (
+            op.get("original") if op.get("action") == "cancel" else op.get("replicas"))
+        event = {"time": round(op["time"], 3), "action": op.get("action"), "type": op.get("type"),
+                 "partition": op.get("partition"), "replicas": replicas, "seed": op.get("seed")}
+        if op.get("action") == "start":
+            event["from"] = op.get("from")
+        if op.get("error"):
+            event["error"] = op["error"]
+        events.append(event)
+    return events
 
 
 def fault_windows(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -156,6 +178,14 @@ def timeline(ops: list[dict[str, Any]], path: str | Path, *, title: str = "") ->
             axis.axvspan(w["start"], max(stop, w["start"] + 0.05), color=color, alpha=0.15, linewidth=0)
         top.text(w["start"], 1.0, w["name"], transform=top.get_xaxis_transform(), fontsize=7,
                  va="bottom", ha="left", rotation=20, color=color)
+    marks = {"start": ("^", "#2ca02c"), "cancel": ("x", "#d62728"), "finish": ("v", "#17becf")}
+    for action, (marker, color) in marks.items():
+        times = [e["time"] for e in reassignments(ops) if e["action"] == action and e["type"] == "ok"]
+        if times:  # along the top of the throughput plot, clear of the fault labels
+            top.scatter(times, [0.03] * len(times), marker=marker, s=18, color=color,
+                        transform=top.get_xaxis_transform(), label=f"reassign {action} ({len(times)})")
+    if any(e["type"] == "ok" for e in reassignments(ops)):
+        top.legend(loc="lower right", fontsize=7)
     if title:
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()

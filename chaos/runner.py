@@ -1,11 +1,15 @@
 """One chaos run, end to end (`raftka chaos run`), and the re-check of a saved one (`chaos check`).
 
-1. Start the proxy server and a ProxiedCluster (3 controllers, 3 brokers) under ``OUT/cluster``.
+1. Start the proxy server and a ProxiedCluster (3 controllers, the scenario's brokers: 3 but
+   for ``reassign``) under ``OUT/cluster``.
 2. Create the topic, start producers and consumers (chaos/workload.py).
 3. After a warm-up, the seeded schedule: a fault from the scenario's nemesis for a random
    ``fault_s``, heal, a quiet spell of ``quiet_s``, again, until the recovery period.
+   A scenario's ``background`` nemesis (the Reassigner) runs from the warm-up to the recovery
+   period, alongside.
 4. Heal everything (network reset, SIGCONT, restart the dead), let the workload run through the
-   recovery period, stop it, wait for full ISRs, read every partition from the log start.
+   recovery period, stop it, wait for full ISRs (with a Reassigner: wait for every reassignment
+   to finish and record the replicas), read every partition from the log start.
 5. Check the history; write ``history.jsonl``, ``results.json``, ``timeline.png``.
 
 With Spark (``spark=True`` or a scenario with ``spark``): once the topic exists, a Spark
@@ -41,7 +45,7 @@ from raftka.chaos import report
 from raftka.chaos.checker import check
 from raftka.chaos.cluster import Network, ProxiedCluster, ProxyService, wait_healthy
 from raftka.chaos.history import HistoryWriter, read_history
-from raftka.chaos.nemesis import Context, Fault, by_name, heal_everything
+from raftka.chaos.nemesis import Context, Fault, Reassigner, by_name, heal_everything
 from raftka.chaos.scenarios import Scenario
 from raftka.chaos.spark_sink import SinkError, SparkSink
 from raftka.chaos.workload import Workload
@@ -53,6 +57,11 @@ SINK_START_TIMEOUT_S = 240.0  # JVM start to the first micro-batch with rows: 30
 SINK_CATCH_UP_TIMEOUT_S = 120.0  # after the final read, for Spark's last micro-batch
 SINK_STOP_TIMEOUT_S = 180.0  # SIGTERM -> query stopped (stopTimeout 60 s), output read back and written
 SINK_LIFETIME_EXTRA_S = 900.0  # the sink stops by itself this long after the run should have ended
+# After the faults: reassignments still under way finish once their new replicas caught up
+# (seconds on an idle cluster; a restarted broker first has to rejoin).
+REASSIGN_SETTLE_TIMEOUT_S = 60.0
+REASSIGN_EVENTS_SHOWN = 12
+REPLICAS_STABLE_READS = 3  # the same replicas this many times in a row: every broker's metadata agrees
 
 
 def schedule_bounds(duration_s: float) -> tuple[float, float]:
@@ -110,13 +119,14 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
                                "cluster_configs": scenario.configs(), "spark": use_spark, "secure": use_secure,
                                "problems": []}
     history = HistoryWriter(out / "history.jsonl")
-    proxies = cluster = workload = admin = progress = sink = None
+    proxies = cluster = workload = admin = progress = sink = reassigner = None
     error: BaseException | None = None
     try:
         say(f"chaos run: scenario {scenario.name}, {duration_s:.0f} s, seed {seed}, out {out}"
             + (", secure (SASL_SSL, ACLs)" if use_secure else ""))
         proxies = ProxyService(out / "cluster", seed=seed, toxiproxy_server=toxiproxy_server)
-        cluster = ProxiedCluster.start(out / "cluster", proxies, configs=scenario.configs(), secure=use_secure)
+        cluster = ProxiedCluster.start(out / "cluster", proxies, brokers=scenario.brokers, configs=scenario.configs(),
+                                       secure=use_secure)
         network = Network(cluster)
         results["proxy_server"] = proxies.kind
         say(f"cluster up: controllers {cluster.controller_ids}, brokers {cluster.broker_ids}, "
@@ -146,6 +156,11 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         deadline = run_start + duration_s
         faults_end = deadline - recovery_s
         time.sleep(warmup_s)
+        if scenario.background == "reassign":
+            reassigner = Reassigner()
+            reassigner.start(ctx, history, config.replication_factor, seed=rng.randrange(2**31))
+        elif scenario.background is not None:
+            raise KeyError(f"unknown background nemesis {scenario.background!r}")
         while nemesis is not None:
             chosen = nemesis.choose(rng)
             name = chosen.name if chosen is nemesis else f"{nemesis.name}:{chosen.name}"
@@ -180,6 +195,10 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
             if fault is not None:
                 watch_recovery(ctx, history, name, config, min(quiet_until, faults_end), say)
             time.sleep(max(0.0, min(quiet_until, faults_end) - history.now()))
+        if reassigner is not None:  # it moves partitions until the recovery period, faults or not
+            time.sleep(max(0.0, faults_end - history.now()))
+            reassigner.stop()
+            say(f"  reassigner stopped: {reassigner.counts}")
         done = heal_everything(ctx)
         if done:
             say(f"  final heal: {', '.join(done)}")
@@ -192,6 +211,9 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
         except TimeoutError as failure:
             results["problems"].append(f"cluster not fully healed before the final read: {failure}")
             say(f"  warning: {failure}")
+        if reassigner is not None:
+            results["reassignments"] = settle_reassignments(admin, config.topic, config.replication_factor, history,
+                                                            REASSIGN_SETTLE_TIMEOUT_S, say)
         results["consumer_groups"] = workload.groups_used
         final = workload.final_read(FINAL_READ_TIMEOUT_S)
         say(f"[{history.now():6.1f}s] final read: {sum(len(r) for r in final['records'].values())} records")
@@ -204,7 +226,8 @@ def run(scenario: Scenario, *, duration_s: float, seed: int, out: str | Path,
     finally:
         if progress is not None:
             progress.stop()
-        for closer in (lambda: sink and sink.close(), lambda: workload and workload.close(),
+        for closer in (lambda: reassigner and reassigner.stop(), lambda: sink and sink.close(),
+                       lambda: workload and workload.close(),
                        lambda: admin and admin.close(),
                        lambda: cluster and cluster.close(), lambda: proxies and proxies.close(), history.close):
             try:
@@ -288,6 +311,41 @@ def collect_sink(sink: SparkSink, final: dict[str, Any], history: HistoryWriter,
         f"stopped and read back in {body.get('stop_s')} s")
 
 
+def settle_reassignments(admin: Any, topic: str, replication_factor: int, history: HistoryWriter,
+                         timeout_s: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """After the faults: wait (at most ``timeout_s``) until no reassignment of ``topic`` is under
+    way and every partition shows the same replicas REPLICAS_STABLE_READS reads in a row (a
+    broker's metadata may trail the controller's), then record them as the ``replicas`` op,
+    with those still moving as ``reassigning``; the checker compares them with what was asked."""
+    began = time.monotonic()
+    deadline = began + timeout_s
+    under_way: dict[int, list[int]] = {}
+    replicas: dict[int, list[int]] = {}
+    same = 0
+    while True:
+        try:
+            listed = admin.list_partition_reassignments()
+            under_way = {tp.partition: [b for b in r.replicas if b not in r.removing_replicas]
+                         for tp, r in listed.items() if tp.topic == topic}
+            described = admin.describe_topics([topic])
+            seen = {p["partition"]: list(p["replicas"]) for p in (described[0]["partitions"] if described else [])}
+            same = same + 1 if seen == replicas and seen else 1
+            replicas = seen
+        except Exception as failure:  # a broker still rejoining: ask again
+            say(f"  reassignments: {failure!r}")
+            same = 0
+        settled = not under_way and same >= REPLICAS_STABLE_READS and all(
+            len(r) == replication_factor for r in replicas.values())
+        if settled or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    waited = round(time.monotonic() - began, 1)
+    history.append("final", "ok", "replicas", replicas=replicas, reassigning=under_way, waited_s=waited)
+    say(f"[{history.now():6.1f}s] reassignments {'settled' if not under_way else 'NOT settled'} after {waited} s: "
+        f"replicas {replicas}" + (f", still moving {under_way}" if under_way else ""))
+    return {"replicas": replicas, "reassigning": under_way, "waited_s": waited}
+
+
 def watch_recovery(ctx: Context, history: HistoryWriter, name: str, config: Any, until: float,
                    say: Callable[[str], None]) -> None:
     """After a heal: poll until every partition has a leader and a full ISR again, and record it
@@ -314,7 +372,7 @@ def evaluate(out: Path, scenario: str, seed: int | None) -> dict[str, Any]:
     except Exception as failure:  # a plot must not hide a verdict
         availability["timeline_error"] = repr(failure)
     return {"valid": verdict.valid, "verdict": verdict.to_json(), "availability": availability,
-            "check_problems": verdict.problems}
+            "reassignment_events": report.reassignments(ops), "check_problems": verdict.problems}
 
 
 def write_results(out: Path, results: dict[str, Any]) -> None:
@@ -344,6 +402,14 @@ def summary(results: dict[str, Any]) -> list[str]:
                      f"acked during {fault['acked_during']}")
     if len(a["faults"]) > 12:
         lines.append(f"  ... {len(a['faults']) - 12} more faults in results.json")
+    events = results.get("reassignment_events") or []
+    for event in events[:REASSIGN_EVENTS_SHOWN]:
+        moved = f"{event.get('from')} -> {event['replicas']}" if event["action"] == "start" else f"{event['replicas']}"
+        lines.append(f"  {event['time']:6.1f}s reassign {event['action']:<6} {event['type']:<4} partition "
+                     f"{event['partition']} {moved}" + (f"  {event['error'][:80]}" if event.get("error") else ""))
+    if len(events) > REASSIGN_EVENTS_SHOWN:
+        lines.append(f"  ... {len(events) - REASSIGN_EVENTS_SHOWN} more reassignment events in results.json "
+                     f"(seed {events[0].get('seed')})")
     for problem in results.get("problems", []):
         lines.append(f"problem: {problem}")
     expected = results.get("expect_valid", True)

@@ -7,7 +7,8 @@ acks=1 with unclean leader election and must come out invalid (the checker catch
 ``spark`` scenarios also run a Spark streaming query during the faults (chaos/spark_sink.py;
 tests/test_chaos_spark.py runs ``spark`` in the default suite when Java 17+ is there).
 ``secure`` scenarios run on a secure cluster (SASL_SSL, ACLs: chaos/runner.py); any scenario
-does with ``raftka chaos run --secure``.
+does with ``raftka chaos run --secure``. A ``background`` nemesis runs during the whole fault
+schedule, alongside the scenario's own faults (``reassign``: chaos/nemesis.py's Reassigner).
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ class Scenario:
     smoke: bool = False
     spark: bool = False  # a Spark streaming query to Parquet runs during the faults
     secure: bool = False  # SASL_SSL on every listener, ACLs, clients log in (raftka/cluster/secure.py)
+    brokers: int = 3
+    background: str | None = None  # "reassign": chaos/nemesis.py's Reassigner during the whole schedule
 
     def configs(self) -> dict[str, Any]:
         return {**CLUSTER_CONFIGS, **self.cluster_configs}
@@ -64,6 +67,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "Spark's output must equal the committed log", "isolate-or-kill-leader", spark=True,
              # Half the usual rate: Spark's JVM and Python workers need the box's CPU too.
              workload=lambda: WorkloadConfig(rate_per_producer=50.0)),
+    Scenario("reassign", "partitions moved between 4 brokers (RF 3), some moves cancelled, while a partition "
+             "leader is isolated or killed -9; every move must end where it was last sent", "isolate-or-kill-leader",
+             brokers=4, background="reassign", smoke=True),
     Scenario("unsafe-lost-writes",
              "acks=1, unclean leader election: followers cut, then the leader killed (must be INVALID)",
              "kill-leader-before-copy", fault_s=(0.5, 1.0), quiet_s=(4.0, 6.0),

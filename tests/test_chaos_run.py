@@ -7,6 +7,12 @@
   under `-m soak` (scripts/chaos-soak.sh runs many seeds). The kill-broker smoke run is secure
   (`--secure`: SASL_SSL on every listener through the proxies, ACLs, the harness logging in as
   admin): its brokers refuse a plaintext client, and no password reaches the run's files.
+- `reassign` (smoke and soak) moves partitions between 4 brokers while leaders are isolated or
+  killed: besides being valid, every move it started must have ended on its last target, and the
+  same history with a partition's final replicas changed, or still moving, must come out INVALID
+  (and with an acknowledged record taken out of its final log, INVALID with that write lost).
+  The reassignment check's rules (an unanswered request may or may not have happened, a refused
+  one changes nothing) on hand-made histories.
 - The CLI: `chaos run --list`, an unknown scenario, the Spark sink of a secure run logging in from a file,
   `chaos check DIR` re-checking a saved run.
 Every failure message carries the seed (`raftka chaos run --scenario NAME --seed N` repeats it).
@@ -20,7 +26,9 @@ import sys
 import pytest
 
 from raftka.chaos import runner, scenarios
+from raftka.chaos.checker import check
 from raftka.chaos.cluster import Network
+from raftka.chaos.history import read_history
 from raftka.chaos.runner import run, summary
 from raftka.cluster import project_env
 
@@ -97,6 +105,71 @@ def test_cli_lists_scenarios_and_refuses_unknown_ones(tmp_path):
     assert missing.returncode == 1 and "no history.jsonl" in missing.stderr
 
 
+def _reassign(t, action, partition, kind="ok", **fields):
+    return {"index": 0, "time": t, "process": "reassigner", "type": kind, "f": "reassign", "action": action,
+            "partition": partition, "seed": 1, **fields}
+
+
+def _settled(replicas, reassigning=None):
+    return {"index": 0, "time": 99.0, "process": "final", "type": "ok", "f": "replicas", "replicas": replicas,
+            "reassigning": reassigning or {}, "waited_s": 1.0}
+
+
+def _final():
+    return {"index": 0, "time": 100.0, "process": "final", "type": "ok", "f": "final", "log_start": {},
+            "records": {}}
+
+
+def test_the_reassignment_check_wants_the_last_accepted_target_or_the_original_after_a_cancel():
+    moves = [_reassign(1.0, "start", 0, **{"from": [1, 2, 3], "to": [4, 2, 3]}),
+             _reassign(2.0, "start", 0, **{"from": [4, 2, 3, 1], "to": [2, 3, 4]}),  # replaces the first
+             _reassign(3.0, "start", 1, **{"from": [1, 2, 3], "to": [2, 3, 4]}),
+             _reassign(4.0, "cancel", 1, original=[1, 2, 3]),
+             _reassign(5.0, "start", 2, "info", error="timed out", **{"from": [1, 2, 3], "to": [4, 1, 2]}),
+             _reassign(6.0, "start", 2, "fail", error="INVALID_REPLICA_ASSIGNMENT",
+                       **{"from": [1, 2, 3], "to": [4, 4, 2]})]
+    good = check(moves + [_settled({0: [2, 3, 4], 1: [1, 2, 3], 2: [1, 2, 3]}), _final()])
+    assert good.valid, good.summary_lines()
+    assert check(moves + [_settled({0: [2, 3, 4], 1: [1, 2, 3], 2: [4, 1, 2]}), _final()]).valid  # info: either
+    assert good.stats["reassign_started"] == 3 and good.stats["reassign_cancelled"] == 1
+    for replicas, reassigning in [({0: [4, 2, 3], 1: [1, 2, 3], 2: [1, 2, 3]}, {}),  # the replaced target
+                                  ({0: [2, 3, 4], 1: [2, 3, 4], 2: [1, 2, 3]}, {}),  # the cancel ignored
+                                  ({0: [2, 3, 4], 1: [1, 2, 3], 2: [2, 1, 3]}, {}),  # neither outcome
+                                  ({0: [2, 3, 4, 1], 1: [1, 2, 3], 2: [1, 2, 3]}, {0: [2, 3, 4]})]:  # still moving
+        bad = check(moves + [_settled(replicas, reassigning), _final()])
+        assert not bad.valid and bad.anomalies["reassignment"].count == 1, (replicas, bad.summary_lines())
+    unread = check(moves + [_final()])  # moves without the replicas read at the end
+    assert not unread.valid and any("replicas" in p for p in unread.problems)
+
+
+def _assert_moves_ended_where_asked(results, history):
+    """The run moved partitions during its faults, they all ended where last asked, and the same
+    history with a moved partition ending elsewhere (or still moving) is INVALID."""
+    stats = results["verdict"]["stats"]
+    assert stats["reassign_started"] > 0 and results["reassignments"]["reassigning"] == {}, _explain(results)
+    [settled] = [op for op in history if op["f"] == "replicas"]
+    last = [op for op in history if op["f"] == "reassign" and op["action"] == "start" and op["type"] == "ok"][-1]
+    partition = last["partition"]
+    assert settled["replicas"][partition] == last["to"] or any(  # or a later cancel, or an unanswered start
+        op["f"] == "reassign" and op["action"] != "finish" and op["partition"] == partition
+        and op["index"] > last["index"] for op in history), _explain(results)
+    both = sorted(set(last["from"]) | set(last["to"]))  # more brokers than RF: no request asked for that
+    elsewhere = [dict(op, replicas={**op["replicas"], partition: both})
+                 if op["f"] == "replicas" else op for op in history]
+    moving = [dict(op, reassigning={partition: last["to"]}) if op["f"] == "replicas" else op for op in history]
+    for mangled in (elsewhere, moving):
+        verdict = check(mangled)
+        assert not verdict.valid and verdict.anomalies["reassignment"].count == 1, verdict.summary_lines()
+    # and an acknowledged write missing from the final log of this run is still caught
+    final = next(op for op in history if op["f"] == "final")
+    acked = {op["value"] for op in history if op["f"] == "send" and op["type"] == "ok"}
+    partition, records = next((p, r) for p, r in sorted(final["records"].items()) if any(v in acked for _, v in r))
+    kept = [r for r in records if r[1] != next(v for _, v in records if v in acked)]
+    dropped = [dict(op, records={**op["records"], partition: kept}) if op["f"] == "final" else op for op in history]
+    verdict = check(dropped)
+    assert not verdict.valid and verdict.anomalies["lost"].count == 1, verdict.summary_lines()
+
+
 def _scenario_params():
     for name, scenario in scenarios.SCENARIOS.items():
         if not scenario.expect_valid:
@@ -144,6 +217,8 @@ def test_a_safe_scenario_comes_out_valid(name, duration_s, secure, tmp_path, mon
         assert stats["commits"] > 0 and stats["committed_reads"] > 0, _explain(results)
     if scenario.nemesis:
         assert results["availability"]["faults"], _explain(results)  # faults did happen
+    if scenario.background == "reassign":
+        _assert_moves_ended_where_asked(results, read_history(tmp_path / "history.jsonl"))
     assert (tmp_path / "timeline.png").is_file() and (tmp_path / "history.jsonl").is_file()
     if secure:
         from raftka.cluster.secure import SecureKit
