@@ -1,5 +1,6 @@
-"""Shared by the console tools (`raftka cluster`, `topics`, `produce`, `consume`, `dump-log`):
-finding the cluster, turning operating errors into one line, small parsers.
+"""Shared by the console tools (`raftka cluster`, `topics`, `produce`, `consume`, `groups`,
+`quorum`, `dump-log`): finding the cluster's brokers or controllers, turning operating errors
+into one line, small parsers.
 
 Not a command itself (the leading underscore keeps raftka/cli/__init__.py from registering it).
 """
@@ -91,14 +92,10 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
     """The brokers to talk to: ``--bootstrap-server`` if given (at least one must accept a TCP
     connection), else the running local cluster in ``--dir``. CommandError otherwise."""
     if args.bootstrap_server:
-        servers = [s.strip() for s in args.bootstrap_server.split(",") if s.strip()]
-        if not servers:
-            raise CommandError("--bootstrap-server is empty")
+        servers = _host_ports(args.bootstrap_server, "--bootstrap-server")
         problems = []
         for server in servers:
             host, _, port = server.rpartition(":")
-            if not host or not port.isdigit():
-                raise CommandError(f"--bootstrap-server {server!r} is not HOST:PORT")
             try:
                 socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
                 return ",".join(servers)
@@ -107,6 +104,58 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
         raise CommandError(f"no broker reachable at {args.bootstrap_server} ({'; '.join(problems)})")
     from raftka.cluster import local_bootstrap_servers
     return local_bootstrap_servers(cluster_dir(args))
+
+
+def add_bootstrap_controller_args(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap-controller HOST:PORT[,...], --dir (where the local cluster's controllers are
+    found when it is not given) and --command-config FILE (the controller listener's login)."""
+    parser.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]",
+                        help="controllers' RPC listeners (CONTROLLER://, not the Raft port), tried in turn "
+                             "(default: the local cluster in --dir)")
+    add_dir_arg(parser)
+    add_command_config_arg(parser)
+
+
+def _host_ports(text: str, flag: str) -> list[str]:
+    addresses = [a.strip() for a in text.split(",") if a.strip()]
+    if not addresses:
+        raise CommandError(f"{flag} is empty")
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise CommandError(f"{flag} {address!r} is not HOST:PORT")
+    return addresses
+
+
+def bootstrap_controllers(args: argparse.Namespace) -> list[str]:
+    """The controllers' RPC listeners to try, in order: ``--bootstrap-controller`` (a comma
+    list), else those of the local cluster in ``--dir``. CommandError or NoClusterError otherwise."""
+    if args.bootstrap_controller:
+        return _host_ports(args.bootstrap_controller, "--bootstrap-controller")
+    from raftka.cluster import Cluster
+    cluster = Cluster.open(cluster_dir(args))
+    addresses = [a for a in cluster.bootstrap_controllers.split(",") if a]
+    if not addresses:
+        raise CommandError(f"the cluster in {cluster.root} has no controller listener")
+    return addresses
+
+
+def controller_dial(args: argparse.Namespace) -> Any:
+    """How to dial the controllers: the security keys of ``--command-config`` (as
+    kafka-metadata-quorum --command-config), else the local cluster's login when the controllers
+    come from ``--dir`` (a secure cluster's admin), else PLAINTEXT."""
+    from raftka.cluster.controller_client import PLAINTEXT_DIAL, dial_from_client_configs
+    from raftka.common.errors import ConfigError
+    if args.command_config:
+        try:
+            return dial_from_client_configs(command_configs(args, "admin"))
+        except ConfigError as error:
+            raise CommandError(f"--command-config {args.command_config}: {error.message}") from None
+    if not args.bootstrap_controller:
+        from raftka.cluster import Cluster
+        configs = Cluster.open(cluster_dir(args)).client_configs
+        return dial_from_client_configs(configs) if configs else PLAINTEXT_DIAL
+    return PLAINTEXT_DIAL
 
 
 JSON_FILE_BYTES_MAX = 64 * 1024 * 1024  # a plan or offsets file of the admin commands

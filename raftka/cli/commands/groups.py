@@ -1,22 +1,28 @@
 """`raftka groups`: consumer groups, like kafka-consumer-groups.sh.
 
     raftka groups list --bootstrap-server HOST:PORT [--state]
-    raftka groups describe GROUP --bootstrap-server HOST:PORT [--members | --state]
+    raftka groups describe (GROUP | --group G ... | --all-groups) [--offsets | --members | --state]
     raftka groups reset-offsets --group G --topic T[:P,P...] | --all-topics
-                                --to-earliest | --to-latest | --to-offset N  [--execute]
+                                --to-earliest | --to-latest | --to-current | --to-offset N
+                                | --shift-by N | --to-datetime T | --by-duration PnDTnHnMnS  [--execute]
     raftka groups delete --group G
     raftka groups delete-offsets --group G --topic T[:P,P...]
 
-``describe`` prints one row per partition: committed offset, log end offset (the high
-watermark), lag, and the member that owns it. ``reset-offsets`` prints the plan and changes
+Brokers are found as by every tool: ``--bootstrap-server`` (a comma list) or the local cluster
+in ``--dir``. ``describe`` prints one row per partition: committed offset, log end offset (the
+high watermark), lag, and the member that owns it. ``reset-offsets`` prints the plan and changes
 nothing unless ``--execute``; it works only on a group without members (stop its consumers
-first), as Kafka's tool. ``delete-offsets`` deletes committed offsets (Kafka's
+first), as Kafka's tool. A time (``--to-datetime``, or now minus ``--by-duration``) gives each
+partition's first offset with a timestamp at or after it (ListOffsets by timestamp), or the log
+end offset when there is none, as Kafka's tool. ``delete-offsets`` deletes committed offsets (Kafka's
 ``--delete-offsets``); a group with members keeps those of the topics it subscribes to.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import time
 from typing import Any, Iterable, Sequence
 
 from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
@@ -39,8 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     describe = sub.add_parser("describe", help="a group's partitions: committed offset, log end offset, lag, owner")
     common(describe)
-    describe.add_argument("group", metavar="GROUP")
+    describe.add_argument("group", metavar="GROUP", nargs="?", help="the group (or --group)")
+    named = describe.add_mutually_exclusive_group()
+    named.add_argument("--group", dest="groups", action="append", metavar="GROUP", help="a group; repeatable")
+    named.add_argument("--all-groups", action="store_true", help="every consumer group")
     shown = describe.add_mutually_exclusive_group()
+    shown.add_argument("--offsets", action="store_true", help="one row per partition (the default)")
     shown.add_argument("--members", action="store_true", help="the members and how many partitions each has")
     shown.add_argument("--state", action="store_true", help="the group's state, assignor and member count")
     describe.set_defaults(func=run_describe)
@@ -55,7 +65,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="the log start offset")
     to.add_argument("--to-latest", action="store_true", help="the log end offset (skip everything there now)")
+    to.add_argument("--to-current", action="store_true",
+                    help="the committed offset (the log end offset where none is committed)")
     to.add_argument("--to-offset", type=int, metavar="N", help="offset N (kept within the log's range)")
+    to.add_argument("--shift-by", type=int, metavar="N",
+                    help="the committed offset plus N (negative: back; kept within the log's range)")
+    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                    help="the first offset at or after this time (Kafka's format; timezone Z or +HH:MM, "
+                         "default local time)")
+    to.add_argument("--by-duration", metavar="PnDTnHnMnS",
+                    help="the first offset at or after now minus this ISO-8601 duration, e.g. P1DT2H or PT30M")
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--execute", action="store_true", help="change the offsets (default: only show the plan)")
     mode.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
@@ -110,34 +129,55 @@ def run_list(args: argparse.Namespace) -> int:
 
 @one_line_errors
 def run_describe(args: argparse.Namespace) -> int:
+    if args.group and (args.groups or args.all_groups):
+        raise CommandError("name the group once: GROUP, --group or --all-groups")
     with _admin(args) as admin:
-        info = admin.describe_consumer_groups([args.group])[0]
-        if args.state:
-            rows: list[Sequence[Any]] = [("GROUP", "STATE", "ASSIGNMENT-STRATEGY", "GENERATION", "#MEMBERS"),
-                                         (info.group, info.state, info.protocol or None, info.generation_id,
-                                          len(info.members))]
-            _table(rows)
-            return 0
-        if args.members:
-            rows = [("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS")]
-            for m in info.members:
-                parts = getattr(m.member_assignment, "partitions", None) or []
-                rows.append((info.group, m.member_id, m.group_instance_id, m.client_host, m.client_id, len(parts)))
-            if not info.members:
-                print(f"Consumer group '{args.group}' has no active members.")
+        if args.all_groups:
+            groups = sorted(g for g, _ in admin.list_consumer_groups())
+            if not groups:
+                print("No consumer groups.")
                 return 0
-            _table(rows)
+        else:
+            groups = [args.group] if args.group else list(dict.fromkeys(args.groups or []))
+        if not groups:
+            raise CommandError("name the group: GROUP, --group G or --all-groups")
+        failed = 0
+        for n, group in enumerate(groups):
+            if n:
+                print()  # a blank line between groups, as kafka-consumer-groups prints them
+            failed += _describe_group(admin, group, args)
+    return 1 if failed else 0
+
+
+def _describe_group(admin: Any, group: str, args: argparse.Namespace) -> int:
+    """Print one group's table; 1 when the group does not exist (after an error line)."""
+    info = admin.describe_consumer_groups([group])[0]
+    if args.state:
+        rows: list[Sequence[Any]] = [("GROUP", "STATE", "ASSIGNMENT-STRATEGY", "GENERATION", "#MEMBERS"),
+                                     (info.group, info.state, info.protocol or None, info.generation_id,
+                                      len(info.members))]
+        _table(rows)
+        return 0
+    if args.members:
+        if not info.members:
+            print(f"Consumer group '{group}' has no active members.")
             return 0
-        lag = admin.describe_consumer_group_lag(args.group)
+        rows = [("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS")]
+        for m in info.members:
+            parts = getattr(m.member_assignment, "partitions", None) or []
+            rows.append((info.group, m.member_id, m.group_instance_id, m.client_host, m.client_id, len(parts)))
+        _table(rows)
+        return 0
+    lag = admin.describe_consumer_group_lag(group)
     if info.state == "Dead" and not lag:
-        return _fail(f"consumer group '{args.group}' does not exist")
+        return _fail(f"consumer group '{group}' does not exist")
     if not info.members:
-        print(f"Consumer group '{args.group}' has no active members.")
+        print(f"Consumer group '{group}' has no active members.")
         print()
     rows = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
              "CLIENT-ID")]
     for r in lag:
-        rows.append((args.group, r["topic"], r["partition"], r["committed_offset"] if r["committed_offset"] >= 0
+        rows.append((group, r["topic"], r["partition"], r["committed_offset"] if r["committed_offset"] >= 0
                      else None, r["log_end_offset"], r["lag"], r["member_id"], r["host"], r["client_id"]))
     _table(rows)
     return 0
@@ -172,6 +212,7 @@ def _named_partitions(admin: Any, specs: Iterable[str], committed: Iterable[Any]
 
 @one_line_errors
 def run_reset(args: argparse.Namespace) -> int:
+    at_time = _reset_time_ms(args)  # a bad time is refused before anything is asked
     with _admin(args) as admin:
         info = admin.describe_consumer_groups([args.group])[0]
         if info.state not in ("Empty", "Dead"):
@@ -189,12 +230,24 @@ def run_reset(args: argparse.Namespace) -> int:
                 return _fail(str(error))
         earliest = admin.list_offsets({tp: "earliest" for tp in tps})
         latest = admin.list_offsets({tp: "latest" for tp in tps})
+        by_time = admin.list_offsets({tp: at_time for tp in tps}) if at_time is not None else {}
         plan = {}
         for tp in tps:
+            current = committed.get(tp)
+            current_offset = getattr(current, "offset", current)
             if args.to_earliest:
                 plan[tp] = earliest[tp]
             elif args.to_latest:
                 plan[tp] = latest[tp]
+            elif args.to_current:
+                plan[tp] = current_offset if current_offset is not None and current_offset >= 0 else latest[tp]
+            elif at_time is not None:  # no record at or after that time: the log end, as Kafka
+                plan[tp] = by_time[tp] if by_time[tp] >= 0 else latest[tp]
+            elif args.shift_by is not None:
+                if current_offset is None or current_offset < 0:
+                    return _fail(f"cannot shift the offset of {tp.topic}-{tp.partition}: group '{args.group}' "
+                                 "has no committed offset for it")
+                plan[tp] = min(max(current_offset + args.shift_by, earliest[tp]), latest[tp])
             else:
                 plan[tp] = min(max(args.to_offset, earliest[tp]), latest[tp])
         if args.execute:
@@ -205,6 +258,50 @@ def run_reset(args: argparse.Namespace) -> int:
     if not args.execute:
         print("(dry run: nothing changed; add --execute to reset these offsets)")
     return 0
+
+
+_DATETIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d{1,3})?(Z|[+-]\d{2}:?\d{2})?")
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d{1,3})?)S)?)?")
+
+
+def parse_datetime_ms(text: str) -> int:
+    """Kafka's --to-datetime (YYYY-MM-DDTHH:mm:SS.sss, optional Z or +HH:MM; local time without
+    one) -> ms since the epoch. CommandError for anything else."""
+    from datetime import datetime
+    match = _DATETIME.fullmatch(text.strip())
+    if not match:
+        raise CommandError(f"--to-datetime {text!r}: expected YYYY-MM-DDTHH:mm:SS.sss with an optional timezone "
+                           "(Z, +HH:MM)")
+    zone = match.group(3) or ""
+    if zone and zone != "Z" and ":" not in zone:
+        zone = zone[:3] + ":" + zone[3:]
+    try:
+        moment = datetime.fromisoformat(match.group(1) + (match.group(2).ljust(4, "0") if match.group(2) else "")
+                                        + ("+00:00" if zone == "Z" else zone))
+    except ValueError as error:
+        raise CommandError(f"--to-datetime {text!r}: {error}") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # Kafka's tool reads a time without zone as local time
+    return int(round(moment.timestamp() * 1000))
+
+
+def parse_duration_ms(text: str) -> int:
+    """An ISO-8601 duration as Kafka's --by-duration takes it (PnDTnHnMnS) -> ms. CommandError
+    for anything else."""
+    match = _DURATION.fullmatch(text.strip().upper())
+    if not match or not any(match.groups()) or text.strip().upper().endswith("T"):
+        raise CommandError(f"--by-duration {text!r}: expected an ISO-8601 duration PnDTnHnMnS, e.g. P1DT2H or PT30M")
+    days, hours, minutes, seconds = match.groups()
+    return int(round(((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000
+                     + float(seconds or 0) * 1000))
+
+
+def _reset_time_ms(args: argparse.Namespace) -> int | None:
+    if args.to_datetime is not None:
+        return parse_datetime_ms(args.to_datetime)
+    if args.by_duration is not None:
+        return int(time.time() * 1000) - parse_duration_ms(args.by_duration)
+    return None
 
 
 @one_line_errors

@@ -1,10 +1,11 @@
 """`raftka quorum status|unregister-broker|run`: the controller quorum.
 
-``status``, like kafka-metadata-quorum describe --status and --replication: asks one controller
-(``--bootstrap-controller HOST:PORT``, its CONTROLLER RPC listener) for Kafka's DescribeQuorum
-(v2). Per-voter log end offsets and lags are known by the active controller; a controller that
-is not the active one answers its own view with NOT_LEADER_OR_FOLLOWER, and the tool then asks
-the leader at the CONTROLLER listener the answer's ``nodes`` give for it.
+``status``, like kafka-metadata-quorum describe --status and --replication: asks a controller
+for Kafka's DescribeQuorum (v2): those of ``--bootstrap-controller HOST:PORT[,...]`` (CONTROLLER
+RPC listeners) in turn until one answers, or the local cluster's in ``--dir`` / ``./.raftka``.
+Per-voter log end offsets and lags are known by the active controller; a controller that is not
+the active one answers its own view with NOT_LEADER_OR_FOLLOWER, and the tool then asks the
+leader at the CONTROLLER listener the answer's ``nodes`` give for it.
 
 ``run``: a local controller quorum (and, with ``--brokers``, brokers) in the foreground, for
 trying Raftka out (scripts/controller-quorum.sh): prints its endpoints, keeps it running until
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
-from raftka.cli.commands._common import CommandError, add_command_config_arg, command_configs, one_line_errors
+from raftka.cli.commands._common import (CommandError, add_bootstrap_controller_args, bootstrap_controllers,
+                                         controller_dial, describe_error, one_line_errors)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,20 +29,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     sub = parser.add_subparsers(dest="quorum_command", metavar="ACTION")
     status = sub.add_parser("status", help="leader, leader epoch, high watermark, each voter's and observer's lag")
-    status.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT",
-                        help="a controller's RPC listener (CONTROLLER://, not the Raft port)")
+    add_bootstrap_controller_args(status)
     status.add_argument("--json", action="store_true",
                         help="print the answer as JSON (controller_client.quorum_view's fields)")
-    status.add_argument("--timeout-ms", type=int, default=5000)
-    add_command_config_arg(status)
+    status.add_argument("--timeout-ms", type=int, default=5000, help="per controller asked")
     status.set_defaults(func=run_status)
     unregister = sub.add_parser("unregister-broker",
                                 help="remove a broker taken out for good (Kafka's UnregisterBroker)")
-    unregister.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,...]",
-                            help="controllers' RPC listeners (CONTROLLER://)")
+    add_bootstrap_controller_args(unregister)
     unregister.add_argument("--broker-id", type=int, required=True)
     unregister.add_argument("--timeout-ms", type=int, default=10_000)
-    add_command_config_arg(unregister)
     unregister.set_defaults(func=run_unregister_broker)
     run = sub.add_parser("run", help="a local controller quorum in the foreground until Ctrl-C or SIGTERM")
     run.add_argument("--voters", type=int, default=3, choices=[1, 3, 5], help="quorum size (default 3)")
@@ -52,11 +49,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.set_defaults(func=run_foreground)
 
 
+@one_line_errors
 def run_status(args: argparse.Namespace) -> int:
     from raftka.cluster.controller_client import describe_quorum
+    from raftka.common.errors import RaftkaError
     timeout_s = args.timeout_ms / 1000
-    dial = _dial(args)
-    status = describe_quorum(args.bootstrap_controller, timeout_s=timeout_s, dial=dial)
+    dial = controller_dial(args)
+    addresses = bootstrap_controllers(args)
+    problems = []
+    for address in addresses:  # the first that answers, as Kafka's admin client does
+        try:
+            status = describe_quorum(address, timeout_s=timeout_s, dial=dial)
+            break
+        except RaftkaError as error:
+            if not error.retriable:  # a refused login: the next controller would refuse it too
+                raise
+            problems.append(f"{address}: {describe_error(error)}")
+        except (OSError, TimeoutError) as error:
+            problems.append(f"{address}: {describe_error(error)}")
+    else:
+        raise CommandError(f"no controller answered at {','.join(addresses)} ({'; '.join(problems)})")
     if not status["active"] and status["leader_endpoint"]:
         try:  # the active controller knows every voter's log end offset
             status = describe_quorum(status["leader_endpoint"], timeout_s=timeout_s, dial=dial)
@@ -96,25 +108,13 @@ def run_unregister_broker(args: argparse.Namespace) -> int:
     from raftka.cluster.controller_client import controller_request
     from raftka.common import errors
     from raftka.common.api import ApiKey
-    code, out = controller_request(args.bootstrap_controller, ApiKey.UNREGISTER_BROKER, {"broker_id": args.broker_id},
-                                   timeout_s=args.timeout_ms / 1000, dial=_dial(args))
+    code, out = controller_request(",".join(bootstrap_controllers(args)), ApiKey.UNREGISTER_BROKER,
+                                   {"broker_id": args.broker_id}, timeout_s=args.timeout_ms / 1000,
+                                   dial=controller_dial(args))
     if code != errors.NONE:
         raise errors.error_for(code, (out or {}).get("error_message") or f"broker {args.broker_id} not unregistered")
     print(f"unregistered broker {args.broker_id}")
     return 0
-
-
-def _dial(args: argparse.Namespace) -> Any:
-    """How to dial the controllers: PLAINTEXT, or the security keys of --command-config (as
-    kafka-metadata-quorum --command-config: the controller listener's protocol and login)."""
-    from raftka.cluster.controller_client import PLAINTEXT_DIAL, dial_from_client_configs
-    from raftka.common.errors import ConfigError
-    if not args.command_config:
-        return PLAINTEXT_DIAL
-    try:
-        return dial_from_client_configs(command_configs(args, "admin"))
-    except ConfigError as error:
-        raise CommandError(f"--command-config {args.command_config}: {error.message}") from None
 
 
 def _opt(value: object) -> str:

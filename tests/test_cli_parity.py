@@ -1,0 +1,306 @@
+"""The `raftka` tools as a Kafka user expects them (issue #24, CLI): comma lists of bootstrap
+controllers tried in turn, the local cluster found through --dir, kafka-consumer-groups' flags
+(--group, --all-groups, --to-datetime, --shift-by, --by-duration, --to-current), the console
+consumer's --property and --include, a subcommand's own usage on a bad flag, and docs/cli.md
+checked against the argparse definitions so it cannot drift.
+
+The commands run in this process through `raftka.cli.main` (stdout and stderr captured), against
+one module cluster (1 controller, 1 broker); the docs and parser checks need no cluster.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from raftka.cli import build_parser, flag_reference, main
+from raftka.cluster import free_port_block
+
+pytestmark = pytest.mark.timeout(120)
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+REFERENCE_BEGIN = "<!-- flag reference: begin -->"
+REFERENCE_END = "<!-- flag reference: end -->"
+OLD_MS = 1577836800000  # 2020-01-01T00:00:00Z
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `raftka ARGS` run in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    sigterm = signal.getsignal(signal.SIGTERM)  # the console consumer installs its own
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    assert "Traceback" not in err.getvalue(), err.getvalue()
+    return code, out.getvalue(), err.getvalue()
+
+
+def ok(*args: str) -> str:
+    code, out, err = cli(*args)
+    assert code == 0, f"raftka {' '.join(args)}: exit {code}\nstdout:\n{out}\nstderr:\n{err}"
+    return out
+
+
+def one_line_error(*args: str) -> str:
+    code, out, err = cli(*args)
+    assert code == 1, f"exit {code}\nstdout:\n{out}\nstderr:\n{err}"
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def table(out: str) -> list[dict[str, str]]:
+    """A tool's table (header line, then rows) as dicts; lines before the header are skipped."""
+    lines = [line for line in out.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("GROUP"))
+    header = lines[start].split()
+    return [dict(zip(header, line.split())) for line in lines[start + 1:] if not line.startswith("(")]
+
+
+# -- docs/cli.md against the parsers ----------------------------------------------------------
+
+def test_docs_flag_reference_is_what_the_parsers_define():
+    text = DOCS.read_text(encoding="utf-8")
+    assert REFERENCE_BEGIN in text and REFERENCE_END in text, "docs/cli.md lost its flag reference markers"
+    documented = text.split(REFERENCE_BEGIN, 1)[1].split(REFERENCE_END, 1)[0].strip().splitlines()
+    expected = flag_reference()
+    assert documented == expected, ("docs/cli.md's flag reference differs from the argparse definitions; "
+                                    "replace the lines between its markers with:\n" + "\n".join(expected))
+
+
+def test_docs_command_table_has_a_row_for_every_command():
+    rows = [line for line in DOCS.read_text(encoding="utf-8").splitlines() if line.startswith("| `raftka ")]
+    commands = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    missing = [name for name in commands if not any(f"`raftka {name}" in row for row in rows)]
+    assert not missing, f"docs/cli.md's command table has no row for {missing}"
+
+
+def _documented_command_lines() -> list[str]:
+    """Every `raftka ...` command in docs/cli.md's ```sh blocks (continuations joined, comments,
+    pipes and redirections cut off)."""
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            for part in re.split(r"\|(?!\|)|&&", line):
+                words = shlex.split(part, comments=True)
+                if words and words[0] == "raftka":
+                    commands.append(words[1:])
+    return commands
+
+
+def test_every_example_in_the_docs_parses():
+    commands = _documented_command_lines()
+    assert len(commands) > 20, commands
+    parser = build_parser()
+    refused = []
+    for words in commands:
+        words = [w for w in words if not w.startswith(">")]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                parser.parse_args(words)
+            except SystemExit:
+                refused.append(f"`raftka {' '.join(words)}`: {err.getvalue().splitlines()[-1]}")
+    assert not refused, "docs/cli.md examples that do not parse:\n" + "\n".join(refused)
+
+
+def test_a_bad_flag_shows_the_subcommands_own_usage():
+    code, _, err = cli("groups", "describe", "g", "--no-such-flag")
+    assert code == 2
+    assert err.startswith("usage: raftka groups describe "), err
+    assert "raftka groups describe: error: unrecognized arguments: --no-such-flag" in err
+    code, _, err = cli("quorum", "status", "--nope", "1")
+    assert code == 2 and err.startswith("usage: raftka quorum status "), err
+    assert "unrecognized arguments: --nope 1" in err
+    code, _, err = cli("consume", "t", "--nope")
+    assert code == 2 and err.startswith("usage: raftka consume "), err
+    code, _, err = cli("--nope")  # the top level still has its own
+    assert code == 2 and err.startswith("usage: raftka [-h]"), err
+
+
+# -- parsers of the new flags (no cluster) ----------------------------------------------------
+
+def test_reset_times_parse_as_kafka_writes_them():
+    from raftka.cli.commands.groups import parse_datetime_ms, parse_duration_ms
+    from raftka.cli.commands._common import CommandError
+    assert parse_datetime_ms("2020-01-01T00:00:00.000Z") == OLD_MS
+    assert parse_datetime_ms("2020-01-01T01:00:00.250+01:00") == OLD_MS + 250
+    assert parse_datetime_ms("2020-01-01T00:00:00-0130") == OLD_MS + 90 * 60_000
+    local = time.mktime(time.strptime("2020-01-01T00:00:00", "%Y-%m-%dT%H:%M:%S"))
+    assert parse_datetime_ms("2020-01-01T00:00:00.000") == int(local * 1000), "no zone: local time, as Kafka"
+    assert parse_duration_ms("P1DT2H3M4.5S") == ((24 + 2) * 60 + 3) * 60_000 + 4500
+    assert parse_duration_ms("PT30M") == 1_800_000 and parse_duration_ms("P2D") == 2 * 86_400_000
+    for bad in ("2020-01-01", "2020-01-01 00:00:00", "yesterday", "2020-13-01T00:00:00"):
+        with pytest.raises(CommandError, match="--to-datetime"):
+            parse_datetime_ms(bad)
+    for bad in ("P", "PT", "P1DT", "1h", "PT-5M", "P1W"):
+        with pytest.raises(CommandError, match="--by-duration"):
+            parse_duration_ms(bad)
+
+
+def test_console_consumer_properties_set_the_formatter():
+    from types import SimpleNamespace
+    from raftka.cli.commands.consume import apply_properties, format_record
+    from raftka.cli.commands._common import CommandError
+    args = build_parser().parse_args(["consume", "t", "--property", "print.key=true", "--property",
+                                      "key.separator= | ", "--property", "print.offset=TRUE",
+                                      "--property", "print.partition=false", "--property", "null.literal=<none>"])
+    apply_properties(args)
+    record = SimpleNamespace(key=None, value=b"v", partition=2, offset=7, timestamp=5, timestamp_type=0,
+                             headers=[])
+    assert format_record(record, args) == "Offset:7 | <none> | v"
+    args = build_parser().parse_args(["consume", "t", "--print-key", "--property", "print.value=false",
+                                      "--property", "print.timestamp=true"])
+    apply_properties(args)
+    assert format_record(record, args) == "CreateTime:5\tnull"
+    for bad, words in ((["print.keys=true"], "print.keys: unknown"), (["print.key"], "KEY=VALUE")):
+        args = build_parser().parse_args(["consume", "t", "--property", *bad])
+        with pytest.raises(CommandError, match=words):
+            apply_properties(args)
+
+
+# -- against a cluster ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(module_cluster_factory):
+    return module_cluster_factory("cli-parity", controllers=1, brokers=1)
+
+
+@pytest.fixture(scope="module")
+def admin(cluster, module_admin_factory):
+    return module_admin_factory(cluster)
+
+
+def new_topic(admin, partitions: int, prefix: str = "t") -> str:
+    from raftka.client import NewTopic
+    from helpers import wait_for_topic
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    wait_for_topic(admin, name, partitions)
+    return name
+
+
+def produce(cluster, topic: str, records: list[tuple[int, bytes | None, bytes, int | None]]) -> None:
+    """(partition, key, value, timestamp_ms or None for now) each, acknowledged."""
+    from raftka.client import Producer
+    with contextlib.closing(Producer(bootstrap_servers=cluster.bootstrap_servers)) as producer:
+        futures = [producer.send(topic, value, key=key, partition=p, timestamp_ms=ts) for p, key, value, ts in records]
+        for future in futures:
+            future.get(timeout=30)
+
+
+def test_quorum_status_tries_each_controller_and_finds_the_local_cluster(cluster):
+    dead = f"127.0.0.1:{free_port_block(1)}"
+    live = cluster.bootstrap_controllers
+    out = ok("quorum", "status", "--bootstrap-controller", f"{dead},{live}", "--json")
+    status = json.loads(out)
+    assert status["leader_id"] == cluster.controller_ids[0] and status["active"]
+    by_dir = json.loads(ok("quorum", "status", "--dir", str(cluster.root), "--json"))
+    assert by_dir["leader_id"] == status["leader_id"]
+    assert [(v["node_id"], v["endpoint"]) for v in by_dir["voters"]] == [(1, live)]
+    assert "ClusterLeaderId:" in ok("quorum", "status", "--dir", str(cluster.root))
+    line = one_line_error("quorum", "status", "--bootstrap-controller", f"{dead},no-such-host.invalid:1",
+                          "--timeout-ms", "1000")
+    assert "no controller answered" in line and dead in line and "no-such-host.invalid:1" in line
+    assert "not HOST:PORT" in one_line_error("quorum", "status", "--bootstrap-controller", "h1,h2")
+
+
+def test_groups_describe_by_flag_and_all_groups(cluster, admin):
+    topic = new_topic(admin, 2)
+    produce(cluster, topic, [(p, None, b"x", None) for p in (0, 1) for _ in range(4)])
+    g1, g2 = f"g1-{topic}", f"g2-{topic}"
+    for group, offset in ((g1, "1"), (g2, "3")):
+        ok("groups", "reset-offsets", "--dir", str(cluster.root), "--group", group, "--topic", topic,
+           "--to-offset", offset, "--execute")
+    both = ok("groups", "describe", "--dir", str(cluster.root), "--group", g1, "--group", g2)
+    rows = [line.split() for line in both.splitlines() if line.startswith(("g1-", "g2-"))]
+    assert sorted((r[0], r[2], r[3], r[5]) for r in rows) == [
+        (g1, "0", "1", "3"), (g1, "1", "1", "3"), (g2, "0", "3", "1"), (g2, "1", "3", "1")]
+    everything = ok("groups", "describe", "--bootstrap-server", cluster.bootstrap_servers, "--all-groups",
+                    "--state")
+    assert {g1, g2} <= {line.split()[0] for line in everything.splitlines() if line.strip()}
+    assert ok("groups", "describe", "--dir", str(cluster.root), g1) == ok(
+        "groups", "describe", "--dir", str(cluster.root), "--group", g1, "--offsets")
+    assert g1 in ok("groups", "list", "--dir", str(cluster.root)).split()
+    assert "name the group once" in one_line_error("groups", "describe", "--dir", str(cluster.root), g1,
+                                                   "--group", g2)
+    assert "name the group" in one_line_error("groups", "describe", "--dir", str(cluster.root))
+    assert "does not exist" in one_line_error("groups", "describe", "--dir", str(cluster.root), "--group",
+                                              g1, "--group", "no-such-group")
+
+
+def test_reset_offsets_by_time_shift_and_current(cluster, admin):
+    topic = new_topic(admin, 2)
+    now_ms = int(time.time() * 1000)
+    # partition 0: 4 records of 2020, then 4 of now; partition 1: 2 of now
+    produce(cluster, topic, [(0, None, b"old", OLD_MS + i) for i in range(4)]
+            + [(0, None, b"new", now_ms) for _ in range(4)] + [(1, None, b"new", now_ms) for _ in range(2)])
+    group = f"g-{topic}"
+    root = ("--dir", str(cluster.root))
+    ok("groups", "reset-offsets", *root, "--group", group, "--topic", f"{topic}:0", "--to-offset", "5",
+       "--execute")
+
+    def plan(*how: str, spec: str = topic) -> dict[int, int]:
+        out = ok("groups", "reset-offsets", *root, "--group", group, "--topic", spec, *how)
+        return {int(r["PARTITION"]): int(r["NEW-OFFSET"]) for r in table(out)}
+
+    assert plan("--to-datetime", "2020-01-01T00:00:00.002Z") == {0: 2, 1: 0}
+    assert plan("--to-datetime", "2020-01-01T01:00:00.002+01:00") == {0: 2, 1: 0}
+    assert plan("--to-datetime", "2020-06-01T00:00:00.000Z") == {0: 4, 1: 0}
+    assert plan("--to-datetime", "2100-01-01T00:00:00.000Z") == {0: 8, 1: 2}, "nothing that late: the log end"
+    assert plan("--by-duration", "P1D") == {0: 4, 1: 0}
+    assert plan("--by-duration", "P36500D") == {0: 0, 1: 0}
+    assert plan("--to-current") == {0: 5, 1: 2}, "no committed offset on partition 1: the log end"
+    assert "no committed offset" in one_line_error("groups", "reset-offsets", *root, "--group", group,
+                                                   "--topic", topic, "--shift-by", "-2")
+    one = ("--topic", f"{topic}:0")
+    out = ok("groups", "reset-offsets", *root, "--group", group, *one, "--shift-by", "-2", "--execute")
+    assert table(out) == [{"GROUP": group, "TOPIC": topic, "PARTITION": "0", "NEW-OFFSET": "3"}]
+    assert "dry run" not in out
+    assert plan("--to-current")[0] == 3, "--execute committed the shifted offset"
+    assert plan("--shift-by", "100", spec=f"{topic}:0") == {0: 8}, "kept within the log"
+    assert plan("--shift-by", "-100", spec=f"{topic}:0") == {0: 0}
+    assert "--to-datetime" in one_line_error("groups", "reset-offsets", *root, "--group", group, *one,
+                                             "--to-datetime", "2020-01-01")
+    assert "--by-duration" in one_line_error("groups", "reset-offsets", *root, "--group", group, *one,
+                                             "--by-duration", "1 day")
+    code, _, err = cli("groups", "reset-offsets", *root, "--group", group, *one, "--to-current",
+                       "--shift-by", "1")
+    assert code == 2 and "not allowed with argument" in err
+
+
+def test_console_consumer_property_and_include(cluster, admin):
+    prefix = f"inc{uuid.uuid4().hex[:6]}"
+    a, b = new_topic(admin, 1, prefix), new_topic(admin, 2, prefix)
+    other = new_topic(admin, 1, a)  # "<a>-<hex>": its start matches the pattern below, its whole name not
+    produce(cluster, a, [(0, b"ka", b"va", None)])
+    produce(cluster, b, [(1, b"kb", b"vb", None)])
+    produce(cluster, other, [(0, b"ko", b"vo", None)])
+    root = ("--dir", str(cluster.root))
+    pattern = f"{prefix}-[0-9a-f]{{8}}"
+    out = ok("consume", *root, "--include", pattern, "--from-beginning", "--max-messages", "3",
+             "--timeout-ms", "1500", "--property", "print.key=true", "--property", "key.separator=:",
+             "--property", "print.partition=true")
+    assert sorted(out.splitlines()) == ["Partition:0:ka:va", "Partition:1:kb:vb"]
+    out = ok("consume", *root, "--include", pattern, "--group", f"g-{prefix}", "--from-beginning",
+             "--max-messages", "2", "--timeout-ms", "15000", "--property", "print.value=false",
+             "--property", "print.key=true")
+    assert sorted(out.split()) == ["ka", "kb"]
+    assert "no topic matches" in one_line_error("consume", *root, "--include", "nothing-.*", "--timeout-ms", "1")
+    assert "name one topic" in one_line_error("consume", *root, a, "--include", f"{prefix}-.*")
+    assert "--include" in one_line_error("consume", *root, "--include", "(", "--max-messages", "1")
+    assert ok("consume", *root, "--topic", other, "--from-beginning", "--max-messages", "1",
+              "--property", "line.separator=;") == "vo;"
