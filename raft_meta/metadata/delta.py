@@ -367,7 +367,7 @@ class MetadataDelta:
         self._set_broker(BrokerRegistration(broker_id=r.broker_id, incarnation_id=r.incarnation_id,
                                             broker_epoch=offset, endpoints=frozen_map(r.endpoints),
                                             rack=r.rack, fenced=True,
-                                            security_protocols=frozen_map(r.protocol_ids())))
+                                            security_protocols=frozen_map(r.protocol_overrides())))
         return {"broker_epoch": offset}
 
     def _current_broker(self, broker_id: int, broker_epoch: int, what: str) -> BrokerRegistration:

@@ -72,8 +72,12 @@ class BrokerRegistration:
     endpoints: Mapping[str, str]
     rack: str | None
     fenced: bool
-    # listener -> Kafka's protocol id, as registered (RegisterBrokerRecord)
+    # listener -> Kafka's protocol id, as registered, where the listener's name does not say it
     security_protocols: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
+
+    def security_protocol(self, listener: str) -> int:
+        """Kafka's security protocol id of ``listener`` (0 PLAINTEXT .. 3 SASL_SSL)."""
+        return self.security_protocols.get(listener, schemas.SECURITY_PROTOCOLS.get(listener, 0))
 
     def endpoint(self, listener: str | None = None) -> str | None:
         """The "host:port" of ``listener`` (or of the first listener when None)."""
@@ -248,7 +252,7 @@ def _end_points(broker: BrokerRegistration) -> list[dict]:
     for name, address in broker.endpoints.items():
         host, _, port = address.rpartition(":")
         out.append({"name": name, "host": host, "port": int(port),
-                    "security_protocol": broker.security_protocols.get(name, schemas.SECURITY_PROTOCOLS.get(name, 0))})
+                    "security_protocol": broker.security_protocol(name)})
     return out
 
 
@@ -290,7 +294,9 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
             brokers[broker_id] = BrokerRegistration(
                 broker_id, body["incarnation_id"], body["broker_epoch"],
                 frozen_map({e["name"]: f"{e['host']}:{e['port']}" for e in body["end_points"]}),
-                body["rack"], body["fenced"], frozen_map({e["name"]: e["security_protocol"] for e in body["end_points"]}))
+                body["rack"], body["fenced"],
+                frozen_map({e["name"]: e["security_protocol"] for e in body["end_points"]
+                            if e["security_protocol"] != schemas.SECURITY_PROTOCOLS.get(e["name"], 0)}))
         elif api_key == schemas.TOPIC.api_key:
             topics[body["topic_id"]] = (body["name"], [], _EMPTY_MAP)
             topic_ids[body["name"]] = body["topic_id"]

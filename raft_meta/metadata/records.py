@@ -147,10 +147,11 @@ class RegisterBrokerRecord(MetadataRecord):
     # registered it; a listener missing here is taken from its name (PLAINTEXT for others)
     security_protocols: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
-    def protocol_ids(self) -> dict[str, int]:
-        """Every endpoint's security protocol id (those not given: by the listener's name)."""
-        return {name: self.security_protocols.get(name, schemas.SECURITY_PROTOCOLS.get(name, 0))
-                for name in self.endpoints}
+    def protocol_overrides(self) -> dict[str, int]:
+        """The endpoints' security protocol ids that their listener's name does not say (a
+        listener named SSL is SSL; INTERNAL is PLAINTEXT unless given here)."""
+        return {name: protocol for name, protocol in self.security_protocols.items()
+                if name in self.endpoints and protocol != schemas.SECURITY_PROTOCOLS.get(name, 0)}
 
     def to_body(self) -> dict:
         return {"broker_id": self.broker_id, "incarnation_id": _uuid(self.incarnation_id, "incarnation_id"),
@@ -160,7 +161,9 @@ class RegisterBrokerRecord(MetadataRecord):
     @classmethod
     def from_body(cls, body: dict) -> "RegisterBrokerRecord":
         endpoints = MappingProxyType({e["name"]: f"{e['host']}:{e['port']}" for e in body["end_points"]})
-        protocols = MappingProxyType({e["name"]: e["security_protocol"] for e in body["end_points"]})
+        # Only what the name does not say: a record decodes equal to the one encoded.
+        protocols = MappingProxyType({e["name"]: e["security_protocol"] for e in body["end_points"]
+                                      if e["security_protocol"] != schemas.SECURITY_PROTOCOLS.get(e["name"], 0)})
         return cls(body["broker_id"], body["incarnation_id"], endpoints, body["rack"], protocols)
 
 
