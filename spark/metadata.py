@@ -122,6 +122,15 @@ class ClusterView:
         partitions = list(partitions)
         return self._client().end_offsets(partitions) if partitions else {}
 
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """Per partition, the first offset whose record timestamp is >= the given one (Kafka's
+        ListOffsets by timestamp; the broker answers only offsets below the high watermark), or
+        None where no committed record is that late."""
+        if not timestamps:
+            return {}
+        found = self._client().offsets_for_times(dict(timestamps))
+        return {tp: (None if found.get(tp) is None else int(found[tp].offset)) for tp in timestamps}
+
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset per partition (None: nothing committed)."""
         consumer = self._group()

@@ -1,5 +1,6 @@
 """Offset arithmetic for the `raftka` data source: the JSON form of streaming offsets, the
-``maxOffsetsPerTrigger`` share per partition, and splitting ranges for ``minPartitions``.
+``maxOffsetsPerTrigger`` share per partition, the ``minOffsetsPerTrigger`` wait, and splitting
+ranges for ``minPartitions``.
 
 Pure functions on plain data, unit-tested without Spark.
 
@@ -60,6 +61,15 @@ def rate_limit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartiti
     for tp, share in shares.items():
         end[tp] = start[tp] + min(share, waiting[tp])
     return end
+
+
+def hold_back(waiting: int, min_records: int, since_last_batch_ms: float | None, max_delay_ms: int) -> bool:
+    """minOffsetsPerTrigger with maxTriggerDelay, as spark-sql-kafka decides it: skip this trigger
+    while fewer than ``min_records`` wait, unless ``max_delay_ms`` passed since the last batch went
+    ahead (``None``: none has yet, so the query's first trigger never waits)."""
+    if since_last_batch_ms is None or since_last_batch_ms >= max_delay_ms:
+        return False
+    return waiting < min_records
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Spark hands options over as strings in a case-insensitive map. ``ReadOptions.parse`` and
 ``WriteOptions.parse`` check them once, on the driver, and raise ``InvalidOptionError`` naming the
-option, so a typo fails the query at once with a message instead of deep inside a task.
+option, so a typo fails the query at once with a message instead of deep inside a task. An
+option that is none of the source's (READ_OPTIONS, WRITE_OPTIONS, kafka.*) nor one Spark adds
+itself (SPARK_STREAM_WRITE_OPTIONS) is refused with the list of known ones, never ignored.
 
 Everything here is plain data and pure functions (no Spark, no network): it is pickled into
 Spark's Python workers and unit-tested without a JVM.
@@ -16,7 +18,9 @@ out of their repr.
 """
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -29,6 +33,8 @@ from raftka.client.errors import ConfigError
 from raftka.client.properties import REFUSED as PROPERTY_REFUSED
 from raftka.client.properties import client_configs
 from raftka.common import sasl, security
+
+log = logging.getLogger(__name__)
 
 EARLIEST = -2  # in per-partition JSON offsets, as in Spark's Kafka source
 LATEST = -1
@@ -59,6 +65,35 @@ FORBIDDEN = {"auto.offset.reset": "use startingOffsets",
              "interceptor.classes": "not supported",
              "enable.idempotence": "the writer always uses the idempotent producer",
              "acks": "the writer always uses acks=all"}
+
+
+# The source's own options, in spark-sql-kafka's spelling (Spark hands them over lower-cased), besides
+# kafka.* (checked by _client_configs). Anything else fails the query naming the known ones.
+READ_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "subscribe", "subscribePattern", "assign",
+                "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
+                "startingOffsetsByTimestampStrategy", "endingOffsets", "endingOffsetsByTimestamp",
+                "endingTimestamp", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+                "minPartitions", "failOnDataLoss", "includeHeaders", "group.id", "kafka.group.id",
+                "groupIdPrefix", "kafkaConsumer.pollTimeoutMs")
+WRITE_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic", "flushTimeoutMs")
+# Spark adds these to a streaming writer's options itself (writeStream.option("checkpointLocation"),
+# queryName(...)); they are Spark's business, not the sink's.
+SPARK_STREAM_WRITE_OPTIONS = ("checkpointLocation", "queryName")
+# spark-sql-kafka options (and one Spark adds from load(path)/save(path)) the raftka source does not
+# take, refused with the reason rather than ignored.
+NOT_SUPPORTED = {
+    "fetchoffset.numretries": "the client retries offset requests itself until kafka.request.timeout.ms",
+    "fetchoffset.retryintervalms": "the client retries offset requests itself (kafka.retry.backoff.ms)",
+    "maxrecordsperpartition": "use minPartitions to split large partition ranges",
+    "path": "the raftka source reads and writes topics, not paths: use subscribe, subscribePattern or "
+            "assign to read, topic to write (load() and save() without an argument)",
+}
+BY_TIMESTAMP_STRATEGIES = ("error", "latest")  # startingOffsetsByTimestampStrategy
+MAX_TRIGGER_DELAY_DEFAULT = "15m"  # spark-sql-kafka's default
+# Spark's time strings (JavaUtils.timeStringAs): a number and an optional unit, milliseconds if none.
+DURATION_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                     "d": 86_400_000}
+_DURATION = re.compile(r"^([0-9]+)\s*([a-z]+)?$")
 
 
 class InvalidOptionError(ValueError):
@@ -94,6 +129,45 @@ def _positive_int(opts: dict[str, str], name: str) -> int | None:
     if value < 1:
         raise InvalidOptionError(name, f"must be a positive integer, got {raw!r}")
     return value
+
+
+def _non_negative_long(opts: dict[str, str], name: str, what: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidOptionError(name, f"must be {what} (an integer >= 0), got {raw!r}") from None
+    if value < 0:
+        raise InvalidOptionError(name, f"must be {what} (an integer >= 0), got {raw!r}")
+    return value
+
+
+def parse_duration_ms(name: str, raw: str) -> int:
+    """A Spark time string (``15m``, ``30s``, ``500ms``, ``500``: milliseconds without a unit) in
+    milliseconds."""
+    match = _DURATION.match(raw.strip().lower())
+    if match is None or (match.group(2) or "ms") not in DURATION_UNITS_MS:
+        raise InvalidOptionError(name, f"must be a duration like 15m, 30s or 500ms "
+                                       f"(units: {', '.join(DURATION_UNITS_MS)}), got {raw!r}")
+    return int(int(match.group(1)) * DURATION_UNITS_MS[match.group(2) or "ms"])
+
+
+def check_known(opts: Mapping[str, str], known: tuple[str, ...], role: str) -> None:
+    """Every option that is not kafka.* must be one of ``known`` (compared lower-cased, as Spark
+    hands options over): a misspelt option would otherwise be ignored and the query run with a
+    default the user did not want."""
+    canonical = {name.lower(): name for name in known}
+    for key in sorted(opts):
+        if key.startswith("kafka.") or key in canonical:
+            continue
+        if key in NOT_SUPPORTED:
+            raise InvalidOptionError(key, f"is not supported: {NOT_SUPPORTED[key]}")
+        close = difflib.get_close_matches(key, list(canonical), n=1, cutoff=0.75)
+        hint = f"did you mean {canonical[close[0]]}? " if close else ""
+        raise InvalidOptionError(key, f"is not an option of the raftka {role}; {hint}known: "
+                                      f"{', '.join(known)} and kafka.<client config>")
 
 
 def _bootstrap(opts: dict[str, str]) -> str:
@@ -185,23 +259,22 @@ def _security_configs(props: dict[str, str], known: Mapping[str, Any]) -> dict[s
     return configs
 
 
-def parse_offsets_json(name: str, raw: str) -> dict[TopicPartition, int]:
-    """``{"topicA": {"0": 23, "1": -1}, "topicB": {"0": -2}}`` -> {TopicPartition: offset}.
-    -2 means earliest, -1 latest. Raises InvalidOptionError for anything else."""
+def _partition_json(name: str, raw: str, not_json: str, kind: str, example: str, lowest: int,
+                    allowed: str) -> dict[TopicPartition, int]:
+    """Spark's per-partition JSON, ``{"topic": {"0": value}}`` -> {TopicPartition: value}, each
+    value an integer >= ``lowest`` (``allowed`` says so in a message, ``kind`` names the values)."""
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise InvalidOptionError(name, f"is neither earliest, latest nor valid JSON ({error.msg} "
-                                       f"at position {error.pos}): {raw!r}") from None
+        raise InvalidOptionError(name, f"{not_json} ({error.msg} at position {error.pos}): {raw!r}") from None
     if not isinstance(parsed, dict) or not parsed:
-        raise InvalidOptionError(name, 'JSON must be an object like {"topic": {"0": 23, "1": -2}}, '
-                                       f"got {raw!r}")
+        raise InvalidOptionError(name, f'JSON must be an object like {{"topic": {{"0": {example}}}}}, got {raw!r}')
     out: dict[TopicPartition, int] = {}
     for topic, parts in parsed.items():
         if not isinstance(parts, dict) or not parts:
-            raise InvalidOptionError(name, f"topic {topic!r} must map partition numbers to offsets "
-                                           f'(like {{"0": 23}}), got {parts!r}')
-        for part, offset in parts.items():
+            raise InvalidOptionError(name, f"topic {topic!r} must map partition numbers to {kind}s "
+                                           f'(like {{"0": {example}}}), got {parts!r}')
+        for part, value in parts.items():
             try:
                 index = int(part)
             except (TypeError, ValueError):
@@ -209,20 +282,41 @@ def parse_offsets_json(name: str, raw: str) -> dict[TopicPartition, int]:
             if index < 0:
                 raise InvalidOptionError(name, f"partition {part!r} of topic {topic!r} is not a "
                                                "partition number")
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
-                raise InvalidOptionError(name, f"offset of {topic}-{index} must be an integer >= 0, "
-                                               f"-2 (earliest) or -1 (latest), got {offset!r}")
-            out[TopicPartition(topic, index)] = offset
+            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+                raise InvalidOptionError(name, f"{kind} of {topic}-{index} must be {allowed}, got {value!r}")
+            out[TopicPartition(topic, index)] = value
     return out
+
+
+def parse_offsets_json(name: str, raw: str) -> dict[TopicPartition, int]:
+    """``{"topicA": {"0": 23, "1": -1}, "topicB": {"0": -2}}`` -> {TopicPartition: offset}.
+    -2 means earliest, -1 latest. Raises InvalidOptionError for anything else."""
+    return _partition_json(name, raw, "is neither earliest, latest nor valid JSON", "offset", "23", EARLIEST,
+                           "an integer >= 0, -2 (earliest) or -1 (latest)")
+
+
+def parse_timestamps_json(name: str, raw: str) -> dict[TopicPartition, int]:
+    """``{"topicA": {"0": 1700000000000, "1": 1700000000000}}`` -> {TopicPartition: timestamp in
+    ms}; every timestamp >= 0. Raises InvalidOptionError for anything else."""
+    return _partition_json(name, raw, "is not valid JSON", "timestamp", "1700000000000", 0,
+                           "milliseconds since the epoch (an integer >= 0)")
 
 
 @dataclass(frozen=True)
 class OffsetSpec:
-    """A starting or ending position: ``kind`` is earliest, latest, committed or json (then
-    ``offsets`` holds the per-partition values, -2/-1 included)."""
+    """A starting or ending position: ``kind`` is earliest, latest, committed, json (then
+    ``offsets`` holds the per-partition values, -2/-1 included) or timestamp (then ``timestamp``
+    holds one for every partition, or ``timestamps`` one per partition: each partition's position
+    is its first offset whose record timestamp is >= it). ``option`` names the option it came from;
+    ``no_match`` says what a start does where no record is that late: ``error`` or ``latest``
+    (startingOffsetsByTimestampStrategy; an end then is always the latest offset)."""
 
     kind: str
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    option: str = ""
+    timestamp: int | None = None
+    timestamps: dict[TopicPartition, int] = field(default_factory=dict)
+    no_match: str = "error"
 
     @classmethod
     def parse(cls, name: str, raw: str | None, default: str, allowed: tuple[str, ...]) -> "OffsetSpec":
@@ -231,8 +325,34 @@ class OffsetSpec:
             if text.lower() not in allowed:
                 raise InvalidOptionError(name, f"{text.lower()!r} is not allowed here "
                                                f"(allowed: {', '.join(allowed)} or per-partition JSON)")
-            return cls(text.lower())
-        return cls("json", parse_offsets_json(name, text))
+            return cls(text.lower(), option=name)
+        return cls("json", parse_offsets_json(name, text), option=name)
+
+    @classmethod
+    def by_timestamp(cls, opts: dict[str, str], which: str, offsets: "OffsetSpec") -> "OffsetSpec":
+        """spark-sql-kafka's precedence for ``which`` (starting or ending): ``<which>Timestamp``
+        (one timestamp for every partition), then ``<which>OffsetsByTimestamp`` (per-partition
+        JSON), then ``offsets`` (from ``<which>Offsets``). Every one given is checked; the first
+        one given wins."""
+        strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in BY_TIMESTAMP_STRATEGIES:
+            raise InvalidOptionError("startingOffsetsByTimestampStrategy", "must be error or latest, got "
+                                     f"{opts['startingoffsetsbytimestampstrategy']!r}")
+        no_match = strategy if which == "starting" else "latest"
+        single, per_partition = f"{which}Timestamp", f"{which}OffsetsByTimestamp"
+        timestamp = _non_negative_long(opts, single, "milliseconds since the epoch")
+        raw_json = opts.get(per_partition.lower())
+        timestamps = parse_timestamps_json(per_partition, raw_json) if raw_json is not None else None
+        given = [n for n, v in ((single, timestamp), (per_partition, timestamps)) if v is not None]
+        if given and f"{which}offsets" in opts:
+            given.append(f"{which}Offsets")
+        if len(given) > 1:
+            log.info("raftka: %s takes precedence over %s", given[0], ", ".join(given[1:]))
+        if timestamp is not None:
+            return cls("timestamp", option=single, timestamp=timestamp, no_match=no_match)
+        if timestamps is not None:
+            return cls("timestamp", option=per_partition, timestamps=timestamps, no_match=no_match)
+        return offsets
 
 
 @dataclass(frozen=True)
@@ -298,15 +418,19 @@ class ReadOptions:
     group_id: str | None
     poll_timeout_ms: int
     consumer_configs: dict[str, Any] = field(repr=False)  # may hold the SASL password
+    min_offsets_per_trigger: int | None = None  # streaming only
+    max_trigger_delay_ms: int = 0  # with min_offsets_per_trigger
+    group_id_prefix: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> "ReadOptions":
         """Check ``options`` for a batch (``streaming=False``) or streaming read."""
         opts = _lower(options)
+        check_known(opts, READ_OPTIONS, "streaming reader" if streaming else "batch reader")
         group_id = (opts.get("group.id") or opts.get("kafka.group.id") or "").strip() or None
         start_allowed = ("earliest", "latest", "committed") if streaming else ("earliest", "committed")
-        starting = OffsetSpec.parse("startingOffsets", opts.get("startingoffsets"),
-                                    "latest" if streaming else "earliest", start_allowed)
+        starting = OffsetSpec.by_timestamp(opts, "starting", OffsetSpec.parse(
+            "startingOffsets", opts.get("startingoffsets"), "latest" if streaming else "earliest", start_allowed))
         if starting.kind == "committed" and group_id is None:
             raise InvalidOptionError("startingOffsets", "'committed' needs group.id (the consumer group "
                                                         "whose committed offsets to start from)")
@@ -314,16 +438,33 @@ class ReadOptions:
             raise InvalidOptionError("startingOffsets", "-1 (latest) is not allowed in a batch query")
         ending: OffsetSpec | None = None
         if streaming:
-            if "endingoffsets" in opts:
-                raise InvalidOptionError("endingOffsets", "is for batch queries only; a streaming query "
-                                                          "reads until it is stopped")
+            for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
+                if name.lower() in opts:
+                    raise InvalidOptionError(name, "is for batch queries only; a streaming query "
+                                                   "reads until it is stopped")
         else:
-            ending = OffsetSpec.parse("endingOffsets", opts.get("endingoffsets"), "latest", ("latest",))
+            ending = OffsetSpec.by_timestamp(opts, "ending", OffsetSpec.parse(
+                "endingOffsets", opts.get("endingoffsets"), "latest", ("latest",)))
             if any(v == EARLIEST for v in ending.offsets.values()):
                 raise InvalidOptionError("endingOffsets", "-2 (earliest) is not allowed as an ending offset")
         max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
-        if max_per_trigger is not None and not streaming:
-            raise InvalidOptionError("maxOffsetsPerTrigger", "is for streaming queries only")
+        min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
+        raw_delay = opts.get("maxtriggerdelay")
+        delay_ms = parse_duration_ms("maxTriggerDelay", MAX_TRIGGER_DELAY_DEFAULT if raw_delay is None else raw_delay)
+        if not streaming:
+            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+                if name.lower() in opts:
+                    raise InvalidOptionError(name, "is for streaming queries only")
+        if raw_delay is not None and min_per_trigger is None:
+            raise InvalidOptionError("maxTriggerDelay", "has no effect without minOffsetsPerTrigger")
+        if min_per_trigger is not None and max_per_trigger is not None and min_per_trigger > max_per_trigger:
+            raise InvalidOptionError("minOffsetsPerTrigger", f"{min_per_trigger} is higher than "
+                                                             f"maxOffsetsPerTrigger {max_per_trigger}")
+        prefix = opts.get("groupidprefix")
+        if prefix is not None and not prefix.strip():
+            raise InvalidOptionError("groupIdPrefix", "must not be empty")
+        if prefix is not None and group_id is not None:
+            log.warning("raftka: groupIdPrefix is ignored: group.id is set")  # as spark-sql-kafka
         poll_timeout = _positive_int(opts, "kafkaConsumer.pollTimeoutMs") or POLL_TIMEOUT_MS_DEFAULT
         return cls(bootstrap_servers=_bootstrap(opts), subscription=Subscription.parse(opts),
                    starting=starting, ending=ending, max_offsets_per_trigger=max_per_trigger,
@@ -331,7 +472,9 @@ class ReadOptions:
                    fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
                    include_headers=_bool(opts, "includeHeaders", False), group_id=group_id,
                    poll_timeout_ms=poll_timeout,
-                   consumer_configs=_client_configs(opts, CONSUMER_PASSTHROUGH, "consumer"))
+                   consumer_configs=_client_configs(opts, CONSUMER_PASSTHROUGH, "consumer"),
+                   min_offsets_per_trigger=min_per_trigger, max_trigger_delay_ms=delay_ms,
+                   group_id_prefix=None if group_id is not None or prefix is None else prefix.strip())
 
 
 @dataclass(frozen=True)
@@ -344,8 +487,12 @@ class WriteOptions:
     flush_timeout_ms: int
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> "WriteOptions":
+    def parse(cls, options: Mapping[str, Any], streaming: bool = False) -> "WriteOptions":
         opts = _lower(options)
+        if streaming:
+            check_known(opts, WRITE_OPTIONS + SPARK_STREAM_WRITE_OPTIONS, "streaming writer")
+        else:
+            check_known(opts, WRITE_OPTIONS, "batch writer")
         topic = (opts.get("topic") or "").strip() or None
         flush_timeout = _positive_int(opts, "flushTimeoutMs") or 300_000
         return cls(bootstrap_servers=_bootstrap(opts), topic=topic,

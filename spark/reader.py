@@ -14,11 +14,12 @@ a batch replayed after a restart plans exactly the ranges it planned before.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
 from raftka.client import TopicPartition
@@ -66,6 +67,8 @@ def resolve_offsets(name: str, spec: OffsetSpec, partitions: Sequence[TopicParti
             log.info("raftka: group %s has no committed offset for %s; starting from the earliest",
                      view.group_id, ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing))
         return {tp: (o if o is not None else earliest[tp]) for tp, o in committed.items()}
+    if spec.kind == "timestamp":
+        return _offsets_for_timestamps(spec, partitions, view)
     wanted = set(partitions)
     unknown = sorted(set(spec.offsets) - wanted)
     if unknown:
@@ -83,6 +86,39 @@ def resolve_offsets(name: str, spec: OffsetSpec, partitions: Sequence[TopicParti
     latest = view.latest([tp for tp, o in given.items() if o == LATEST])
     return {tp: earliest[tp] if o == EARLIEST else latest[tp] if o == LATEST else o
             for tp, o in given.items()}
+
+
+def _offsets_for_timestamps(spec: OffsetSpec, partitions: Sequence[TopicPartition],
+                            view: ClusterView) -> dict[TopicPartition, int]:
+    """startingTimestamp / startingOffsetsByTimestamp / their ending twins, as spark-sql-kafka
+    resolves them: each partition's first offset whose timestamp is >= the given one; where there
+    is none, a start fails (``no_match`` error) or takes the latest offset, an end the latest."""
+    name = spec.option
+    if spec.timestamp is not None:
+        wanted = {tp: spec.timestamp for tp in partitions}
+    else:
+        unknown = sorted(set(spec.timestamps) - set(partitions))
+        if unknown:
+            raise InvalidOptionError(name, "names partitions that are not subscribed or do not exist: "
+                                     + ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
+        missing = sorted(set(partitions) - set(spec.timestamps))
+        if missing:
+            raise InvalidOptionError(name, "must give a timestamp for every subscribed partition; missing: "
+                                     + ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing))
+        wanted = {tp: spec.timestamps[tp] for tp in partitions}
+    found = view.offsets_for_times(wanted)
+    unmatched = [tp for tp in partitions if found.get(tp) is None]
+    if unmatched and spec.no_match == "error":
+        raise InvalidOptionError(name, "no committed record has a timestamp at or after "
+                                 + ", ".join(f"{wanted[tp]} in {tp.topic}-{tp.partition}" for tp in unmatched)
+                                 + "; set startingOffsetsByTimestampStrategy=latest to start those partitions "
+                                   "at the latest offset")
+    latest = view.latest(unmatched)
+    out: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        offset = found.get(tp)
+        out[tp] = latest[tp] if offset is None else offset
+    return out
 
 
 class RaftkaBatchReader(DataSourceReader):
@@ -138,6 +174,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's end
         self._last_high: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}  # what this run committed to group.id
+        self._last_trigger_s: float | None = None  # minOffsetsPerTrigger: when a batch last went ahead
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -161,9 +198,15 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger as a ReadMaxRows limit (Spark passes it back to latestOffset)."""
-        n = self.options.max_offsets_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        """maxOffsetsPerTrigger as a ReadMaxRows limit, else minOffsetsPerTrigger as ReadMinRows
+        (Spark passes it back to latestOffset, or ReadAllAvailable for Trigger.Once). Python
+        sources have no composite limit: with both, the minimum is taken from the options."""
+        o = self.options
+        if o.max_offsets_per_trigger:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.min_offsets_per_trigger:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: fix the end at today's high watermarks."""
@@ -204,6 +247,8 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None and tp in self._target:
                 hw = max(begin[tp], min(hw, self._target[tp]))
             latest[tp] = hw
+        if self._hold_back(begin, latest, limit):
+            return start
         if isinstance(limit, ReadMaxRows):
             forward = {tp: v for tp, v in latest.items() if v >= begin[tp]}
             latest.update(off.rate_limit({tp: begin[tp] for tp in forward}, forward, limit.max_rows))
@@ -213,6 +258,23 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.info("raftka: new partitions %s start at their log start offsets",
                      ", ".join(f"{tp.topic}-{tp.partition}" for tp in new))
         return off.to_json(latest)
+
+    def _hold_back(self, begin: dict[TopicPartition, int], latest: dict[TopicPartition, int],
+                   limit: ReadLimit) -> bool:
+        """minOffsetsPerTrigger: True to skip this trigger (latestOffset then answers ``start``,
+        so Spark runs no batch) while fewer records wait and maxTriggerDelay has not passed since
+        the last batch went ahead. Not for ReadAllAvailable (Trigger.Once), as spark-sql-kafka,
+        nor Trigger.AvailableNow, whose last records must not wait for company."""
+        minimum = self.options.min_offsets_per_trigger
+        if not minimum or isinstance(limit, ReadAllAvailable) or self._target is not None:
+            return False
+        waiting = sum(max(0, v - begin[tp]) for tp, v in latest.items() if tp in begin)
+        now = time.monotonic()
+        since_ms = None if self._last_trigger_s is None else (now - self._last_trigger_s) * 1000
+        if off.hold_back(waiting, minimum, since_ms, self.options.max_trigger_delay_ms):
+            return True
+        self._last_trigger_s = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         """The high watermarks seen by the last latestOffset (for the query's progress)."""

@@ -58,6 +58,6 @@ class RaftkaDataSource(DataSource):
         return RaftkaBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        options = WriteOptions.parse(self.options)
+        options = WriteOptions.parse(self.options, streaming=True)
         check_write_schema(schema, options)
         return RaftkaStreamWriter(options)

@@ -210,6 +210,32 @@ def test_unknown_topic_and_bad_offsets_fail_with_clear_messages(spark, cluster, 
         reader(spark, cluster, subscribe=topic, startingOffsets=f'{{"{topic}": {{"5": 0}}}}').load().count()
     with pytest.raises(Exception, match="beyond the high watermark"):
         reader(spark, cluster, subscribe=topic, endingOffsets=f'{{"{topic}": {{"0": 99, "1": -1}}}}').load().count()
+    with pytest.raises(Exception, match="'startingoffset': .*did you mean startingOffsets"):
+        reader(spark, cluster, subscribe=topic, startingOffset="earliest").load().count()
+
+
+def test_a_read_starts_at_the_first_record_at_or_after_a_timestamp(spark, cluster, admin, producer):
+    """Records carry timestamps BASE + i seconds (CreateTime, set by the producer). startingTimestamp
+    (over startingOffsets) and a per-partition endingOffsetsByTimestamp read exactly the offsets
+    ListOffsets finds for them, an ending timestamp after every record meaning the latest offset;
+    a starting timestamp after every record of a partition fails the query
+    (startingOffsetsByTimestampStrategy=error). One batch read, to stay quick: a stream's first
+    offsets come from the same resolve_offsets (tests/test_spark_units.py)."""
+    topic = new_topic(admin, partitions=2)
+    base = 1_700_000_000_000
+    futures = [producer.send(topic, value=f"p{p}-{i}".encode(), partition=p, timestamp_ms=base + i * 1000)
+               for p in (0, 1) for i in range(10)]
+    producer.flush(timeout=60)
+    for f in futures:
+        f.get(timeout=60)
+    rows = reader(spark, cluster, subscribe=topic, startingTimestamp=str(base + 4500), startingOffsets="earliest",
+                  endingOffsetsByTimestamp=f'{{"{topic}": {{"0": {base + 8000}, "1": {base + 60_000}}}}}'
+                  ).load().select("partition", "offset").collect()
+    assert sorted(tuple(r) for r in rows) == [(0, 5), (0, 6), (0, 7)] + [(1, i) for i in range(5, 10)]
+    late = f'{{"{topic}": {{"0": {base + 60_000}, "1": {base}}}}}'
+    with pytest.raises(Exception, match=f"no committed record has a timestamp at or after {base + 60_000} in "
+                                        f"{topic}-0; set startingOffsetsByTimestampStrategy=latest"):
+        reader(spark, cluster, subscribe=topic, startingOffsetsByTimestamp=late).load().count()
 
 
 def test_data_deleted_by_retention_fails_the_read_or_is_skipped(spark, cluster, admin, producer):
