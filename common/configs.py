@@ -30,6 +30,16 @@ def one_of(*choices: str) -> Validator:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}, got {v!r}"
 
 
+def items_of(*choices: str) -> Validator:
+    """A non-empty list whose items are all among ``choices``."""
+    def check(items: list[str]) -> str | None:
+        if not items:
+            return f"must list at least one of {', '.join(choices)}"
+        bad = next((i for i in items if i not in choices), None)
+        return None if bad is None else f"items must be among {', '.join(choices)}, got {bad!r}"
+    return check
+
+
 @dataclass(frozen=True)
 class ConfigKey:
     name: str
@@ -156,8 +166,10 @@ REQUIRED: Any = _Required()
 # them (log.retention.ms, log.segment.bytes, ...) are mapped onto these by the server config.
 TOPIC_CONFIGS = (
     ConfigDef()
-    .define("cleanup.policy", "string", "delete", "Only 'delete' (retention by time and size) is supported.",
-            one_of("delete"))
+    .define("cleanup.policy", "list", ("delete",),
+            "delete: closed segments go by retention.ms/retention.bytes; compact: the log cleaner keeps "
+            "the latest record of each key (storage/cleaner.py); compact,delete: both.",
+            items_of("delete", "compact"))
     .define("segment.bytes", "int", 1073741824, "Roll a new segment when the active one reaches this size.",
             at_least(14))
     .define("segment.ms", "long", 604800000, "Roll a new segment when the active one is this old.",
@@ -178,6 +190,19 @@ TOPIC_CONFIGS = (
     .define("flush.ms", "long", LONG_MAX, "fsync when the oldest unflushed append is this old.", at_least(0))
     .define("unclean.leader.election.enable", "bool", False,
             "Elect a leader from outside the ISR when no ISR member is alive (may lose data).")
+    .define("min.cleanable.dirty.ratio", "double", 0.5,
+            "Compacted topics: clean a log once its dirty bytes are at least this share of its cleanable bytes.",
+            between(0, 1))
+    .define("min.compaction.lag.ms", "long", 0,
+            "Compacted topics: a record stays uncompacted for at least this long after it was written.",
+            at_least(0))
+    .define("max.compaction.lag.ms", "long", LONG_MAX,
+            "Compacted topics: a log whose oldest dirty record is this old is cleaned whatever its dirty ratio.",
+            at_least(1))
+    .define("delete.retention.ms", "long", 86400000,
+            "Compacted topics: how long a tombstone (a null value) stays after the segment holding it was "
+            "cleaned; a consumer reading from the start within this time sees every delete.",
+            at_least(0))
     .define("message.timestamp.type", "string", "CreateTime",
             "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
             one_of("CreateTime", "LogAppendTime"))

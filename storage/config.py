@@ -33,6 +33,11 @@ class LogConfig:
     flush_messages: int = _default("flush.messages")
     flush_ms: int = _default("flush.ms")
     message_timestamp_type: str = _default("message.timestamp.type")
+    cleanup_policy: tuple[str, ...] = tuple(_default("cleanup.policy"))
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    delete_retention_ms: int = _default("delete.retention.ms")
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any] | None) -> "LogConfig":
@@ -49,7 +54,22 @@ class LogConfig:
             flush_messages=values["flush.messages"],
             flush_ms=values["flush.ms"],
             message_timestamp_type=values["message.timestamp.type"],
+            cleanup_policy=tuple(values["cleanup.policy"]),
+            min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
+            min_compaction_lag_ms=values["min.compaction.lag.ms"],
+            max_compaction_lag_ms=values["max.compaction.lag.ms"],
+            delete_retention_ms=values["delete.retention.ms"],
         )
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes compact: the log cleaner keeps the latest record per key."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes delete: retention.ms and retention.bytes apply."""
+        return "delete" in self.cleanup_policy
 
     @property
     def log_append_time(self) -> bool:

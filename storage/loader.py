@@ -9,7 +9,15 @@ files cover the partition). It removes leftovers (``.tmp`` files, indexes whose 
 gone, segments wholly below the log start offset), trusts segments below the recovery point
 (indexes checked, rebuilt if bad) and re-validates every batch from there on, cutting the log at
 the first batch that fails its length or CRC check. It then rebuilds the leader epoch cache and the producer state and sets
-the log start offset, high watermark and recovery point. After a clean shutdown the recovery point
+the log start offset, high watermark and recovery point.
+
+The log cleaner's files (storage/cleaner.py) are settled first, as Kafka's LogLoader does:
+``*.cleaned`` files (a cleaning interrupted before its output was complete) are deleted; each
+``<base>.log.swap`` (a complete, fsynced cleaned segment whose swap was interrupted) replaces the
+segments whose base offsets lie in [base, the swap's end) and is renamed to ``<base>.log``, its
+``.index.swap`` / ``.timeindex.swap`` with it (indexes found missing are rebuilt). A segment the
+cleaner rewrote may end before the next one begins (the records it dropped leave a gap): only a
+segment recovery had to cut drops the segments after it. After a clean shutdown the recovery point
 is the log end; after a crash it stays where it was, nothing is fsynced, and the next flush makes
 what recovery validated durable (as Kafka's LogLoader). The broker's LogManager opens the logs of
 a log dir on several threads (num.recovery.threads.per.data.dir).
@@ -24,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from raftka.common.errors import CorruptRecordError
-from raftka.common.records import BatchHeader
+from raftka.common.records import BATCH_OVERHEAD_BYTES, BatchHeader, read_header
 from raftka.storage.checkpoint import (
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -37,10 +45,22 @@ from raftka.storage.checkpoint import (
 from raftka.storage.epoch_cache import LeaderEpochCache
 from raftka.storage.index import IndexError_
 from raftka.storage.producer_state import ProducerStateManager
-from raftka.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_base_offset
+from raftka.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    file_name,
+    parse_base_offset,
+)
 
 # Written by a clean close, removed on open: its presence lets the loader skip the batch scan.
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+# The log cleaner's suffixes (Kafka's): its output while being written, then while it replaces
+# the segments it was cleaned from (storage/cleaner.py has the protocol).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 # The running log's logger: recovery's warnings keep the name they always had.
 logger = logging.getLogger("raftka.storage.log")
@@ -113,10 +133,75 @@ def load(directory: Path, name: str, checkpoints: CheckpointedOffsets, producer_
         raise
 
 
+def swap_end_offset(path: Path) -> int:
+    """The offset after the last whole batch of the cleaned segment file ``path`` (its base
+    offset when it holds none): the end of the offsets it replaces."""
+    end = parse_base_offset(path.name)
+    assert end is not None, path
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        position = 0
+        while position < size:
+            try:
+                header = read_header(os.pread(fd, BATCH_OVERHEAD_BYTES, position), 0)
+            except CorruptRecordError:
+                break
+            if position + header.size > size:
+                break
+            end = header.next_offset
+            position += header.size
+    finally:
+        os.close(fd)
+    return end
+
+
+def settle_cleaner_files(directory: Path, name: str) -> None:
+    """Delete ``.cleaned`` leftovers and complete every ``.swap`` (module docstring). Idempotent:
+    a crash inside it leaves files it completes at the next open."""
+    swaps: list[int] = []
+    bases: set[int] = set()
+    for entry in os.scandir(directory):
+        if entry.name.endswith(CLEANED_SUFFIX):
+            os.unlink(entry.path)
+            continue
+        base = parse_base_offset(entry.name)
+        if base is None:
+            continue
+        if entry.name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            swaps.append(base)
+        elif entry.name.endswith(LOG_SUFFIX):
+            bases.add(base)
+    changed = False
+    for base in sorted(swaps):
+        swap = directory / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
+        end = max(swap_end_offset(swap), base + 1)  # an empty swap still replaces its namesake
+        replaced = sorted(b for b in bases if base <= b < end)
+        for b in replaced:
+            for suffix in SEGMENT_SUFFIXES:
+                (directory / file_name(b, suffix)).unlink(missing_ok=True)
+            bases.discard(b)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the log last: the commit
+            path = directory / (file_name(base, suffix) + SWAP_SUFFIX)
+            if path.exists():
+                os.replace(path, directory / file_name(base, suffix))
+        bases.add(base)
+        changed = True
+        logger.warning("%s: completed the swap of cleaned segment %s (replacing %s)", name,
+                       file_name(base, LOG_SUFFIX), ", ".join(str(b) for b in replaced) or "nothing")
+    for entry in os.scandir(directory):  # index swaps whose log had been renamed, or never was
+        if entry.name.endswith(SWAP_SUFFIX):
+            os.unlink(entry.path)
+            changed = True
+    if changed:
+        fsync_dir(directory)
+
+
 def _load(directory: Path, name: str, checkpoints: CheckpointedOffsets, producer_state: ProducerStateManager,
           new_segment: Callable[[int, bool], LogSegment], log_end_offset: Callable[[], int],
           segments: list[LogSegment]) -> LoadedLog:
     clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
+    settle_cleaner_files(directory, name)
     bases: set[int] = set()
     legacy: list[Path] = []
     for entry in os.scandir(directory):
@@ -160,8 +245,10 @@ def _load(directory: Path, name: str, checkpoints: CheckpointedOffsets, producer
                 logger.warning("%s: %s: %s; rebuilding", name, seg.log_path.name, error)
                 trusted = False
                 rebuilt_flushed = True
+        cut = False
         if not trusted:
             result = seg.recover()
+            cut = result.truncated_bytes > 0
             recovered_headers.extend(result.headers)
             if result.truncated_bytes:
                 # A torn tail past the recovery point is what a crash leaves (WARNING); below it,
@@ -170,7 +257,9 @@ def _load(directory: Path, name: str, checkpoints: CheckpointedOffsets, producer
                 logger.log(logging.ERROR if flushed else logging.WARNING,
                            "%s: recovery cut %d bytes from %s at position %d: %s", name,
                            result.truncated_bytes, seg.log_path, result.valid_bytes, result.problem)
-        if next_base is not None and seg.next_offset != next_base:
+        # A cleaned segment may end before the next begins (a gap); one recovery cut may have
+        # lost its tail, so what follows it cannot be trusted to continue it (Kafka's rule).
+        if next_base is not None and (seg.next_offset > next_base or (cut and seg.next_offset != next_base)):
             logger.warning("%s: %s ends at offset %d but the next segment starts at %d; "
                            "deleting the %d segment(s) after it", name, seg.log_path.name,
                            seg.next_offset, next_base, len(segments) - i - 1)

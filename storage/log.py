@@ -42,6 +42,9 @@ Contract:
 - Durability: ``flush`` fsyncs every segment written since the last flush and moves the recovery
   point; ``flush.messages`` / ``flush.ms`` decide when it runs (Kafka's default: never, leaving
   durability to replication; the page cache survives a process crash).
+- Compaction (``storage/cleaner.py``) rewrites closed segments below the high watermark and
+  swaps them in through ``replace_segments``; offsets then have gaps (reads return the first
+  batch at or after the fetch offset).
 - Recovery on open (``storage/loader.py``): segments wholly below the recovery point are trusted (indexes checked for
   shape, rebuilt if bad); from the segment holding the recovery point on, every batch is
   re-validated and the log is cut at the first bad one. A clean close skips that scan.
@@ -82,10 +85,18 @@ from raftka.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POIN
 from raftka.storage.config import LogConfig
 from raftka.storage import loader
 from raftka.storage.epoch_cache import LeaderEpochCache
-from raftka.storage.index import RELATIVE_OFFSET_MAX
+from raftka.storage.index import RELATIVE_OFFSET_MAX, IndexError_
 from raftka.storage.loader import CLEAN_SHUTDOWN_FILE
 from raftka.storage.producer_state import ProducerStateManager
-from raftka.storage.segment import AppendedBatch, CorruptBatchError, LogSegment
+from raftka.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    AppendedBatch,
+    CorruptBatchError,
+    LogSegment,
+    file_name,
+)
 
 log = logging.getLogger(__name__)
 # The last appended batches stay in memory, so a fetch at the log's tail (followers and
@@ -99,6 +110,13 @@ RecordListTooLargeError = for_code(CODES["RECORD_LIST_TOO_LARGE"])
 # the same read must not flood the log (the count of the repeats comes with the next line).
 CORRUPTION_LOG_INTERVAL_S = 3600.0
 _corruption_log = RateLimitedLog(log, interval_s=CORRUPTION_LOG_INTERVAL_S)
+
+
+def _delete_files(segment: LogSegment) -> None:
+    """Remove a segment's three files (whatever their suffix)."""
+    segment.file.close()
+    for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
+        path.unlink(missing_ok=True)
 
 
 class AppendInfo(NamedTuple):  # a tuple: built per append, a frozen dataclass costs 2.4x
@@ -116,8 +134,8 @@ class AppendInfo(NamedTuple):  # a tuple: built per append, a frozen dataclass c
 
 class FetchData(NamedTuple):  # a tuple: built per read
     """Whole batches read from the log. ``first_offset``: base offset of the first batch
-    returned (may be below the fetch offset, which lies inside that batch); the fetch offset
-    itself when ``records`` is empty."""
+    returned (may be below the fetch offset, which lies inside that batch, or above it, past a
+    gap the log cleaner left); the fetch offset itself when ``records`` is empty."""
 
     records: bytes
     first_offset: int
@@ -136,6 +154,23 @@ class Corruption:
 
     def describe(self) -> str:
         return f"corrupt record batch in {self.file} at byte {self.position} (offset {self.offset}): {self.problem}"
+
+
+class CleaningView(NamedTuple):
+    """What the log cleaner reads of a log, taken under the log's lock (``snapshot_for_cleaning``).
+    ``producer_last_offsets``: each active idempotent producer's last data offset (the batch
+    ending there keeps the producer's state and is never dropped)."""
+
+    segments: list[LogSegment]
+    log_start_offset: int
+    high_watermark: int
+    config: LogConfig
+    producer_last_offsets: dict[int, int]
+
+
+class CleaningAbortedError(Exception):
+    """The segments a cleaning read changed before its swap (truncation, retention, deletion):
+    its output is deleted and the log is left as it is."""
 
 
 class LogCorruptedError(KafkaStorageError):  # type: ignore[misc, valid-type]
@@ -789,11 +824,13 @@ class Log:
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: delete the oldest closed segments past retention.ms (by their largest
         timestamp) or while the log exceeds retention.bytes; only segments wholly below the
-        high watermark. Advances the log start offset; returns how many were deleted."""
+        high watermark, and only when cleanup.policy includes delete. Advances the log start offset; returns how many were deleted."""
         with self._lock:
             if self._closed or self._failed:
                 return 0
             cfg = self.config
+            if not cfg.delete:  # cleanup.policy=compact: only the log cleaner removes records
+                return 0
             total = sum(seg.size for seg in self._segments)
             count = 0
             while len(self._segments) - count > 1:
@@ -856,6 +893,74 @@ class Log:
             raise self._error(KafkaStorageError, f"{why} in {self.dir}: "
                               f"{error.strerror or error}") from error
         log.info("%s: %s: deleted %d segment(s); log start offset now %d", self, why, count, new_start)
+
+    # --- the log cleaner's two calls (storage/cleaner.py) -------------------------------------
+    def snapshot_for_cleaning(self) -> CleaningView:
+        with self._lock:
+            self._check_usable()
+            last = {pid: entry.batches[-1][3] for pid, entry in self.producer_state.producers().items()
+                    if entry.batches}
+            return CleaningView(list(self._segments), self.log_start_offset, self.high_watermark,
+                                self.config, last)
+
+    def replace_segments(self, old: list[LogSegment], sizes: list[int], cleaned: LogSegment,
+                         fault: Callable[[str], None] | None = None) -> LogSegment:
+        """Swap ``cleaned`` (a complete ``.cleaned`` segment, fsynced and closed, based at
+        ``old[0]``'s base offset) in for ``old``, consecutive closed segments of this log that
+        must still have the ``sizes`` the cleaner read. Kafka's order, each step durable before
+        the next: rename the cleaned files to ``.swap`` (indexes, then the log), fsync the
+        directory; delete ``old``; rename the ``.swap`` files to their plain names (the log
+        last), fsync the directory. A crash at any step is completed or undone by the loader.
+        ``fault(step)`` is called before each file operation (tests inject crashes there).
+
+        CleaningAbortedError (the cleaned files deleted, the log untouched) when ``old`` changed
+        meanwhile; KafkaStorageError when a step fails: the log then goes offline (every later
+        call fails) and the next open completes the swap."""
+        step = fault or (lambda _name: None)
+        with self._lock:
+            self._check_usable()
+            try:
+                i = next(j for j, seg in enumerate(self._segments) if seg is old[0])
+            except StopIteration:
+                i = -1
+            if (i < 0 or i + len(old) >= len(self._segments)
+                    or any(self._segments[i + j] is not seg or seg.size != size
+                           for j, (seg, size) in enumerate(zip(old, sizes)))):
+                _delete_files(cleaned)
+                raise CleaningAbortedError(f"{self}: segments {[s.base_offset for s in old]} changed "
+                                           f"while they were cleaned")
+            base = old[0].base_offset
+            assert cleaned.base_offset == base and cleaned.file.closed, cleaned
+            next_base = self._segments[i + len(old)].base_offset
+            try:
+                for path in (cleaned.offset_index.path, cleaned.time_index.path, cleaned.log_path):
+                    step(f"rename {path.name} to .swap")
+                    os.replace(path, path.with_name(path.name[:-len(cleaned.suffix)] + loader.SWAP_SUFFIX))
+                step("fsync the directory after the .swap renames")
+                fsync_dir(self.dir)
+                for seg in old:
+                    step(f"delete {seg.log_path.name}")
+                    seg.delete()
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the log last
+                    plain = self.dir / file_name(base, suffix)
+                    step(f"rename {plain.name}{loader.SWAP_SUFFIX} to {plain.name}")
+                    os.replace(plain.with_name(plain.name + loader.SWAP_SUFFIX), plain)
+                step("fsync the directory after the renames")
+                fsync_dir(self.dir)
+                new = self._new_segment(base, create=False)
+                try:
+                    new.load(next_base)
+                except (IndexError_, CorruptRecordError) as error:  # not expected: it was just written
+                    log.warning("%s: cleaned segment %s: %s; rebuilding its indexes", self, new.log_path.name, error)
+                    new.recover()
+            except BaseException as error:
+                self._failed = f"swapping cleaned segment {base} failed: {error}"
+                raise self._error(KafkaStorageError, f"{self._failed}; the log is offline until it is "
+                                  f"opened again") from error
+            self._set_segments(self._segments[:i] + [new] + self._segments[i + len(old):])
+            if self.corruption is not None and base <= self.corruption.offset < next_base:
+                self.corruption = None  # its segment is gone
+            return new
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget idempotent producers silent for producer.id.expiration.ms (1 day)."""

@@ -4,7 +4,10 @@ The ``.log`` file is a plain concatenation of RecordBatch v2 batches (common/rec
 exactly as they travel on the wire; the file name is the segment's base offset, zero-padded to
 20 digits. Each batch is checksummed by its own CRC-32C (attributes to end); baseOffset,
 batchLength and partitionLeaderEpoch are outside the CRC and are checked by structure
-instead (length within the file, offsets contiguous from the segment's base offset).
+instead (length within the file, offsets increasing from the segment's base offset). Offsets
+are contiguous except in a segment the log cleaner rewrote (storage/cleaner.py): there a gap
+may follow any batch, so the check is that each batch starts at or after the previous batch's
+end (Kafka's rule), and exactly at an offset index entry's offset.
 
 Contract:
 - ``append`` writes whole batches at the end with positional writes; if the write fails the
@@ -12,10 +15,10 @@ Contract:
 - Reads (``read``, ``find``, ``scan_headers``) use positional reads of the file and never look
   past ``size`` (bytes known to be whole batches).
 - ``find`` and ``check_batches`` (the log's read path) raise ``CorruptBatchError`` for a batch
-  that does not decode, runs past the end of the file, does not continue the offsets, or (only
+  that does not decode, runs past the end of the file, goes back in offsets, or (only
   ``check_batches``, which sees the whole batch) fails its CRC: with the file, the batch's byte
   position and the offset it should have begun with, so the log can cut there.
-- ``recover`` re-validates every batch from position 0 (length, magic, CRC, contiguous
+- ``recover`` re-validates every batch from position 0 (length, magic, CRC, increasing
   offsets), rebuilds both indexes, and truncates the file at the first bad byte.
 - ``flush`` fsyncs the log file (unless this process fsynced it since its last write) and both
   indexes.
@@ -74,7 +77,7 @@ class CorruptBatchError(CorruptRecordError):
     """A batch of a segment file failed its check on read. ``path`` and ``position`` say where
     (the batch's first byte), ``offset`` the offset the batch should have begun with (so every
     offset from it on is unreadable here), ``cause`` which check failed: "crc", "header" (does not
-    decode, or runs past the end of the file), "offsets" (not contiguous) or "index" (the offset
+    decode, or runs past the end of the file), "offsets" (going back) or "index" (the offset
     index points at another batch)."""
 
     def __init__(self, path: Path, position: int, offset: int, cause: str, problem: str) -> None:
@@ -99,10 +102,14 @@ class LogSegment:
     """A segment file and its two sparse indexes (see the module docstring for the contract)."""
 
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 index_bytes_max: int, create: bool, files: FileHandleCache | None = None) -> None:
+                 index_bytes_max: int, create: bool, files: FileHandleCache | None = None,
+                 suffix: str = "") -> None:
+        # ``suffix``: ".cleaned" for the log cleaner's output (storage/cleaner.py), which is
+        # renamed to the plain names by the swap protocol; "" for a segment of the log.
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.suffix = suffix
+        self.log_path = directory / (file_name(base_offset, LOG_SUFFIX) + suffix)
         self.index_interval_bytes = index_interval_bytes
         files = segment_files() if files is None else files
         if create:  # a new segment is the active one: written next, so opened now
@@ -111,9 +118,9 @@ class LogSegment:
         else:  # opened on first use: loading thousands of logs opens only what it reads
             self.size = os.stat(self.log_path).st_size
             self.file = files.file(self.log_path, os.O_RDWR)
-        self.offset_index = OffsetIndex(directory / file_name(base_offset, INDEX_SUFFIX),
+        self.offset_index = OffsetIndex(directory / (file_name(base_offset, INDEX_SUFFIX) + suffix),
                                         base_offset, index_bytes_max)
-        self.time_index = TimeIndex(directory / file_name(base_offset, TIME_INDEX_SUFFIX),
+        self.time_index = TimeIndex(directory / (file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
                                     base_offset, index_bytes_max)
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -202,10 +209,10 @@ class LogSegment:
         except CorruptRecordError as error:
             raise CorruptBatchError(self.log_path, position, expected_offset, "header",
                                     error.message.replace("at position 0", f"at byte {position}")) from None
-        if header.base_offset != expected_offset:
+        if header.base_offset < expected_offset:
             raise CorruptBatchError(self.log_path, position, expected_offset, "offsets",
                                     f"the batch there begins at offset {header.base_offset}, "
-                                    f"expected {expected_offset}")
+                                    f"expected {expected_offset} or later")
         if position + header.size > self.size:
             raise CorruptBatchError(self.log_path, position, expected_offset, "header",
                                     f"the batch declares {header.size} bytes, past the end of the "
@@ -221,6 +228,11 @@ class LogSegment:
         while position < self.size:
             try:
                 header = self.checked_header(position, expected)
+                if position and expected == indexed_offset and header.base_offset != indexed_offset:
+                    # An index entry names a batch's base offset exactly, gaps or not.
+                    raise CorruptBatchError(self.log_path, position, expected, "offsets",
+                                            f"the batch there begins at offset {header.base_offset}, "
+                                            f"expected {expected}")
             except CorruptBatchError as error:
                 if error.cause == "offsets" and position and expected == indexed_offset:
                     # The index or the batch is wrong, and which one cannot be told: nothing in
@@ -269,10 +281,10 @@ class LogSegment:
                                                 f"computed {error.computed_crc:#010x})") from None
                     raise CorruptBatchError(self.log_path, where, expected, "header",
                                             error.message.replace(f"at position {pos}", f"at byte {where}")) from None
-                if header.base_offset != expected:
+                if header.base_offset < expected:
                     raise CorruptBatchError(self.log_path, where, expected, "offsets",
                                             f"the batch there begins at offset {header.base_offset}, "
-                                            f"expected {expected}")
+                                            f"expected {expected} or later")
                 if limit is not None and header.last_offset >= limit:
                     break
                 expected = header.next_offset
@@ -330,7 +342,9 @@ class LogSegment:
         else:
             last_offset, position = self.offset_index.last_entry()
             header = self.header_at(position)
-            if header.base_offset != last_offset:
+            if position == 0 and header.base_offset >= last_offset:
+                pass  # no entry: a cleaned segment's first batch may start past its base
+            elif header.base_offset != last_offset:
                 raise IndexError_(f"{self.offset_index.path.name}: last entry points at "
                                   f"offset {header.base_offset}, not {last_offset}")
             next_offset = None
@@ -373,9 +387,9 @@ class LogSegment:
                     except CorruptRecordError as error:
                         problem = error.message
                         break
-                    if header.base_offset != expected:
+                    if header.base_offset < expected:
                         problem = (f"batch at position {position} has base offset "
-                                   f"{header.base_offset}, expected {expected}")
+                                   f"{header.base_offset}, expected {expected} or later")
                         break
                     headers.append(header)
                     self._index_batch(position, header.size, header.base_offset, header.max_timestamp)

@@ -48,7 +48,7 @@ def test_topic_configs_parse_strings_to_typed_values_with_defaults():
     ("segment.bytes", "lots", "expected an integer"),
     ("segment.bytes", "1", "must be >= 14"),
     ("min.insync.replicas", 0, "must be >= 1"),
-    ("cleanup.policy", "compact", "must be one of delete"),
+    ("cleanup.policy", "bogus", "items must be among delete, compact"),
     ("unclean.leader.election.enable", "yes", "true or false"),
     ("segment.bytes", str(2**40), "32-bit"),
     ("no.such.key", "1", "unknown configuration key"),
