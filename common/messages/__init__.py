@@ -3,7 +3,7 @@ explains the declarations, common/codec.py compiles them into encoders and decod
 
 One module per family: ``data`` (Produce, Fetch, ListOffsets, Metadata, ...), ``groups`` (the
 group coordinator's APIs), ``admin`` (topics and configs), ``controller`` (the broker-controller
-APIs), ``security`` (SASL, SCRAM credentials, ACLs). Each declares ``REQUESTS`` and ``RESPONSES``, tuples of Messages;
+APIs), ``security`` (SASL, SCRAM credentials, ACLs), ``operations`` (leader elections, replica moves). Each declares ``REQUESTS`` and ``RESPONSES``, tuples of Messages;
 names, field order, types, versions, defaults and tags follow Kafka's published message
 definitions, and ``valid_versions`` is the range Raftka serves (docs/protocol.md is generated from
 these).
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from raftka.common.messages import admin, controller, data, groups, security
+from raftka.common.messages import admin, controller, data, groups, operations, security
 from raftka.common.schema import Message
 
-FAMILIES: Final = (data, groups, admin, controller, security)
+FAMILIES: Final = (data, groups, admin, controller, security, operations)
 
 
 def _pairs() -> dict[int, tuple[Message, Message]]:

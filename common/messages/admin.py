@@ -13,10 +13,6 @@ Version ranges are Kafka 4's, each up to the newest version Kafka defines today:
   the config type and documentation, 4 turns flexible.
 - AlterConfigs (33) 0-2: none dropped; 2 turns flexible.
 - IncrementalAlterConfigs (44) 0-1: none dropped; 1 turns flexible.
-- AlterPartitionReassignments (45) 0 and ListPartitionReassignments (46) 0 (KIP-455), flexible;
-  Kafka 4's v1 of AlterPartitionReassignments (allow_replication_factor_change) is not served.
-- ElectLeaders (43) 0-2: none dropped; 1 adds the election type (0 preferred, 1 unclean) and a
-  top-level error, 2 turns flexible.
 
 Configs and replica assignments are arrays of structs, as on Kafka's wire. ``resource_type`` is
 Kafka's int8 (2: topic, 4: broker).
@@ -264,92 +260,8 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE: Final = Message(
         _throttle(), _ALTER_CONFIGS_RESULTS,
     ), flexible_versions="1+")
 
-# -- ElectLeaders (43) -------------------------------------------------------------------------------
-
-ELECT_LEADERS_REQUEST: Final = Message(ApiKey.ELECT_LEADERS, "ElectLeadersRequest", "0-2", (
-    _f("election_type", "int8", 0, "1+", about="0: the preferred replica; 1: unclean (a live replica if no ISR member)"),
-    _f("topic_partitions", Array(Struct("ElectLeadersTopicPartitions", (
-        _text("topic"),
-        _f("partition_id", Array("int32", max_count=PARTITIONS_MAX), []),
-    )), max_count=TOPICS_MAX), None, nullable_versions="0+", about="null: every partition"),
-    _f("timeout_ms", "int32", 60_000),
-), flexible_versions="2+")
-
-ELECT_LEADERS_RESPONSE: Final = Message(ApiKey.ELECT_LEADERS, "ElectLeadersResponse", "0-2", (
-    _throttle(),
-    _f("error_code", "int16", 0, "1+"),
-    _f("replica_election_results", Array(Struct("ReplicaElectionResult", (
-        _text("topic"),
-        _f("partition_result", Array(Struct("PartitionResult", (
-            _f("partition_id", "int32", 0),
-            _f("error_code", "int16", 0),
-            _error_message(),
-        )), max_count=PARTITIONS_MAX), []),
-    )), max_count=TOPICS_MAX), []),
-), flexible_versions="2+")
-
-# -- AlterPartitionReassignments (45), ListPartitionReassignments (46) -------------------------------
-
-_REPLICA_IDS = Array("int32", max_count=REPLICAS_MAX)
-
-ALTER_PARTITION_REASSIGNMENTS_REQUEST: Final = Message(
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignmentsRequest", "0", (
-        _f("timeout_ms", "int32", 60_000),
-        _f("topics", Array(Struct("ReassignableTopic", (
-            _text("name"),
-            _f("partitions", Array(Struct("ReassignablePartition", (
-                _f("partition_index", "int32", 0),
-                _f("replicas", _REPLICA_IDS, None, nullable_versions="0+",
-                   about="the replicas to move to; null cancels the partition's reassignment"),
-            )), max_count=PARTITIONS_MAX), []),
-        )), max_count=TOPICS_MAX), []),
-    ), flexible_versions="0+")
-
-ALTER_PARTITION_REASSIGNMENTS_RESPONSE: Final = Message(
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignmentsResponse", "0", (
-        _throttle(),
-        _f("error_code", "int16", 0),
-        _error_message(),
-        _f("responses", Array(Struct("ReassignableTopicResponse", (
-            _text("name"),
-            _f("partitions", Array(Struct("ReassignablePartitionResponse", (
-                _f("partition_index", "int32", 0),
-                _f("error_code", "int16", 0),
-                _error_message(),
-            )), max_count=PARTITIONS_MAX), []),
-        )), max_count=TOPICS_MAX), []),
-    ), flexible_versions="0+")
-
-LIST_PARTITION_REASSIGNMENTS_REQUEST: Final = Message(
-    ApiKey.LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignmentsRequest", "0", (
-        _f("timeout_ms", "int32", 60_000),
-        _f("topics", Array(Struct("ListPartitionReassignmentsTopics", (
-            _text("name"),
-            _f("partition_indexes", Array("int32", max_count=PARTITIONS_MAX), []),
-        )), max_count=TOPICS_MAX), None, nullable_versions="0+", about="null: every reassignment under way"),
-    ), flexible_versions="0+")
-
-LIST_PARTITION_REASSIGNMENTS_RESPONSE: Final = Message(
-    ApiKey.LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignmentsResponse", "0", (
-        _throttle(),
-        _f("error_code", "int16", 0),
-        _error_message(),
-        _f("topics", Array(Struct("OngoingTopicReassignment", (
-            _text("name"),
-            _f("partitions", Array(Struct("OngoingPartitionReassignment", (
-                _f("partition_index", "int32", 0),
-                _f("replicas", _REPLICA_IDS, []),
-                _f("adding_replicas", _REPLICA_IDS, []),
-                _f("removing_replicas", _REPLICA_IDS, []),
-            )), max_count=PARTITIONS_MAX), []),
-        )), max_count=TOPICS_MAX), []),
-    ), flexible_versions="0+")
-
 REQUESTS: Final = (CREATE_TOPICS_REQUEST, DELETE_TOPICS_REQUEST, DELETE_RECORDS_REQUEST, DESCRIBE_CONFIGS_REQUEST,
-                   ALTER_CONFIGS_REQUEST, CREATE_PARTITIONS_REQUEST, INCREMENTAL_ALTER_CONFIGS_REQUEST,
-                   ELECT_LEADERS_REQUEST, ALTER_PARTITION_REASSIGNMENTS_REQUEST,
-                   LIST_PARTITION_REASSIGNMENTS_REQUEST)
+                   ALTER_CONFIGS_REQUEST, CREATE_PARTITIONS_REQUEST, INCREMENTAL_ALTER_CONFIGS_REQUEST)
 RESPONSES: Final = (CREATE_TOPICS_RESPONSE, DELETE_TOPICS_RESPONSE, DELETE_RECORDS_RESPONSE,
                     DESCRIBE_CONFIGS_RESPONSE, ALTER_CONFIGS_RESPONSE, CREATE_PARTITIONS_RESPONSE,
-                    INCREMENTAL_ALTER_CONFIGS_RESPONSE, ELECT_LEADERS_RESPONSE,
-                    ALTER_PARTITION_REASSIGNMENTS_RESPONSE, LIST_PARTITION_REASSIGNMENTS_RESPONSE)
+                    INCREMENTAL_ALTER_CONFIGS_RESPONSE)
