@@ -45,7 +45,7 @@ from raftka.common.records import (
     validate_batch,
 )
 from raftka.storage.file_handles import FileHandleCache, segment_files
-from raftka.storage.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.storage.index import RELATIVE_OFFSET_MAX, IndexError_, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -390,6 +390,12 @@ class LogSegment:
                     if header.base_offset < expected:
                         problem = (f"batch at position {position} has base offset "
                                    f"{header.base_offset}, expected {expected} or later")
+                        break
+                    # The base offset lies outside the CRC: a damaged one can leap past what a
+                    # segment's relative offsets can hold (Kafka's ensureOffsetInRange).
+                    if header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:
+                        problem = (f"batch at position {position} ends at offset {header.last_offset}, "
+                                   f"past what segment {self.base_offset} can hold")
                         break
                     headers.append(header)
                     self._index_batch(position, header.size, header.base_offset, header.max_timestamp)

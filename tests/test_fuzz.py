@@ -134,6 +134,26 @@ def test_recovery_of_a_damaged_log_opens_and_keeps_a_prefix_of_what_was_written(
         reopened.close()
 
 
+def test_a_damaged_base_offset_past_what_the_segment_can_hold_is_cut(tmp_path):
+    """The base offset lies outside the CRC; a flipped high byte makes it leap past the 2^31
+    relative offsets a segment can hold. Recovery cuts that batch instead of keeping a log that
+    fails at its next roll (found by the property above in CI)."""
+    log = Log.open(tmp_path, {"segment.bytes": 400}, topic="t", partition=0)
+    log.append_as_leader(_batch(0), 0)
+    segment = next(tmp_path.glob("*.log"))
+    raw = bytearray(segment.read_bytes())
+    raw[0] = 1  # baseOffset becomes 2^56
+    segment.write_bytes(bytes(raw))
+    reopened = Log.open(tmp_path, {"segment.bytes": 400}, topic="t", partition=0)
+    try:
+        assert reopened.log_end_offset == 0
+        for i in range(1, 6):  # enough to roll
+            reopened.append_as_leader(_batch(i), 0)
+        assert read_values(reopened)[:3] == [b"v1-0", b"v1-1", b"v1-2"]
+    finally:
+        reopened.close()
+
+
 def read_values(log: Log) -> list[bytes]:
     from raftka.common.records import iter_records
     values, offset = [], log.log_start_offset
