@@ -133,18 +133,36 @@ def test_a_follower_held_up_past_its_election_timeout_does_not_depose_a_healthy_
     quorum.submit(leader, "before")
     term = quorum.status(leader)["term"]
     follower = next(n for n in quorum.ids if n != leader)
-    for round_ in range(rounds):
+    starved_rounds, round_ = 0, 0
+    while round_ < rounds:
+        held_before = {n: _held_up_lines(quorum, n) for n in quorum.ids}
         quorum.procs[follower].pause()
         time.sleep(pause_s)
         quorum.procs[follower].resume()
-        wait_until(lambda: quorum.status(follower)["leader_id"] == leader, 10, what="the follower is back")
+        wait_until(lambda: quorum.status(follower)["leader_id"] is not None, 10, what="the follower is back")
         time.sleep(1.0)  # room for an election the resumed follower might start
-        for node_id in quorum.ids:
-            status = quorum.status(node_id)
-            assert (status["leader_id"], status["term"]) == (leader, term), \
-                f"round {round_}: node {node_id} sees leader {status['leader_id']} term {status['term']}"
+        seen = {n: quorum.status(n) for n in quorum.ids}
+        if all((st["leader_id"], st["term"]) == (leader, term) for st in seen.values()):
+            round_ += 1
+            continue
+        # An election is excused only when a node that was not paused says the box held it up
+        # past the election timeout (two test workers share two cores): then the leader was
+        # really unheard. The round runs again, at most twice.
+        starved = {n: lines[len(held_before[n]):] for n in quorum.ids if n != follower
+                   for lines in [_held_up_lines(quorum, n)] if len(lines) > len(held_before[n])}
+        assert starved and starved_rounds < 2, \
+            f"round {round_}: statuses {seen} after node {follower} (a follower of {leader} at term {term}) " \
+            f"was paused {pause_s} s; hold-ups logged by the others: {starved}"
+        starved_rounds += 1
+        leader = quorum.leader()
+        term = quorum.status(leader)["term"]
+        follower = next(n for n in quorum.ids if n != leader)
     quorum.submit(follower, "after")  # the follower is fully back: it forwards and replicates
     wait_until(lambda: quorum.records(follower) == ["before", "after"], 15, what="the follower has both records")
+
+
+def _held_up_lines(quorum: Quorum, node_id: int) -> list[str]:
+    return [line for line in quorum.procs[node_id].lines if "was held up" in line]
 
 
 def test_killing_all_voters_and_restarting_keeps_committed_records_including_snapshots(quorum):
