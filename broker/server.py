@@ -35,7 +35,7 @@ from raftka.broker import authorization
 from raftka.broker.controller_channel import AlterPartitionManager, ControllerChannel
 from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
 from raftka.broker.limits import ByteBudget
-from raftka.storage import LogManager
+from raftka.storage import LogCleanerConfig, LogManager
 from raftka.broker.metadata import EMPTY as EMPTY_VIEW, MetadataFollower, MetadataView
 from raftka.broker.kafka_wire import ANSWER_SHIMS, HANDLER_WRAPPERS, REQUEST_SHIMS
 from raftka.broker.metrics import BrokerMetrics
@@ -100,12 +100,24 @@ class BrokerServer:
         default_log_config = {"max.message.bytes": config["message.max.bytes"],
                               "segment.bytes": config["log.segment.bytes"],
                               "retention.ms": config["log.retention.ms"],
-                              "retention.bytes": config["log.retention.bytes"]}
+                              "retention.bytes": config["log.retention.bytes"],
+                              "cleanup.policy": config["log.cleanup.policy"],
+                              "min.cleanable.dirty.ratio": config["log.cleaner.min.cleanable.ratio"],
+                              "delete.retention.ms": config["log.cleaner.delete.retention.ms"],
+                              "min.compaction.lag.ms": config["log.cleaner.min.compaction.lag.ms"],
+                              "max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"]}
+        cleaner = LogCleanerConfig(
+            enable=config["log.cleaner.enable"], threads=config["log.cleaner.threads"],
+            backoff_ms=config["log.cleaner.backoff.ms"], dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+            io_buffer_size=config["log.cleaner.io.buffer.size"],
+            io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
+            io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"])
+        cleaner.check()
         self.logs = LogManager(config["log.dirs"], default_log_config,
                                hw_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
                                retention_check_interval_ms=config["log.retention.check.interval.ms"],
                                recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"],
-                               open_files_max=config["log.open.files.max"])
+                               open_files_max=config["log.open.files.max"], cleaner_config=cleaner)
         self.replicas = ReplicaManager(self.broker_id, config, self.logs, self._alter_partition)
         self.replicas.dial_proxies = config.proxies("broker.dial.proxies")
         self.metrics = BrokerMetrics(self)

@@ -353,16 +353,18 @@ decode_one(const uint8_t *p, Py_ssize_t n, Py_ssize_t *pos, int64_t base_offset,
 }
 
 PyDoc_STRVAR(walk_records_doc,
-"walk_records(data, count) -> bool\n\n"
-"True iff records.py _walk_records(data, count) would not raise: every record of the\n"
-"uncompressed records section well formed, offset deltas 0, 1, 2, ..., count records.");
+"walk_records(data, count, require_keys=False) -> bool\n\n"
+"True iff records.py _walk_records(data, count, require_keys) would not raise: every record of the\n"
+"uncompressed records section well formed, offset deltas 0, 1, 2, ..., count records, and\n"
+"with require_keys none with a null key.");
 
 static PyObject *
 walk_records(PyObject *module, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "y*n:walk_records", &view, &count))
+    int require_keys = 0;
+    if (!PyArg_ParseTuple(args, "y*n|p:walk_records", &view, &count, &require_keys))
         return NULL;
     const uint8_t *p = view.buf;
     Py_ssize_t n = view.len, i = 0, index = 0;
@@ -370,7 +372,8 @@ walk_records(PyObject *module, PyObject *args)
     while (i < n) {
         RawRecord r;
         Py_ssize_t unused = 0;
-        if (index >= count || !parse_record(p, n, i, &r) || r.offset_delta != index) {
+        if (index >= count || !parse_record(p, n, i, &r) || r.offset_delta != index
+                || (require_keys && r.key_length < 0)) {
             ok = 0;
             break;
         }

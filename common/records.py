@@ -251,7 +251,8 @@ def validate_batch(buf, pos: int = 0) -> BatchHeader:
     return header
 
 
-def validate_batches(buf, *, max_batch_bytes: int | None = None, check_records: bool = True) -> list[BatchHeader]:
+def validate_batches(buf, *, max_batch_bytes: int | None = None, check_records: bool = True,
+                     require_keys: bool = False) -> list[BatchHeader]:
     """Validate a Produce request's ``records``: one or more whole batches and nothing else.
 
     Each batch must pass :func:`validate_batch`, use a codec Raftka supports, hold at least one
@@ -260,7 +261,9 @@ def validate_batches(buf, *, max_batch_bytes: int | None = None, check_records: 
     broken bytes, InvalidRecordError for well-formed batches a producer must not send, and
     MessageTooLargeError for a batch larger than ``max_batch_bytes``. With ``check_records``
     (the leader's append) every record of every batch is walked too, compressed ones
-    decompressed: nothing a consumer could not read is stored.
+    decompressed: nothing a consumer could not read is stored. With ``require_keys`` (a
+    compacted topic) a record without a key is an InvalidRecordError too: the cleaner keeps
+    the latest record of each key, and a keyless one has none.
     """
     total = len(buf)
     if total == 0:
@@ -290,13 +293,14 @@ def validate_batches(buf, *, max_batch_bytes: int | None = None, check_records: 
                 f"lastOffsetDelta {header.last_offset_delta}; a producer's batch must hold at "
                 f"least one record with contiguous offsets")
         if check_records:
-            _check_batch_records(buf, pos, header, size, codec)
+            _check_batch_records(buf, pos, header, size, codec, require_keys)
         headers.append(header)
         pos += size
     return headers
 
 
-def _check_batch_records(buf, pos: int, header: BatchHeader, size: int, codec: int) -> None:
+def _check_batch_records(buf, pos: int, header: BatchHeader, size: int, codec: int,
+                         require_keys: bool = False) -> None:
     """The record walk of a Produce's batch (Kafka's LogValidator): the batch's records,
     decompressed, each well formed and in place. A valid CRC only says the bytes are what the
     producer sent, not that a consumer can read them."""
@@ -308,11 +312,11 @@ def _check_batch_records(buf, pos: int, header: BatchHeader, size: int, codec: i
         else:
             data = _DECOMPRESS[codec](section, pos, DECOMPRESSED_BYTES_MAX)
         section.release()
-    if records_ext is not None and records_ext.walk_records(data, header.record_count):
+    if records_ext is not None and records_ext.walk_records(data, header.record_count, require_keys):
         return
     where = f"record batch at position {pos} (baseOffset {header.base_offset})"
     try:
-        _walk_records(data, header.record_count)
+        _walk_records(data, header.record_count, require_keys)
     except (IndexError, ValueError) as exc:  # cut inside a record, or a header key not UTF-8
         raise CorruptRecordError(f"{where} holds a malformed record: {exc}") from None
     except InvalidRecordError as exc:
@@ -321,7 +325,7 @@ def _check_batch_records(buf, pos: int, header: BatchHeader, size: int, codec: i
         raise CorruptRecordError(f"{where}: {exc.message}") from None
 
 
-def _walk_records(data, count: int) -> None:
+def _walk_records(data, count: int, require_keys: bool = False) -> None:
     """Check every record of an uncompressed records section without building anything:
     length, attributes, timestamp delta, offset delta (the record's index: offsets are
     contiguous from the batch's base), key, value and headers, each record's fields filling
@@ -381,6 +385,9 @@ def _walk_records(data, count: int) -> None:
             i += key_length
         elif key_length < -1:
             raise CorruptRecordError(f"record {index} has key length {key_length}")
+        elif key_length == -1 and require_keys:
+            raise InvalidRecordError(f"record {index} has no key; a compacted topic (cleanup.policy=compact) "
+                                     f"keeps the latest record of each key, so every record needs one")
         b = data[i]
         if b < 0x80:
             value_length = one[b]

@@ -219,6 +219,32 @@ SERVER_CONFIGS = (
             "How often a broker looks for segments past retention (and idempotent producers to forget).",
             at_least(1))
     .define("log.segment.bytes", "int", 1_073_741_824, "Default segment.bytes of new topics.", at_least(14))
+    .define("log.cleanup.policy", "list", ["delete"], "Default cleanup.policy of new topics.",
+            lambda v: None if v and set(v) <= {"delete", "compact"} else f"must be delete, compact or both, got {v}")
+    .define("log.cleaner.enable", "bool", True,
+            "Run the log cleaner, which compacts topics with cleanup.policy=compact (storage/log_cleaner.py).")
+    .define("log.cleaner.threads", "int", 1, "Log cleaner threads.", between(1, 16))
+    .define("log.cleaner.backoff.ms", "long", 15_000, "How long a cleaner thread sleeps when no log needs cleaning.",
+            at_least(0))
+    .define("log.cleaner.dedupe.buffer.size", "long", 134_217_728,
+            "Bytes of offset map for all cleaner threads together, counted as Kafka does (24 bytes a key); "
+            "Python's dict costs about 150 bytes a key, so the process may use about six times this.",
+            at_least(24))
+    .define("log.cleaner.io.buffer.size", "int", 524_288, "The cleaner's read size (a larger batch is read whole).",
+            at_least(61))
+    .define("log.cleaner.io.buffer.load.factor", "double", 0.9, "How full an offset map may get.",
+            lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}")
+    .define("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308,
+            "Bytes per second all cleaner threads together may read and write.",
+            lambda v: None if v > 0 else f"must be positive, got {v}")
+    .define("log.cleaner.min.cleanable.ratio", "double", 0.5, "Default min.cleanable.dirty.ratio of new topics.",
+            between(0, 1))
+    .define("log.cleaner.delete.retention.ms", "long", 86_400_000, "Default delete.retention.ms of new topics.",
+            at_least(0))
+    .define("log.cleaner.min.compaction.lag.ms", "long", 0, "Default min.compaction.lag.ms of new topics.",
+            at_least(0))
+    .define("log.cleaner.max.compaction.lag.ms", "long", 9_223_372_036_854_775_807,
+            "Default max.compaction.lag.ms of new topics.", at_least(1))
     .define("num.recovery.threads.per.data.dir", "int", 8,
             "Threads that open (and after an unclean stop recover) the partition logs of each log dir at "
             "start. Kafka's default is 1; opening a log here mostly waits on the disk.", at_least(1))

@@ -24,8 +24,7 @@ What one cleaning of a log does (``Cleaner.clean``):
   ``cleaner-history`` (below), by offset, not by segment: merging segments never resets or
   advances a tombstone's clock. Offsets are kept (the dropped ones leave gaps), as is the order
   of what remains.
-- **Records without a key** cannot be compacted. Kafka refuses them on compacted topics at
-  produce time (the broker's part, not done here); a keyless record the cleaner finds is kept.
+- **Records without a key** cannot be compacted (see the end of this docstring).
 - **Transactional and control batches** (transaction markers) are copied as they are and their
   records stay out of the map: aborted transactions are not tracked yet.
 - **Batches.** A batch keeping all its records is copied byte for byte. A batch keeping some is
@@ -68,7 +67,11 @@ was: uncleaned, never lost. ``fault(step)`` is called before each step (tests st
 there).
 
 Limits: the offset map (above); reads in ``io_buffer_bytes`` chunks (a batch larger than that is
-read whole); one group's output is at most ``segment.bytes``.
+read whole); one group's output is at most ``segment.bytes``; the bytes read and written pass
+``throttle`` (the broker's log.cleaner.io.max.bytes.per.second).
+
+Records without a key: refused at produce time on a compacted topic (Log.append_as_leader,
+Kafka's rule); one the cleaner still finds (written before the topic became compacted) is kept.
 """
 from __future__ import annotations
 
@@ -231,13 +234,16 @@ def filtered_batch(batch: bytes, keep: Callable[[_Record], bool], keep_empty: bo
     return _encode_batch(header, body, len(kept), header.attributes)
 
 
-def _batches(seg: LogSegment, io_buffer_bytes: int, start: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+def _batches(seg: LogSegment, io_buffer_bytes: int, start: int = 0,
+             throttle: Callable[[int], None] | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
     """(header, bytes) of each batch of ``seg`` from byte ``start``, read ``io_buffer_bytes`` at a
-    time (a larger batch is read whole)."""
+    time (a larger batch is read whole); ``throttle(n)`` after each read of n bytes."""
     position = start
     size = seg.size
     while position < size:
         chunk = seg.pread(position, min(io_buffer_bytes, size - position))
+        if throttle is not None:
+            throttle(len(chunk))
         view = memoryview(chunk)
         used = 0
         while len(chunk) - used >= BATCH_OVERHEAD_BYTES:
@@ -432,7 +438,8 @@ class Cleaner:
 
     def __init__(self, *, dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES_DEFAULT,
                  load_factor: float = DEDUPE_BUFFER_LOAD_FACTOR_DEFAULT,
-                 io_buffer_bytes: int = IO_BUFFER_BYTES_DEFAULT) -> None:
+                 io_buffer_bytes: int = IO_BUFFER_BYTES_DEFAULT,
+                 throttle: Callable[[int], None] | None = None) -> None:
         if int(dedupe_buffer_bytes * load_factor) < OFFSET_MAP_ENTRY_BYTES:
             raise ConfigError("log.cleaner.dedupe.buffer.size",
                               f"{dedupe_buffer_bytes} bytes hold no offset map entry ({OFFSET_MAP_ENTRY_BYTES} bytes each)")
@@ -441,6 +448,9 @@ class Cleaner:
         self.dedupe_buffer_bytes = dedupe_buffer_bytes
         self.load_factor = load_factor
         self.io_buffer_bytes = io_buffer_bytes
+        # Called with each read's and write's byte count: log.cleaner.io.max.bytes.per.second
+        # (storage/log_cleaner.py) sleeps there.
+        self.throttle = throttle
         self._checkpoints: dict[Path, CleanerCheckpoint] = {}
         self._checkpoints_lock = threading.Lock()
 
@@ -567,7 +577,7 @@ class Cleaner:
                 break
             found = seg.find(start) if seg.base_offset < start else None
             position = found[0] if found else 0
-            for header, batch in _batches(seg, self.io_buffer_bytes, position):
+            for header, batch in _batches(seg, self.io_buffer_bytes, position, self.throttle):
                 if header.last_offset < start:
                     continue
                 if header.is_control or header.is_transactional:
@@ -654,9 +664,11 @@ class Cleaner:
             nonlocal pending, pending_batches, pending_bytes
             if pending:
                 cleaned.append(b"".join(pending), pending_batches)
+                if self.throttle is not None:
+                    self.throttle(pending_bytes)
             pending, pending_batches, pending_bytes = [], [], 0
 
-        for header, batch in _batches(seg, self.io_buffer_bytes):
+        for header, batch in _batches(seg, self.io_buffer_bytes, 0, self.throttle):
             if header.is_control or header.is_transactional:
                 out: bytes | None = batch
             else:

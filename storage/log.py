@@ -222,6 +222,9 @@ class Log:
         # when that must be on disk before the log goes on (module docstring); the LogManager
         # writes its log dir's file at once. OSError when it cannot.
         self.checkpoint_now: Callable[["Log", str, int], None] | None = None
+        # Called under the log's lock with the new log end offset after a truncation: the log
+        # cleaner's first dirty offset may not stay above it (LogManager).
+        self.on_truncate: Callable[["Log", int], None] | None = None
 
     # --- opening -----------------------------------------------------------------------------
     @classmethod
@@ -360,6 +363,11 @@ class Log:
     def _error(self, cls: type, message: str) -> Exception:
         return cls(message, topic=self.topic, partition=self.partition)
 
+    @property
+    def is_usable(self) -> bool:
+        """Neither closed (or deleted) nor offline after a disk error."""
+        return not self._closed and not self._failed
+
     def _check_usable(self) -> None:
         if self._closed:
             raise self._error(KafkaStorageError, f"the log in {self.dir} is closed")
@@ -376,7 +384,8 @@ class Log:
         errors, KafkaStorageError."""
         with self._lock:
             self._check_usable()
-            headers = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
+            headers = validate_batches(records, max_batch_bytes=self.config.max_message_bytes,
+                                       require_keys=self.config.compact)
             if len(records) > self.config.segment_bytes:
                 raise self._error(RecordListTooLargeError,
                                   f"{len(records)} bytes of batches do not fit in a segment "
@@ -400,8 +409,9 @@ class Log:
 
     def append_as_follower(self, records: bytes) -> AppendInfo:
         """Append batches copied from the leader, offsets and epochs included. Each batch must
-        pass its CRC and the offsets must continue from the log end offset. Errors as
-        ``append_as_leader``; a gap or overlap in offsets is a CorruptRecordError. max.message.bytes
+        pass its CRC and its offsets must lie past the previous batch's. Gaps are allowed: a
+        compacted leader's log has them where the cleaner removed records (Kafka's followers
+        take them too). Errors as ``append_as_leader``; an overlap is a CorruptRecordError. max.message.bytes
         is not checked: the leader accepted the batch (as in Kafka). More bytes than a segment
         holds are appended in several runs (rolling between them); validation still covers
         every batch before the first byte is written."""
@@ -416,10 +426,10 @@ class Log:
                                          topic=self.topic, partition=self.partition)
             while pos < total:
                 header = validate_batch(records, pos)
-                if header.base_offset != expected:
+                if header.base_offset < expected:
                     raise CorruptRecordError(
                         f"batch at position {pos} starts at offset {header.base_offset}, but the "
-                        f"log ends at {expected}: offsets must be contiguous",
+                        f"log ends at {expected}: offsets must increase",
                         topic=self.topic, partition=self.partition)
                 headers.append(header)
                 expected = header.base_offset + header.last_offset_delta + 1
@@ -467,6 +477,8 @@ class Log:
             max_ts = -1
             records = 0
             for header in headers:
+                if not leader:
+                    offset = header.base_offset  # the leader's, gaps included
                 last = offset + header.last_offset_delta
                 ts = append_time if append_time >= 0 else header.max_timestamp
                 size = header.batch_length + LOG_OVERHEAD_BYTES
@@ -477,7 +489,7 @@ class Log:
                 position += size
                 offset = last + 1
             last_offset = offset - 1
-        seg = self._maybe_roll(len(data), batches[0].max_timestamp, last_offset)
+        seg = self._maybe_roll(len(data), batches[0].max_timestamp, base, last_offset)
         if seg.size == 0:
             seg.created_ms = self.clock_ms()
         try:
@@ -508,7 +520,7 @@ class Log:
             self._failed = f"{error}; then could not cut the partial write: {second}"
             log.error("%s: %s", self, self._failed)
 
-    def _maybe_roll(self, size: int, first_timestamp: int, last_offset: int) -> LogSegment:
+    def _maybe_roll(self, size: int, first_timestamp: int, base: int, last_offset: int) -> LogSegment:
         seg = self._segments[-1]
         if seg.size == 0:
             return seg
@@ -530,11 +542,12 @@ class Log:
                 reason = "segment.ms"
         if reason is None:
             return seg
-        return self._roll(reason)
+        # Past a gap wider than relative offsets reach, the new segment starts at the batch.
+        return self._roll(reason, base if last_offset - seg.next_offset > RELATIVE_OFFSET_MAX else None)
 
-    def _roll(self, reason: str) -> LogSegment:
+    def _roll(self, reason: str, at: int | None = None) -> LogSegment:
         old = self._segments[-1]
-        base = old.next_offset
+        base = old.next_offset if at is None else at
         try:
             self.producer_state.on_roll(base)
             old.on_become_inactive()
@@ -762,6 +775,8 @@ class Log:
         self.producer_state.load(self._headers_from, self.log_start_offset, leo)
         if self.corruption is not None and self.corruption.offset >= leo:
             self.corruption = None  # cut away with the rest
+        if self.on_truncate is not None:
+            self.on_truncate(self, leo)
 
     def truncate_at_corruption(self) -> int | None:
         """Heal: remove the corrupt batch a read met (``corruption``) and every batch after it,
@@ -816,6 +831,8 @@ class Log:
                 self.leader_epoch_cache.clear()
                 self._unflushed_messages = 0
                 self.corruption = None
+                if self.on_truncate is not None:
+                    self.on_truncate(self, offset)
             except OSError as error:
                 self._failed = f"truncation failed: {error}"
                 raise self._error(KafkaStorageError, f"could not reset the log in {self.dir} "

@@ -63,6 +63,7 @@ from raftka.storage.config import LogConfig
 from raftka.storage.file_handles import resolve_open_files_max, segment_files
 from raftka.storage.loader import CheckpointedOffsets
 from raftka.storage.log import Log
+from raftka.storage.log_cleaner import LogCleaner, LogCleanerConfig
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,8 @@ class LogManager:
                  recovery_point_checkpoint_interval_ms: int = 60000,
                  retention_check_interval_ms: int = 300_000,
                  recovery_threads_per_data_dir: int = RECOVERY_THREADS_PER_DATA_DIR_DEFAULT,
-                 open_files_max: int | None = None) -> None:
+                 open_files_max: int | None = None,
+                 cleaner_config: LogCleanerConfig | None = None) -> None:
         if isinstance(log_dirs, str):  # "a,b" as written in a properties file
             log_dirs = [d.strip() for d in log_dirs.split(",") if d.strip()]
         if not log_dirs:
@@ -179,6 +181,9 @@ class LogManager:
                                  for name in OFFSET_CHECKPOINTS} for d in self.log_dirs}
         self._checkpoints_of: dict[Log, dict[str, _DirCheckpoint]] = {}  # each hosted log's dir's
         self._checkpoint_lock = threading.Lock()
+        # Compaction (log.cleaner.*): started once the logs are open; None with
+        # log.cleaner.enable=false (and for tools that open logs without a broker).
+        self.cleaner: LogCleaner | None = None
         if recovery_threads_per_data_dir < 1:
             raise ConfigError("num.recovery.threads.per.data.dir",
                               f"must be at least 1, got {recovery_threads_per_data_dir}")
@@ -192,6 +197,9 @@ class LogManager:
         except BaseException:
             self.close()
             raise
+        if cleaner_config is not None and cleaner_config.enable:
+            self.cleaner = LogCleaner(cleaner_config, self.logs, clock_ms)
+            self.cleaner.start()
 
     def _lock_dir(self, d: Path) -> None:
         try:
@@ -282,8 +290,13 @@ class LogManager:
         self._checkpoints_of[lg] = self._checkpoints[lg.dir.parent]
         lg.on_change = self._log_changed
         lg.checkpoint_now = self._checkpoint_now
+        lg.on_truncate = self._log_truncated
         self._changed.add(lg)
         return lg
+
+    def _log_truncated(self, lg: Log, end_offset: int) -> None:
+        if self.cleaner is not None:
+            self.cleaner.truncated(lg, end_offset)
 
     def _checkpoint_now(self, lg: Log, name: str, offset: int) -> None:
         """``Log.checkpoint_now``: write the log dir's checkpoint ``name`` with ``lg``'s new
@@ -379,6 +392,9 @@ class LogManager:
             return False
         lg.on_change = None
         lg.checkpoint_now = None
+        lg.on_truncate = None
+        if self.cleaner is not None:
+            self.cleaner.forget(lg)
         for pending in (self._changed, self._hw_due, self._rp_due):
             pending.discard(lg)
         self._flush_due.pop(lg, None)  # its heap entry is skipped as stale
@@ -477,6 +493,8 @@ class LogManager:
     def close(self) -> None:
         """Close every log cleanly (flush), write the log dirs' checkpoints and release the
         log dirs."""
+        if self.cleaner is not None:
+            self.cleaner.stop()
         with self._lock:
             logs = list(self._logs.values())
         for lg in logs:

@@ -69,9 +69,9 @@ def same_with_and_without_extension(call):
 PYTHON_LOOP_ERRORS = (IndexError, ValueError, RaftkaError)
 
 
-def py_walk(data: bytes, count: int) -> bool:
+def py_walk(data: bytes, count: int, require_keys: bool = False) -> bool:
     try:
-        rec._walk_records(data, count)
+        rec._walk_records(data, count, require_keys)
     except PYTHON_LOOP_ERRORS:
         return False
     return True
@@ -87,9 +87,11 @@ def py_decode(data: bytes, base_offset: int, base_ts: int):
 def check_loops(data: bytes, count: int, base_offset: int = 0, base_ts: int = 0) -> None:
     """The C walk and decode agree with the Python ones on ``data``, from any buffer type."""
     walked = py_walk(data, count)
+    walked_keyed = py_walk(data, count, True)  # a compacted topic's walk
     decoded = py_decode(data, base_offset, base_ts)
     for buf in (data, bytearray(data), memoryview(data)):
         assert EXT.walk_records(buf, count) is walked
+        assert EXT.walk_records(buf, count, True) is walked_keyed
         assert repr(EXT.decode_records(rec.Record, buf, base_offset, base_ts)) == repr(decoded)
 
 

@@ -252,7 +252,7 @@ def test_a_bad_config_value_is_refused_naming_the_key(tmp_path, key, value, word
         LogManager([str(tmp_path / "d")], {key: value})
 
 
-def test_follower_appends_keep_the_leaders_offsets_and_epochs_and_refuse_gaps(tmp_path):
+def test_follower_appends_keep_the_leaders_offsets_and_epochs_take_gaps_and_refuse_overlaps(tmp_path):
     leader = open_log(tmp_path / "leader")
     leader.append_as_leader(make_batch(2), 1)
     leader.append_as_leader(make_batch(3), 3)
@@ -260,11 +260,24 @@ def test_follower_appends_keep_the_leaders_offsets_and_epochs_and_refuse_gaps(tm
     info = follower.append_as_follower(leader.read(0, 1 << 20).records)
     assert (info.first_offset, info.last_offset, follower.log_end_offset) == (0, 4, 5)
     assert follower.leader_epoch_cache.epoch_entries() == [(1, 0), (3, 2)]
-    leader.append_as_leader(make_batch(1), 3)
-    leader.append_as_leader(make_batch(1), 3)
-    with pytest.raises(CorruptRecordError):  # skips offset 5
-        follower.append_as_follower(leader.read(6, 1 << 20).records)
+    with pytest.raises(CorruptRecordError, match="offsets must increase"):  # offsets 2-4 again
+        follower.append_as_follower(leader.read(2, 1 << 20).records)
     assert follower.log_end_offset == 5
+    for _ in range(3):
+        leader.append_as_leader(make_batch(1), 3)
+    # A compacted leader's log skips offsets the cleaner removed: here the batch at 5.
+    info = follower.append_as_follower(_batches_from(leader, 6, 7))
+    assert (info.first_offset, info.last_offset, follower.log_end_offset) == (6, 7, 8)
+    assert [h.base_offset for h in read_all(follower)] == [0, 2, 6, 7]
+    follower.close()
+    reopened = open_log(tmp_path / "follower")
+    assert [h.base_offset for h in read_all(reopened)] == [0, 2, 6, 7] and reopened.log_end_offset == 8
+
+
+def _batches_from(lg, *offsets: int) -> bytes:
+    """The batches of ``lg`` that begin at ``offsets``, one after another (gaps between them)."""
+    return b"".join(lg.read(offset, 1 << 20).records[:next(h.size for h in read_all(lg) if h.base_offset == offset)]
+                    for offset in offsets)
 
 
 def test_a_follower_fetch_larger_than_a_segment_is_appended_across_several_segments(tmp_path):

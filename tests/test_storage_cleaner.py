@@ -10,6 +10,7 @@ SIGKILLed at seeded random moments (the seed is printed on failure).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -30,6 +31,7 @@ from raftka.common.errors import ConfigError, KafkaStorageError
 from raftka.common.records import (
     COMPRESSION_LZ4,
     BatchBuilder,
+    InvalidRecordError,
     decode_batch,
     iter_batches,
     validate_batch,
@@ -63,15 +65,24 @@ def open_log(root: Path, clock: Clock, **config) -> Log:
     return Log.open(root / "t-0", cfg, topic="t", partition=0, clock_ms=clock)
 
 
-def append(lg: Log, *records, ts: int | None = None, codec: int = 0, producer=(-1, -1, -1), epoch: int = 0) -> int:
-    """Append one batch of (key, value) records (str, or None for a null key / value); its base offset."""
+def append(lg: Log, *records, ts: int | None = None, codec: int = 0, producer=(-1, -1, -1), epoch: int = 0,
+           keyless_as_if_written_before_compaction: bool = True) -> int:
+    """Append one batch of (key, value) records (str, or None for a null key / value); its base offset.
+    A compacted log refuses keyless records; the cleaner must still keep those written before the
+    topic became compacted, so by default they are appended as then."""
     pid, pepoch, seq = producer
     builder = BatchBuilder(compression_type=codec, batch_size=1 << 20, producer_id=pid, producer_epoch=pepoch,
                            base_sequence=seq)
     for key, value in records:
         builder.append(T0 if ts is None else ts, None if key is None else key.encode(),
                        None if value is None else value.encode())
-    info = lg.append_as_leader(builder.build(), epoch)
+    config = lg.config
+    if keyless_as_if_written_before_compaction and any(key is None for key, _ in records):
+        lg.update_config(dataclasses.replace(config, cleanup_policy=("delete",)))
+    try:
+        info = lg.append_as_leader(builder.build(), epoch)
+    finally:
+        lg.update_config(config)
     lg.update_high_watermark(lg.log_end_offset)
     return info.first_offset
 
@@ -197,11 +208,24 @@ def test_tombstones_stay_delete_retention_ms_after_their_first_clean_then_go(tmp
     lg.close()
 
 
-def test_records_without_a_key_are_kept(tmp_path):
+def test_a_compacted_log_refuses_a_record_without_a_key_and_appends_nothing(tmp_path):
+    lg = open_log(tmp_path, Clock())
+    append(lg, ("k", "v"))
+    with pytest.raises(InvalidRecordError, match="record 1 has no key; a compacted topic"):
+        append(lg, ("k", "v2"), (None, "keyless"), codec=COMPRESSION_LZ4,  # found inside a compressed batch too
+               keyless_as_if_written_before_compaction=False)
+    assert lg.log_end_offset == 1
+    lg.update_config({"cleanup.policy": "delete"})
+    append(lg, (None, "keyless"), keyless_as_if_written_before_compaction=False)
+    assert lg.log_end_offset == 2
+
+
+def test_records_without_a_key_written_before_the_topic_was_compacted_are_kept(tmp_path):
     clock = Clock()
-    lg = open_log(tmp_path, clock)
+    lg = open_log(tmp_path, clock, cleanup_policy="delete")
     for i in range(10):
         append(lg, (None, f"n{i}"), ("k", f"v{i}"))
+    lg.update_config({"cleanup.policy": "compact", "segment.bytes": 600, "delete.retention.ms": RETENTION_MS})
     sealed(lg)
     Cleaner().clean(lg, clock.now)
     assert [v for _, k, v in read_everything(lg) if k is None] == [f"n{i}" for i in range(10)]

@@ -10,9 +10,11 @@ It owns a group's committed offsets and every ``__consumer_offsets`` record abou
 - OffsetFetch: what is held (loaded from the log, or committed since).
 - Loading: the offsets half of a replayed partition (``restore``), group by group.
 - Retention (``retain``): a group Empty for longer than offsets.retention.minutes loses its
-  offsets and metadata (tombstones); the live records of the others (its offsets, and the group
-  metadata record the coordinator builds) are written again, in one batch, before the topic's
-  time retention could delete their segment (the log is never compacted).
+  offsets and metadata (tombstones). ``__consumer_offsets`` is compacted (cleanup.policy=compact)
+  and keeps the latest record of each key by itself; on one created before compaction existed
+  (cleanup.policy=delete), the live records of the other groups (offsets, and the group metadata
+  record the coordinator builds) are written again, in one batch, before time retention could
+  delete their segment.
 - DeleteGroups' records (``delete_group``): tombstones of the offsets and the metadata.
 - OffsetDelete's records (``delete_offsets``): tombstones of some offsets, written with acks=all
   like commits; the coordinator decides which the group may lose. A tombstone outranks a commit
@@ -285,7 +287,7 @@ class OffsetManager:
             log.info("group %s: offsets expired (empty for over %d ms)", group.group_id, retention)
             return Retained(expired=True)
         oldest = min([group.metadata_written_ms or wall, *(o.written_ms or wall for o in held.values())])
-        if wall - oldest < retention // 2:
+        if wall - oldest < retention // 2 or not self.store.deletes_by_time(group.partition):
             return Retained()
         entries: list[tuple[bytes, bytes | None]] = [(offset_key(group.group_id, *tp), offset_value(o))
                                                      for tp, o in held.items()]

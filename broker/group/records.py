@@ -7,8 +7,10 @@ same partition number in both systems. The leader of that partition is the group
 Records: Kafka's own (group-coordinator's OffsetCommitKey/Value and GroupMetadataKey/Value), so a
 ``__consumer_offsets`` written by Raftka reads as Kafka's. A key is an int16 key version, which
 says what the record is, then the key at that version; a value is an int16 value version, then
-the value at that version. The log is never compacted: the coordinator replays every record from
-the log start and the last record of a key wins; a null value is a tombstone.
+the value at that version. The coordinator replays every record from the log start and the last
+record of a key wins; a null value is a tombstone. The topic is compacted (Kafka's
+cleanup.policy=compact), which keeps just that: the last record of each key, and tombstones for
+delete.retention.ms.
 
 | record | key version: key | value versions (written): value |
 |---|---|---|

@@ -155,8 +155,10 @@ class GroupService:
 
     async def _create_topic(self, replication_factor: int) -> None:
         c = self.config
-        segment_ms = max(60_000, min(604_800_000, c.retention_ms // 4))
-        configs = {"segment.bytes": str(c.segment_bytes), "retention.ms": str(c.retention_ms),
+        # Kafka's: compacted, so the latest commit of each group and partition stays (and the
+        # rest goes); segments roll within a day so the cleaner can reach the active one's records.
+        segment_ms = max(60_000, min(86_400_000, c.retention_ms // 4))
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(c.segment_bytes),
                    "segment.ms": str(segment_ms)}
         # Kafka's CreateTopics (broker/controller_channel.py sends it at its KAFKA_VERSIONS version)
         body = {"topics": [{"name": OFFSETS_TOPIC, "num_partitions": c.num_partitions,

@@ -60,6 +60,12 @@ class OffsetsStore(Protocol):
         this leader's epoch."""
         ...
 
+    def deletes_by_time(self, partition: int) -> bool:
+        """Whether the partition's log deletes segments by time (cleanup.policy includes delete:
+        a topic created before compaction existed), so live records must be written again
+        before that; a compacted one keeps the latest record of every key by itself."""
+        ...
+
 
 class ReplicaOffsetsStore:
     """OffsetsStore over the broker's ReplicaManager (see the module docstring)."""
@@ -76,6 +82,10 @@ class ReplicaOffsetsStore:
         if code != errors.NONE:
             raise errors.error_for(code, f"{OFFSETS_TOPIC}-{partition}: {errors.name_of(code)}")
         return info.first_offset
+
+    def deletes_by_time(self, partition: int) -> bool:
+        replica = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        return replica is None or replica.log.config.delete
 
     async def load(self, partition: int, still_current: Callable[[], bool]) -> Loaded:
         """Everything below the high watermark, once it has reached this leader epoch's start."""

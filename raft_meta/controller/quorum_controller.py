@@ -455,7 +455,6 @@ class QuorumController:
             configs = TOPIC_CONFIGS.parse({c["name"]: c["value"] for c in topic["configs"]}, fill_defaults=False)
         except ConfigError as error:
             raise errors.InvalidConfigError(f"topic {name!r}: {error.message}") from None
-        _refuse_compaction(name, configs)
         replicas = placement.place_replicas(live, led, partitions, rf)
         return TopicRecord(name=name, topic_id=uuid.uuid4().hex, partitions=tuple(replicas), configs=configs)
 
@@ -659,7 +658,6 @@ class QuorumController:
                     # Only what changes: removing an absent override or setting the same value is no record.
                     changes = {k: v for k, v in decide(overrides, resource["configs"]).items()
                                if ((k in overrides) if v is None else overrides.get(k) != v)}
-                    _refuse_compaction(name, changes)
                 except RaftkaError as error:
                     answer.update(error_code=error.code, error_message=error.message)
                     continue
@@ -893,15 +891,6 @@ _CONFIG_TYPES = ((bool, CONFIG_TYPE_BOOLEAN), (int, CONFIG_TYPE_LONG), (float, C
 
 def _config_type(value: Any) -> int:
     return next((number for kind, number in _CONFIG_TYPES if isinstance(value, kind)), 0)  # 0: unknown
-
-
-def _refuse_compaction(topic: str, configs: dict[str, Any]) -> None:
-    """storage/cleaner.py can compact a log, but brokers do not run it yet: a compacted topic
-    would keep every record, so cleanup.policy=compact is refused until they do (issue #23)."""
-    policy = configs.get("cleanup.policy")
-    if policy is not None and "compact" in policy:
-        raise errors.InvalidConfigError(f"topic {topic!r}: cleanup.policy=compact is not served yet: the brokers "
-                                        "do not run the log cleaner (issue #23); use delete")
 
 
 def _topic_configs(overrides: dict[str, Any]) -> list[dict]:
