@@ -1,4 +1,4 @@
-"""The broker's HTTP side port (``listeners=...,HTTP://host:port``), on aiohttp.
+"""The broker's HTTP side port (``listeners=...,HTTP://host:port``), served by common/metrics.py.
 
 GET /health   200 when ready (registered, unfenced, caught up with the metadata log, every
               partition it follows is in the ISR, and no replica offline), else 503; JSON body
@@ -9,17 +9,14 @@ GET /metrics  Prometheus text (broker/metrics.py).
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from aiohttp import web
+from raftka.common import metrics
 
 
-async def start_http(broker: Any, host: str, port: int) -> web.AppRunner:
+async def start_http(broker: Any, host: str, port: int) -> Any:
     """Serve /health and /metrics for ``broker`` on host:port; returns the runner to clean up."""
-    app = web.Application()
-
-    async def health(request: web.Request) -> web.Response:
+    def health() -> tuple[bool, dict]:
         replicas_caught_up = broker.replicas.is_caught_up()
         offline = [o.describe(tp) for tp, o in sorted(broker.replicas.offline.items())]
         summary = {"node_id": broker.broker_id, "live": True, "registered": broker.registered,
@@ -29,15 +26,6 @@ async def start_http(broker: Any, host: str, port: int) -> web.AppRunner:
                    "storage_error": broker.storage_error,
                    "offline_replicas": offline,
                    "ready": broker.ready and replicas_caught_up and not offline}
-        return web.Response(status=200 if summary["ready"] else 503, text=json.dumps(summary),
-                            content_type="application/json")
+        return summary["ready"], summary
 
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=broker.metrics.render(), content_type="text/plain")
-
-    app.router.add_get("/health", health)
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    return await metrics.start_http(host, port, metrics=broker.metrics.render, health=health)

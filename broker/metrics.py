@@ -1,12 +1,14 @@
-"""A broker's figures, read by /metrics (Prometheus text) and /health."""
+"""A broker's figures, read by /metrics (Prometheus text through common/metrics.py) and /health."""
 from __future__ import annotations
 
 import bisect
 from typing import Any
 
-LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 from raftka.common.api import API_NAMES
+from raftka.common.metrics import (Exposition, MetricsFormatError, add_process_metrics, escape_label_value)
 from raftka.storage.file_handles import segment_files
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class Histogram:
@@ -31,6 +33,9 @@ class BrokerMetrics:
         self.bytes_out = 0
         self.replication_bytes_out = 0
         self.replication_partitions_out = 0  # partition answers in Fetch answers to followers
+        # topic -> bytes, added once per topic of a Produce or a consumer's Fetch (broker/server.py)
+        self.topic_bytes_in: dict[str, int] = {}
+        self.topic_bytes_out: dict[str, int] = {}
         self.requests: dict[int, int] = {}
         self.errors: dict[int, int] = {}
         self.latencies: dict[int, Histogram] = {}
@@ -48,123 +53,170 @@ class BrokerMetrics:
         self.latencies.setdefault(api_key, Histogram()).observe(seconds)
 
     def render(self) -> str:
-        """Prometheus text exposition format."""
+        """Prometheus text exposition (common/metrics.py), every sample labelled ``node``."""
         b = self.broker
-        node = f'node="{b.broker_id}"'
+        out = Exposition({"node": b.broker_id})
         partitions = list(b.replicas.partitions.values())
         sessions = b.replicas.fetch_sessions
         files = segment_files()
-        lines = [
-            "# TYPE raftka_broker_bytes_in_total counter", f"raftka_broker_bytes_in_total{{{node}}} {self.bytes_in}",
-            "# TYPE raftka_broker_bytes_out_total counter", f"raftka_broker_bytes_out_total{{{node}}} {self.bytes_out}",
-            "# TYPE raftka_broker_replication_bytes_out_total counter",
-            f"raftka_broker_replication_bytes_out_total{{{node}}} {self.replication_bytes_out}",
-            # Partitions answered to followers: with fetch sessions, only those with news.
-            "# TYPE raftka_broker_replication_partitions_out_total counter",
-            f"raftka_broker_replication_partitions_out_total{{{node}}} {self.replication_partitions_out}",
-            "# TYPE raftka_broker_request_queue_depth gauge",
-            f"raftka_broker_request_queue_depth{{{node}}} {b.server.request_queue_depth if b.server else 0}",
-            "# TYPE raftka_broker_produce_bytes_in_flight gauge",
-            f"raftka_broker_produce_bytes_in_flight{{{node}}} {b.produce_budget.used}",
-            "# TYPE raftka_broker_produce_requests_waiting_for_memory gauge",
-            f"raftka_broker_produce_requests_waiting_for_memory{{{node}}} {b.produce_budget.waiting}",
-            "# TYPE raftka_broker_connections gauge",
-            f"raftka_broker_connections{{{node}}} {b.server.connection_count if b.server else 0}",
-        ]
-        if b.server is not None:  # the listener's connection counters (common/transport.py)
-            m = b.server.metrics
-            lines += [
-                "# TYPE raftka_broker_connections_accepted_total counter",
-                f"raftka_broker_connections_accepted_total{{{node}}} {m.connections_accepted}",
-                "# TYPE raftka_broker_connections_refused_total counter",  # none could be closed instead
-                f'raftka_broker_connections_refused_total{{{node},limit="max.connections"}} {m.connections_refused}',
-                f'raftka_broker_connections_refused_total{{{node},limit="max.connections.per.ip"}} '
-                f'{m.connections_refused_per_ip}',
-                "# TYPE raftka_broker_connections_closed_total counter",
-                f'raftka_broker_connections_closed_total{{{node},reason="idle"}} {m.connections_closed_idle}',
-                f'raftka_broker_connections_closed_total{{{node},reason="bad_frame"}} {m.connections_closed_bad_frame}',
-                f'raftka_broker_connections_closed_total{{{node},reason="unused"}} {m.connections_closed_unused}',
-                f'raftka_broker_connections_closed_total{{{node},reason="frame_timeout"}} '
-                f'{m.connections_closed_frame_timeout}',
-                f'raftka_broker_connections_closed_total{{{node},reason="first_byte_timeout"}} '
-                f'{m.connections_closed_first_byte_timeout}',
-                # queued.max.request.bytes: what the listener holds of partial frames and of
-                # requests being handled
-                "# TYPE raftka_broker_partial_frame_bytes gauge",
-                f"raftka_broker_partial_frame_bytes{{{node}}} {b.server.partial_frame_bytes}",
-                "# TYPE raftka_broker_request_bytes_in_flight gauge",
-                f"raftka_broker_request_bytes_in_flight{{{node}}} {b.server.request_bytes_in_flight}",
-            ]
-        lines += [
-            "# TYPE raftka_broker_under_replicated_partitions gauge",
-            f"raftka_broker_under_replicated_partitions{{{node}}} {sum(p.under_replicated for p in partitions)}",
-            "# TYPE raftka_broker_leader_partitions gauge",
-            f"raftka_broker_leader_partitions{{{node}}} {sum(p.is_leader for p in partitions)}",
-            "# TYPE raftka_broker_isr_shrinks_total counter",
-            f"raftka_broker_isr_shrinks_total{{{node}}} {sum(p.isr_shrinks for p in partitions)}",
-            "# TYPE raftka_broker_isr_expands_total counter",
-            f"raftka_broker_isr_expands_total{{{node}}} {sum(p.isr_expands for p in partitions)}",
-            # Kafka's NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached and
-            # IncrementalFetchSessionEvictionsPerSec (as a total).
-            "# TYPE raftka_broker_incremental_fetch_sessions gauge",
-            f"raftka_broker_incremental_fetch_sessions{{{node}}} {len(sessions) if sessions is not None else 0}",
-            "# TYPE raftka_broker_incremental_fetch_partitions_cached gauge",
-            f"raftka_broker_incremental_fetch_partitions_cached{{{node}}} "
-            f"{sessions.partitions_cached if sessions is not None else 0}",
-            "# TYPE raftka_broker_incremental_fetch_session_evictions_total counter",
-            f"raftka_broker_incremental_fetch_session_evictions_total{{{node}}} "
-            f"{sessions.evictions if sessions is not None else 0}",
-            # The process's segment-file descriptor cache (storage/file_handles.py): open now,
-            # its bound (log.open.files.max), reopened on use, closed to stay under the bound.
-            "# TYPE raftka_broker_segment_files_open gauge",
-            f"raftka_broker_segment_files_open{{{node}}} {files.open_count}",
-            "# TYPE raftka_broker_segment_files_open_max gauge",
-            f"raftka_broker_segment_files_open_max{{{node}}} {files.open_files_max}",
-            "# TYPE raftka_broker_segment_file_opens_total counter",
-            f"raftka_broker_segment_file_opens_total{{{node}}} {files.opens}",
-            "# TYPE raftka_broker_segment_file_evictions_total counter",
-            f"raftka_broker_segment_file_evictions_total{{{node}}} {files.evictions}",
-            "# TYPE raftka_broker_truncations_total counter",
-            f"raftka_broker_truncations_total{{{node}}} {b.replicas.truncations}",
-            # Replicas out of service because their log is corrupt (Kafka's OfflineReplicaCount),
-            # how many ever went offline, and how many healed (re-replicated, back in the ISR).
-            "# TYPE raftka_broker_offline_replicas gauge",
-            f"raftka_broker_offline_replicas{{{node}}} {len(b.replicas.offline)}",
-            "# TYPE raftka_broker_corrupt_replicas_total counter",
-            f"raftka_broker_corrupt_replicas_total{{{node}}} {b.replicas.corrupt_replicas}",
-            "# TYPE raftka_broker_healed_replicas_total counter",
-            f"raftka_broker_healed_replicas_total{{{node}}} {b.replicas.healed_replicas}",
-            "# TYPE raftka_broker_requests_total counter",
-        ]
+        server = b.server
+        out.counter("raftka_broker_bytes_in_total", "Bytes of record batches produced to this broker's leaders "
+                    "(Kafka's BytesInPerSec).", self.bytes_in)
+        out.counter("raftka_broker_bytes_out_total", "Bytes of record batches fetched by consumers "
+                    "(Kafka's BytesOutPerSec).", self.bytes_out)
+        out.counter("raftka_broker_replication_bytes_out_total", "Bytes of record batches fetched by followers "
+                    "(Kafka's ReplicationBytesOutPerSec).", self.replication_bytes_out)
+        # Partitions answered to followers: with fetch sessions, only those with news.
+        out.counter("raftka_broker_replication_partitions_out_total",
+                    "Partitions in Fetch answers to followers (with fetch sessions, only those with news).",
+                    self.replication_partitions_out)
+        self._topic_bytes(out)
+        out.gauge("raftka_broker_request_queue_depth", "Requests received and not yet answered.",
+                  server.request_queue_depth if server else 0)
+        out.gauge("raftka_broker_produce_bytes_in_flight",
+                  "Produce payload bytes appended or waiting for acks=all or for memory.", b.produce_budget.used)
+        out.gauge("raftka_broker_produce_requests_waiting_for_memory",
+                  "Produce requests waiting for the produce memory budget.", b.produce_budget.waiting)
+        out.gauge("raftka_broker_connections", "Open client connections on the counted listener.",
+                  server.connection_count if server else 0)
+        if server is not None:  # the listener's connection counters (common/transport.py)
+            m = server.metrics
+            out.counter("raftka_broker_connections_accepted_total", "Connections accepted.", m.connections_accepted)
+            # none could be closed instead
+            (out.family("raftka_broker_connections_refused_total", "counter",
+                        "Connections refused at a connection limit, by limit.")
+             .sample(m.connections_refused, limit="max.connections")
+             .sample(m.connections_refused_per_ip, limit="max.connections.per.ip"))
+            closed = out.family("raftka_broker_connections_closed_total", "counter",
+                                "Connections closed by the broker, by reason (unused: to make room for a new one).")
+            for reason, count in (("idle", m.connections_closed_idle), ("bad_frame", m.connections_closed_bad_frame),
+                                  ("unused", m.connections_closed_unused),
+                                  ("frame_timeout", m.connections_closed_frame_timeout),
+                                  ("first_byte_timeout", m.connections_closed_first_byte_timeout)):
+                closed.sample(count, reason=reason)
+            # queued.max.request.bytes: what the listener holds of partial frames and of requests
+            # being handled
+            out.gauge("raftka_broker_partial_frame_bytes", "Bytes of request frames partly received.",
+                      server.partial_frame_bytes)
+            out.gauge("raftka_broker_request_bytes_in_flight", "Bytes of requests being handled.",
+                      server.request_bytes_in_flight)
+        under_replicated = under_min_isr = at_min_isr = leaders = 0
+        for p in partitions:
+            if p.is_leader:
+                leaders += 1
+                isr = len(p.isr)
+                under_replicated += isr < len(p.replicas)
+                under_min_isr += isr < p.min_insync_replicas
+                at_min_isr += isr == p.min_insync_replicas
+        out.gauge("raftka_broker_under_replicated_partitions", "Partitions this broker leads whose ISR is smaller "
+                  "than their replica set (Kafka's UnderReplicatedPartitions).", under_replicated)
+        out.gauge("raftka_broker_under_min_isr_partitions", "Partitions this broker leads whose ISR is smaller than "
+                  "min.insync.replicas: acks=all produce fails (Kafka's UnderMinIsrPartitionCount).", under_min_isr)
+        out.gauge("raftka_broker_at_min_isr_partitions", "Partitions this broker leads whose ISR is exactly "
+                  "min.insync.replicas: one more loss stops acks=all (Kafka's AtMinIsrPartitionCount).", at_min_isr)
+        out.gauge("raftka_broker_offline_partitions", "Partitions without a leader in this broker's metadata image, "
+                  "cluster-wide: every broker reports the same (Kafka's OfflinePartitionsCount).",
+                  sum(1 for t in b.replicas.view.topics.values() for p in t.partitions if p.leader < 0))
+        out.gauge("raftka_broker_leader_partitions", "Partitions this broker leads (Kafka's LeaderCount).", leaders)
+        out.counter("raftka_broker_isr_shrinks_total", "ISR shrinks proposed by this broker's leaders.",
+                    sum(p.isr_shrinks for p in partitions))
+        out.counter("raftka_broker_isr_expands_total", "ISR expansions proposed by this broker's leaders.",
+                    sum(p.isr_expands for p in partitions))
+        # Kafka's NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached and
+        # IncrementalFetchSessionEvictionsPerSec (as a total).
+        out.gauge("raftka_broker_incremental_fetch_sessions", "Incremental fetch sessions (KIP-227) held.",
+                  len(sessions) if sessions is not None else 0)
+        out.gauge("raftka_broker_incremental_fetch_partitions_cached", "Partitions held by incremental fetch sessions.",
+                  sessions.partitions_cached if sessions is not None else 0)
+        out.counter("raftka_broker_incremental_fetch_session_evictions_total",
+                    "Incremental fetch sessions evicted to make room.",
+                    sessions.evictions if sessions is not None else 0)
+        # The process's segment-file descriptor cache (storage/file_handles.py): open now, its
+        # bound (log.open.files.max), reopened on use, closed to stay under the bound.
+        out.gauge("raftka_broker_segment_files_open", "Segment files open now.", files.open_count)
+        out.gauge("raftka_broker_segment_files_open_max", "The bound on open segment files (log.open.files.max).",
+                  files.open_files_max)
+        out.counter("raftka_broker_segment_file_opens_total", "Segment files opened (again) on use.", files.opens)
+        out.counter("raftka_broker_segment_file_evictions_total", "Segment files closed to stay under the bound.",
+                    files.evictions)
+        out.counter("raftka_broker_truncations_total", "Follower log truncations (diverging leader epoch).",
+                    b.replicas.truncations)
+        # Replicas out of service because their log is corrupt (Kafka's OfflineReplicaCount), how
+        # many ever went offline, and how many healed (re-replicated, back in the ISR).
+        out.gauge("raftka_broker_offline_replicas", "Replicas out of service because their log is corrupt "
+                  "(Kafka's OfflineReplicaCount).", len(b.replicas.offline))
+        out.counter("raftka_broker_corrupt_replicas_total", "Replicas taken offline for a corrupt log.",
+                    b.replicas.corrupt_replicas)
+        out.counter("raftka_broker_healed_replicas_total", "Corrupt replicas re-replicated and back in the ISR.",
+                    b.replicas.healed_replicas)
+        requests = out.family("raftka_broker_requests_total", "counter", "Requests received, by API.")
         for key, count in sorted(self.requests.items()):
-            lines.append(f'raftka_broker_requests_total{{{node},api="{API_NAMES.get(key, key)}"}} {count}')
-        lines.append("# TYPE raftka_broker_request_errors_total counter")
+            requests.sample(count, api=API_NAMES.get(key, key))
+        errors = out.family("raftka_broker_request_errors_total", "counter", "Requests answered with an error, by API.")
         for key, count in sorted(self.errors.items()):
-            lines.append(f'raftka_broker_request_errors_total{{{node},api="{API_NAMES.get(key, key)}"}} {count}')
-        lines.append("# TYPE raftka_broker_request_latency_seconds histogram")
+            errors.sample(count, api=API_NAMES.get(key, key))
+        latency = out.family("raftka_broker_request_latency_seconds", "histogram",
+                             "Time from a request's arrival to its answer, by API.")
         for key, hist in sorted(self.latencies.items()):
-            api = f'api="{API_NAMES.get(key, key)}"'
-            cumulative = 0
-            for bound, count in zip(LATENCY_BUCKETS_S + (float("inf"),), hist.counts):
-                cumulative += count
-                le = "+Inf" if bound == float("inf") else repr(bound)
-                lines.append(f'raftka_broker_request_latency_seconds_bucket{{{node},{api},le="{le}"}} {cumulative}')
-            lines.append(f"raftka_broker_request_latency_seconds_sum{{{node},{api}}} {hist.total:.6f}")
-            lines.append(f"raftka_broker_request_latency_seconds_count{{{node},{api}}} {hist.count}")
-        lines.append("# TYPE raftka_partition_log_end_offset gauge")
-        for p in partitions:
-            lines.append(f'raftka_partition_log_end_offset{{{node},topic="{p.topic}",partition="{p.index}"}} '
-                         f"{p.log.log_end_offset}")
-        lines.append("# TYPE raftka_partition_high_watermark gauge")
-        for p in partitions:
-            lines.append(f'raftka_partition_high_watermark{{{node},topic="{p.topic}",partition="{p.index}"}} '
-                         f"{p.log.high_watermark}")
-        lines.append("# TYPE raftka_partition_offline gauge")  # 1: this replica is offline (corrupt log)
+            latency.histogram(LATENCY_BUCKETS_S, hist.counts, hist.total, hist.count, api=API_NAMES.get(key, key))
+        log_end = out.family("raftka_partition_log_end_offset", "gauge", "Log end offset of each replica.")
+        high_watermark = out.family("raftka_partition_high_watermark", "gauge", "High watermark of each replica.")
+        offline_flag = out.family("raftka_partition_offline", "gauge",
+                                  "1 while this replica is offline (corrupt log), else 0.")
         offline = b.replicas.offline
         for p in partitions:
-            lines.append(f'raftka_partition_offline{{{node},topic="{p.topic}",partition="{p.index}"}} '
-                         f"{1 if (p.topic, p.index) in offline else 0}")
+            log_end.sample(p.log.log_end_offset, topic=p.topic, partition=p.index)
+        for p in partitions:
+            high_watermark.sample(p.log.high_watermark, topic=p.topic, partition=p.index)
+        for p in partitions:
+            offline_flag.sample(1 if (p.topic, p.index) in offline else 0, topic=p.topic, partition=p.index)
         groups = getattr(b, "groups", None)
         if groups is not None:  # consumer groups this broker coordinates: members, lag (broker/group/)
-            lines += groups.metric_lines(node)
-        return "\n".join(lines) + "\n"
+            add_lines(out, groups.metric_lines(f'node="{escape_label_value(b.broker_id)}"'), GROUP_HELP)
+        add_process_metrics(out)
+        return out.render()
+
+    def _topic_bytes(self, out: Exposition) -> None:
+        """Per topic bytes in and out (Kafka's BytesInPerSec/BytesOutPerSec with a topic tag, as
+        totals); a deleted topic's series go (as Kafka removes its topic metrics)."""
+        topics = self.broker.replicas.view.topics
+        for counts in (self.topic_bytes_in, self.topic_bytes_out):
+            for gone in [t for t in counts if t not in topics]:
+                del counts[gone]
+        bytes_in = out.family("raftka_broker_topic_bytes_in_total", "counter",
+                              "Bytes of record batches produced to this broker's leaders, by topic.")
+        for topic, count in sorted(self.topic_bytes_in.items()):
+            bytes_in.sample(count, topic=topic)
+        bytes_out = out.family("raftka_broker_topic_bytes_out_total", "counter",
+                               "Bytes of record batches fetched by consumers from this broker, by topic.")
+        for topic, count in sorted(self.topic_bytes_out.items()):
+            bytes_out.sample(count, topic=topic)
+
+
+# The coordinator's families (broker/group/service.py writes their lines): their HELP text.
+GROUP_HELP = {
+    "raftka_coordinator_groups": "Consumer groups this broker coordinates.",
+    "raftka_coordinator_rebalances_total": "Rebalances this coordinator ran.",
+    "raftka_coordinator_expired_members_total": "Group members removed after their session timed out.",
+    "raftka_coordinator_offset_commits_total": "Offset commits written.",
+    "raftka_coordinator_partitions_loading": "__consumer_offsets partitions being loaded.",
+    "raftka_group_members": "Members of each group, by state.",
+    "raftka_group_generation": "Generation of each group.",
+    "raftka_group_lag": "Consumer lag (high watermark - committed offset) per group and partition.",
+    "raftka_group_lag_sum": "Consumer lag summed over a group's partitions (Kafka's records-lag, per group).",
+}
+
+
+def add_lines(out: Exposition, lines: list[str], helps: dict[str, str]) -> None:
+    """Families written as text elsewhere ("# TYPE name kind" then samples), each given its HELP
+    from ``helps`` (a family missing there gets a plain one rather than failing the scrape); a
+    sample outside its family is a bug there."""
+    family = None
+    for line in lines:
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            family = out.family(name, kind, helps.get(name) or f"{name} (no description yet).")
+        elif family is None or line.split("{", 1)[0].split(" ", 1)[0] != family.name:
+            raise MetricsFormatError(f"sample outside its family: {line!r}")
+        else:
+            family.lines.append(line)

@@ -512,12 +512,13 @@ class BrokerServer:
             answers = []
             for part in topic["partition_data"]:
                 index = part["index"]
+            topic_bytes = 0
                 answer = {"index": index, "error_code": errors.NONE, "error_message": None, "base_offset": -1,
                           "log_append_time_ms": -1, "log_start_offset": -1, "current_leader": None}
                 try:
                     records = part.get("records")  # None: CORRUPT_MESSAGE from the replica manager
                     partition, info = self.replicas.append(name, index, records, acks)
-                    self.metrics.bytes_in += len(records)
+                    topic_bytes += len(records)
                     answer.update(base_offset=info.first_offset, log_start_offset=partition.log.log_start_offset,
                                   log_append_time_ms=getattr(info, "log_append_time_ms", -1))
                     if acks == -1:
@@ -529,6 +530,9 @@ class BrokerServer:
                 answers.append(answer)
             results.append((name, answers))
         if acks == 0:
+            if topic_bytes:  # once per topic: /metrics' per-topic bytes in (broker/metrics.py)
+                self.metrics.bytes_in += topic_bytes
+                self.metrics.topic_bytes_in[name] = self.metrics.topic_bytes_in.get(name, 0) + topic_bytes
             return None
         if waits:
             # One future per partition, woken by the partition itself (no task or timer per
@@ -579,7 +583,12 @@ class BrokerServer:
     async def fetch(self, body: dict) -> tuple[int, dict]:
         out = await self.replicas.fetch(body)
         if body["replica_id"] < 0:
-            self.metrics.bytes_out += sum(len(p["records"]) for t in out["responses"] for p in t["partitions"])
+            by_topic = self.metrics.topic_bytes_out
+            for t in out["responses"]:
+                size = sum(len(p["records"]) for p in t["partitions"])
+                if size:
+                    self.metrics.bytes_out += size
+                    by_topic[t["topic"]] = by_topic.get(t["topic"], 0) + size
         else:
             self.metrics.replication_bytes_out += sum(len(p["records"]) for t in out["responses"]
                                                       for p in t["partitions"])

@@ -383,6 +383,9 @@ class RaftClient:
         self.on_restore = on_restore
         self._address_to_id = {address: node_id for node_id, address in config.voters.items()}
         self._last_leader: tuple[str | None, int] = (None, -1)
+        # A leader newly known (another node, or a new term): Kafka's NewActiveControllersCount
+        # for /metrics; read from other threads, written on the tick thread only.
+        self.leader_changes = 0
         self.observer = config.node_id is None
 
         journal = snapshot = None
@@ -436,6 +439,8 @@ class RaftClient:
         current = (leader.id if leader is not None else None, self._node.raftCurrentTerm)
         if current != self._last_leader:
             self._last_leader = current
+            if current[0] is not None:
+                self.leader_changes += 1
             if self.on_leader_change is not None:
                 try:
                     self.on_leader_change(self._address_to_id.get(current[0]) if current[0] else None,

@@ -52,7 +52,7 @@ class NodeSpec:
     broker_port: int | None  # brokers only: the PLAINTEXT:// listener
     data_dir: Path
     extra: dict[str, str] = field(default_factory=dict)
-    http_port: int | None = None  # brokers: the HTTP:// side port (/health, /metrics)
+    http_port: int | None = None  # brokers and a Cluster's controllers: the HTTP:// side port (/health, /metrics)
 
     @property
     def config_path(self) -> Path:
@@ -419,7 +419,8 @@ class Cluster(ControllerCluster):
     attaches to it (``status()``, ``kill``, ``pause``, ``restart``, ...); ``down()`` stops it.
     With ``base_port`` the ports are consecutive from it: brokers' PLAINTEXT listeners first
     (so the first broker is on the base port), then each controller's Raft and CONTROLLER
-    ports, then brokers' HTTP ports.
+    ports, then brokers' HTTP ports, then controllers' HTTP ports (not for combined nodes: their
+    broker serves none, and their controller's would stand where a broker's /health is looked for).
     """
 
     def __init__(self, root: str | os.PathLike[str], controllers: int = 3, brokers: int = 3,
@@ -432,6 +433,9 @@ class Cluster(ControllerCluster):
                          add_scram=add_scram, secure=secure)
         http = plan.take(brokers)
         self.controller_ids = list(self.nodes)
+        if not combined:  # every controller's /metrics, as every broker's
+            for node_id, port in zip(self.controller_ids, plan.take(controllers)):
+                self.nodes[node_id].http_port = port
         self.broker_ids: list[int] = []
         if combined:  # process.roles=broker,controller: the controllers are brokers too
             for node_id in self.controller_ids:

@@ -17,12 +17,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("server", help="run a controller and/or broker node")
     parser.add_argument("--config", required=True, help="properties file (Kafka's keys)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="log lines on stderr: text, or one JSON object per line (ts, level, logger, "
+                             "message, exception) for log shippers; the ready lines on stdout stay as they are")
     parser.set_defaults(func=run)
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (json.dumps escapes the newlines of a message or
+    a traceback): ts (UTC, ISO 8601, milliseconds), level, logger, message, and exception (the
+    formatted traceback) or stack when the record has one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import datetime
+        import json
+        line = {"ts": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+                .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    """The root logger on stderr, as text or as JSON lines (then Python's warnings go through it
+    too, so that every line on stderr is JSON)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json"
+                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level), handlers=[handler])
+    if log_format == "json":
+        logging.captureWarnings(True)
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, getattr(args, "log_format", "text"))
     from raftka.common import event_loop
     from raftka.common.server_config import load_server_config
     event_loop.event_loop_name()  # a bad RAFTKA_EVENT_LOOP fails before anything starts
