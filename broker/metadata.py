@@ -59,7 +59,7 @@ class MetadataView:
     def __init__(self, offset: int, brokers: dict[int, BrokerInfo], topics: Mapping[str, TopicInfo],
                  controllers: dict[int, tuple[str, int]], cluster_configs: dict[str, Any] | None = None,
                  scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] | None = None,
-                 acls: AclIndex = AclIndex.EMPTY) -> None:
+                 acls: AclIndex = AclIndex.EMPTY, broker_configs: dict[int, dict[str, Any]] | None = None) -> None:
         self.offset = offset
         self.brokers = brokers
         # Read-only. A topic unchanged since the previous view keeps its TopicInfo object; an
@@ -73,6 +73,18 @@ class MetadataView:
         self.scram_credentials = scram_credentials if scram_credentials is not None else {}
         # The image's ACL index: the same object until an ACL changes (the authorizer keys on it).
         self.acls = acls
+        # broker id -> that broker's own config overrides; the same object as the previous view's
+        # while unchanged, as cluster_configs.
+        self.broker_configs = broker_configs if broker_configs is not None else {}
+
+    def dynamic_config(self, broker_id: int, key: str) -> Any:
+        """A dynamic broker config (common/configs.py BROKER_DYNAMIC_CONFIGS) as broker
+        ``broker_id`` sees it: its own override, else the cluster-wide one, else None (then
+        server.properties decides)."""
+        own = self.broker_configs.get(broker_id)
+        if own is not None and key in own:
+            return own[key]
+        return self.cluster_configs.get(key)
 
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """The user's committed SCRAM credential for ``mechanism``, or None."""
@@ -115,8 +127,11 @@ def _view_of(image: Any, offset: int, controllers: dict, previous: MetadataView,
     cluster_configs = dict(image.cluster_configs)
     if cluster_configs == previous.cluster_configs:
         cluster_configs = previous.cluster_configs
+    broker_configs = {int(b): dict(c) for b, c in getattr(image, "broker_configs", {}).items()}
+    if broker_configs == previous.broker_configs:
+        broker_configs = previous.broker_configs
     return MetadataView(offset, brokers, topics, dict(controllers), cluster_configs, image.scram_credentials,
-                        image.acls)
+                        image.acls, broker_configs)
 
 
 class MetadataFollower:

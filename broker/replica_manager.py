@@ -138,9 +138,9 @@ class ReplicaManager:
         return broker.endpoints.get(self.inter_broker_listener)
 
     def min_isr_of(self, configs: dict) -> int:
-        """min.insync.replicas of a topic: its override, else the cluster-wide override, else
-        this broker's default."""
-        value = configs.get("min.insync.replicas", self.view.cluster_configs.get("min.insync.replicas"))
+        """min.insync.replicas of a topic: its override, else this broker's dynamic one (its own,
+        else the cluster-wide one), else server.properties."""
+        value = configs.get("min.insync.replicas", self.view.dynamic_config(self.broker_id, "min.insync.replicas"))
         return int(value) if value is not None else self.config["min.insync.replicas"]
 
     def on_metadata(self, view: MetadataView) -> None:
@@ -148,7 +148,9 @@ class ReplicaManager:
         Topics whose TopicInfo is the previous view's object are unchanged and skipped."""
         previous = self.view
         self.view = view
-        everything = view.cluster_configs is not previous.cluster_configs  # the default min ISR may move
+        # the default min ISR may move
+        everything = (view.cluster_configs is not previous.cluster_configs
+                      or view.broker_configs.get(self.broker_id) != previous.broker_configs.get(self.broker_id))
         # Views share their topic map's base (OverlayMap): only the names it reports may have changed,
         # so a change costs what changed, not every topic (None: compare every name).
         names = None

@@ -32,6 +32,7 @@ import uuid
 from typing import Any, Callable
 
 from raftka.broker import authorization
+from raftka.broker import configs as broker_configs
 from raftka.broker.controller_channel import AlterPartitionManager, ControllerChannel
 from raftka.broker.group import REQUEST as GROUP_REQUEST, GroupService
 from raftka.broker.limits import ByteBudget
@@ -146,6 +147,7 @@ class BrokerServer:
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             ApiKey.DELETE_RECORDS: self.delete_records,
             **{key: self._forwarder(key) for key in FORWARDED},
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,  # its BROKER resource here, topics forwarded
         }
         # Consumer groups (broker/group/): FindCoordinator, JoinGroup, ..., OffsetCommit/Fetch.
         self.last_heartbeat_ok_sent = 0.0  # monotonic send time of the last heartbeat the controller took
@@ -510,9 +512,9 @@ class BrokerServer:
         for topic in topic_data:
             name = topic["name"]
             answers = []
+            topic_bytes = 0
             for part in topic["partition_data"]:
                 index = part["index"]
-            topic_bytes = 0
                 answer = {"index": index, "error_code": errors.NONE, "error_message": None, "base_offset": -1,
                           "log_append_time_ms": -1, "log_start_offset": -1, "current_leader": None}
                 try:
@@ -528,11 +530,11 @@ class BrokerServer:
                     if error.code in (errors.NOT_LEADER_OR_FOLLOWER, errors.FENCED_LEADER_EPOCH):
                         answer["current_leader"] = self.replicas.current_leader(name, index)
                 answers.append(answer)
-            results.append((name, answers))
-        if acks == 0:
             if topic_bytes:  # once per topic: /metrics' per-topic bytes in (broker/metrics.py)
                 self.metrics.bytes_in += topic_bytes
                 self.metrics.topic_bytes_in[name] = self.metrics.topic_bytes_in.get(name, 0) + topic_bytes
+            results.append((name, answers))
+        if acks == 0:
             return None
         if waits:
             # One future per partition, woken by the partition itself (no task or timer per
@@ -620,6 +622,28 @@ class BrokerServer:
         async def forward(body: dict) -> tuple[int, dict]:
             return await self.controllers.request(api_key, body, retry_in_doubt=False)
         return forward
+
+    async def describe_configs(self, body: dict) -> tuple[int, dict]:
+        """DescribeConfigs: a BROKER resource is answered here (broker/configs.py: only this broker
+        knows its server.properties), every other one by the active controller; the results keep
+        the request's order."""
+        resources = body["resources"]
+        others = [r for r in resources if not broker_configs.is_broker_resource(r)]
+        forwarded: list[dict] = []
+        if others:
+            code, out = await self.controllers.request(ApiKey.DESCRIBE_CONFIGS, {**body, "resources": others})
+            if code != errors.NONE:
+                return code, out
+            forwarded = list(out["results"])
+            if len(forwarded) != len(others):  # one result per resource, or the order means nothing
+                return errors.UNKNOWN_SERVER_ERROR, {"error_message": f"the controller answered {len(forwarded)} "
+                                                                      f"DescribeConfigs results for {len(others)}"}
+        view, rest = self.replicas.view, iter(forwarded)
+        synonyms, documentation = body.get("include_synonyms", False), body.get("include_documentation", False)
+        results = [broker_configs.describe(self.config, view, r, include_synonyms=synonyms,
+                                           include_documentation=documentation)
+                   if broker_configs.is_broker_resource(r) else next(rest) for r in resources]
+        return errors.NONE, {"throttle_time_ms": 0, "results": results}
 
     async def init_producer_id(self, body: dict) -> tuple[int, dict]:
         """Ids from a block of AllocateProducerIds (one controller commit per 1,000 producers)."""

@@ -8,6 +8,7 @@ and AlterConfigs), the storage layer (segment, retention and flush policy) and t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Callable, Iterable, Mapping
 
 from raftka.common.errors import ConfigError
@@ -207,3 +208,60 @@ TOPIC_CONFIGS = (
             "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
             one_of("CreateTime", "LogAppendTime"))
 )
+
+
+class ConfigSource(IntEnum):
+    """Where a described value comes from (Kafka's DescribeConfigsResponse.ConfigSource), in
+    the order a broker looks: a per-broker dynamic override, then the cluster-wide one, then
+    server.properties, then the default."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+# Kafka's ConfigEntry.ConfigType number of each declared type (DescribeConfigs v3+).
+KAFKA_CONFIG_TYPES: Mapping[str, int] = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7,
+                                         "password": 9}
+
+
+def config_text(value: Any) -> str | None:
+    """A typed value as Kafka writes it: a string ("true", "604800000", "a,b"), None as None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(config_text(v) or "" for v in value)
+    return str(value)
+
+
+# Broker configs that change at run time (Kafka's dynamic broker configs), set for one broker
+# (resource name = its id) or cluster-wide (resource name ""): AlterConfigs and
+# IncrementalAlterConfigs on a BROKER resource accept only these; every other broker key is read
+# once from server.properties. The defaults are Kafka's; a key also in SERVER_CONFIGS
+# (min.insync.replicas) falls back to server.properties first.
+QUOTA_BYTES_PER_SECOND_DEFAULT = LONG_MAX  # Kafka's: no throttle
+BROKER_DYNAMIC_CONFIGS = (
+    ConfigDef()
+    .define("min.insync.replicas", "int", 1,
+            "min.insync.replicas of the topics that set none (the partition leader's broker decides).",
+            at_least(1))
+    .define("leader.replication.throttled.rate", "long", QUOTA_BYTES_PER_SECOND_DEFAULT,
+            "Bytes per second a leader sends to the followers of throttled replicas (stored and described; "
+            "the throttle itself is not applied yet).", at_least(0))
+    .define("follower.replication.throttled.rate", "long", QUOTA_BYTES_PER_SECOND_DEFAULT,
+            "Bytes per second a follower fetches for throttled replicas (stored and described; the throttle "
+            "itself is not applied yet).", at_least(0))
+)
+
+# Name endings of keys whose values are secrets, whatever their declared type: never described.
+_SENSITIVE_SUFFIXES = (".password", "sasl.jaas.config", "ssl.keystore.key", ".secret")
+
+
+def is_sensitive(name: str, key: ConfigKey | None = None) -> bool:
+    """Whether a config's value must never leave the process (DescribeConfigs answers null)."""
+    return (key is not None and key.type == "password") or name.endswith(_SENSITIVE_SUFFIXES)

@@ -426,6 +426,9 @@ class ServerConfig:
     # listener name -> its own values (listener.name.<name>.<key>), typed; jaas_key(mechanism) for
     # a listener.name.<name>.<mechanism>.sasl.jaas.config
     listener_values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The keys server.properties set (Kafka's STATIC_BROKER_CONFIG), Kafka's names, listener.name.*
+    # ones included; the others hold their defaults (DEFAULT_CONFIG).
+    given: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         # values hold secrets (controller.quorum.secret, private keys, a broker's password):
@@ -724,7 +727,9 @@ def _check_listeners(values: dict[str, Any], listeners: dict[str, tuple[str, int
 
 
 def server_config(raw: Mapping[str, Any]) -> ServerConfig:
-    raw, per_listener = _split_listener_values(_renamed(raw))
+    raw = _renamed(raw)
+    given = frozenset(raw)
+    raw, per_listener = _split_listener_values(raw)
     values = SERVER_CONFIGS.parse(raw)
     voters = parse_voters(values["controller.quorum.voters"])
     listeners = parse_listeners(values["listeners"])
@@ -779,7 +784,7 @@ def server_config(raw: Mapping[str, Any]) -> ServerConfig:
         if not values["controller.quorum.bootstrap.servers"] and "controller" not in values["process.roles"]:
             raise ConfigError("controller.quorum.bootstrap.servers",
                               "a broker needs the controllers' RPC listeners (host:port,...)")
-    config = ServerConfig(values, voters, dial, listeners, secret, listener_values)
+    config = ServerConfig(values, voters, dial, listeners, secret, listener_values, given)
     if "broker" in values["process.roles"]:
         inter_broker = values["inter.broker.listener.name"]
         if inter_broker not in config.client_listeners:

@@ -107,10 +107,10 @@ def test_resources_that_are_not_existing_topics_or_appear_twice_are_refused_each
         qc, raft = controller()
         await two_topics(qc)
         before = len(raft.entries)
-        out = await incremental(qc, [(4, "", [("min.insync.replicas", SET, "2")]),
+        out = await incremental(qc, [(8, "x", [("min.insync.replicas", SET, "2")]),  # BROKER_LOGGER
                                      (2, "missing", [("retention.ms", SET, "1")]),
                                      (2, "t", [("retention.ms", SET, "1")])])
-        assert out[(4, "")][0] == "INVALID_REQUEST" and "only topics" in out[(4, "")][1]
+        assert out[(8, "x")][0] == "INVALID_REQUEST" and "only topics" in out[(8, "x")][1]
         assert out[(2, "missing")][0] == "UNKNOWN_TOPIC_OR_PARTITION"
         assert out[(2, "t")] == ("NONE", None)
         request = {"resources": [{"resource_type": 2, "resource_name": "u",

@@ -46,13 +46,15 @@ import uuid
 from typing import Any, Iterable
 
 from raftka.common import errors
-from raftka.common.configs import TOPIC_CONFIGS, ConfigDef
+from raftka.common.configs import BROKER_DYNAMIC_CONFIGS, TOPIC_CONFIGS, ConfigDef, config_text
+from raftka.common.server_config import LISTENER_PREFIX, SERVER_CONFIGS
 from raftka.common.schema import ZERO_UUID
 from raftka.common.security import SECURITY_PROTOCOLS
 from raftka.common.messages.admin import (
     CONFIG_OP_APPEND, CONFIG_OP_DELETE, CONFIG_OP_NAMES, CONFIG_OP_SET, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
 )
 from raftka.common.messages.admin import RESOURCE_TOPIC as RESOURCE_TYPE_TOPIC  # Kafka's int8, not the record's
+from raftka.common.messages.admin import RESOURCE_BROKER as RESOURCE_TYPE_BROKER
 from raftka.common.messages.admin import (CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST,
                                           CONFIG_TYPE_LONG, CONFIG_TYPE_STRING)
 from raftka.common.meta_properties import read_cluster_id
@@ -73,9 +75,10 @@ from raftka.raft_meta.metadata.delta import MetadataDelta
 from raftka.raft_meta.metadata.state import metadata_record
 from raftka.raft_meta.metadata.image import MetadataImage
 from raftka.raft_meta.metadata.records import (
-    RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord,
-    ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord,
-    UnregisterBrokerRecord, encode_entry,
+    RESOURCE_BROKER, RESOURCE_CLUSTER, RESOURCE_TOPIC, ConfigRecord, FenceBrokerRecord, MetadataRecord,
+    PartitionChangeRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord, broker_resource_id, encode_entry,
 )
 
 log = logging.getLogger(__name__)
@@ -582,7 +585,9 @@ class QuorumController:
     async def describe_configs(self, version: int, body: dict) -> tuple[int, dict]:
         """Kafka's DescribeConfigs (v4 shape): every key of a topic (or those of
         ``configuration_keys``), each value as Kafka writes it (a string), its source (the topic's
-        override or the default) and its type. Topics are the only resources described here."""
+        override or the default) and its type. Topics are the only resources described here: a
+        broker describes its own BROKER resource (broker/configs.py), as only it knows its
+        server.properties."""
         out = []
         for resource in body["resources"]:
             name, kind = resource["resource_name"], resource["resource_type"]
@@ -592,7 +597,7 @@ class QuorumController:
             if kind != RESOURCE_TYPE_TOPIC:
                 result.update(error_code=errors.INVALID_REQUEST,
                               error_message=f"resource type {kind} of {name!r}: only topics ({RESOURCE_TYPE_TOPIC}) "
-                                            "are described here")
+                                            "are described by a controller; ask a broker for a broker's configs")
             elif topic is None:
                 result.update(error_code=errors.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown topic {name!r}")
             else:
@@ -602,37 +607,58 @@ class QuorumController:
         return errors.NONE, {"results": out}
 
     async def alter_configs(self, version: int, body: dict) -> tuple[int, dict]:
-        """Kafka's legacy AlterConfigs (v2 shape) for topics: the request names a topic's whole
-        set of overrides, as in Kafka: keys left out (or given a null value) go back to their
-        defaults. IncrementalAlterConfigs changes only the keys it names."""
-        def replace(overrides: dict[str, Any], configs: list[dict]) -> dict[str, Any]:
+        """Kafka's legacy AlterConfigs (v2 shape) for topics and brokers: the request names a
+        resource's whole set of overrides, as in Kafka: keys left out (or given a null value) go
+        back to their defaults. IncrementalAlterConfigs changes only the keys it names."""
+        def replace(config_def: ConfigDef, overrides: dict[str, Any], configs: list[dict]) -> dict[str, Any]:
             names = [c["name"] for c in configs]
             if len(set(names)) != len(names):
                 raise InvalidRequestError("a config key appears more than once")
-            wanted = TOPIC_CONFIGS.parse({c["name"]: c["value"] for c in configs if c["value"] is not None},
-                                         fill_defaults=False)
-            unknown = [n for n in names if n not in TOPIC_CONFIGS]
+            unknown = [n for n in names if n not in config_def]
             if unknown:
                 raise ConfigError(unknown[0], "unknown configuration key")
+            wanted = config_def.parse({c["name"]: c["value"] for c in configs if c["value"] is not None},
+                                      fill_defaults=False)
             return {**{k: None for k in overrides if k not in wanted}, **wanted}
         return errors.NONE, {"responses": await self._alter_resources(body, replace)}
 
     async def incremental_alter_configs(self, version: int, body: dict) -> tuple[int, dict]:
-        """Kafka's IncrementalAlterConfigs (v1 shape) for topics: each named key is SET, DELETEd
-        (back to its default), or for a list-type key has items APPENDed or SUBTRACTed; keys
-        left out keep their value."""
-        def apply(overrides: dict[str, Any], configs: list[dict]) -> dict[str, Any]:
-            return incremental_changes(TOPIC_CONFIGS, overrides, configs)
-        return errors.NONE, {"responses": await self._alter_resources(body, apply)}
+        """Kafka's IncrementalAlterConfigs (v1 shape) for topics and brokers: each named key is
+        SET, DELETEd (back to its default), or for a list-type key has items APPENDed or
+        SUBTRACTed; keys left out keep their value."""
+        return errors.NONE, {"responses": await self._alter_resources(body, incremental_changes)}
+
+    def _config_resource(self, kind: int, name: str) -> tuple[str, dict[str, Any], ConfigDef]:
+        """(record resource type, current overrides, the keys it takes) of an AlterConfigs
+        resource: a topic (UNKNOWN_TOPIC_OR_PARTITION when there is none), the cluster's brokers
+        (name "") or one broker (its id; registered or not, as Kafka lets a broker be configured
+        before it starts). INVALID_REQUEST for another type or a broker name that is no id."""
+        if kind == RESOURCE_TYPE_TOPIC:
+            topic = self.image.topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            return RESOURCE_TOPIC, dict(topic.configs), TOPIC_CONFIGS
+        if kind == RESOURCE_TYPE_BROKER:
+            if name == "":
+                return RESOURCE_CLUSTER, dict(self.image.cluster_configs), BROKER_DYNAMIC_CONFIGS
+            broker_id = broker_resource_id(name)
+            if broker_id is None:
+                raise InvalidRequestError(f"broker resource {name!r:.40}: name a broker by its id, or \"\" "
+                                          "for the cluster-wide default")
+            return RESOURCE_BROKER, dict(self.image.broker_configs.get(broker_id, {})), BROKER_DYNAMIC_CONFIGS
+        raise InvalidRequestError(f"resource type {kind} of {name!r}: only topics ({RESOURCE_TYPE_TOPIC}) and "
+                                  f"brokers ({RESOURCE_TYPE_BROKER}) are altered here")
 
     async def _alter_resources(self, body: dict, decide: Any) -> list[dict]:
-        """Both AlterConfigs: ``decide(overrides, configs)`` turns a topic's current overrides and
-        the request's configs into {key: typed value, or None to remove the override}. Each
-        resource is answered on its own (INVALID_REQUEST for a resource type other than topic or
-        named twice, UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG with the key and the problem);
-        the accepted ones' changes commit as one entry, one ConfigRecord per topic whose overrides
-        change. ``validate_only`` checks and commits nothing. Decisions are taken one request at
-        a time (``_config_lock``): two concurrent APPENDs to one key both count."""
+        """Both AlterConfigs: ``decide(config_def, overrides, configs)`` turns a resource's current
+        overrides and the request's configs into {key: typed value, or None to remove the
+        override}. Each resource is answered on its own (INVALID_REQUEST for a resource type
+        other than topic or broker, a bad broker name, a resource named twice or a broker key
+        that cannot change at run time; UNKNOWN_TOPIC_OR_PARTITION; INVALID_CONFIG with the key
+        and the problem); the accepted ones' changes commit as one entry, one ConfigRecord per
+        resource whose overrides change. ``validate_only`` checks and commits nothing. Decisions
+        are taken one request at a time (``_config_lock``): two concurrent APPENDs to one key
+        both count."""
         resources = body["resources"]
         seen = [(r["resource_type"], r["resource_name"]) for r in resources]
         answers: list[dict] = []
@@ -645,24 +671,20 @@ class QuorumController:
                           "error_message": None}
                 answers.append(answer)
                 try:
-                    if kind != RESOURCE_TYPE_TOPIC:
-                        raise InvalidRequestError(f"resource type {kind} of {name!r}: only topics "
-                                                  f"({RESOURCE_TYPE_TOPIC}) are altered here; broker configs "
-                                                  "are read from each server's properties")
                     if seen.count((kind, name)) > 1:
-                        raise InvalidRequestError(f"topic {name!r} appears more than once in the request")
-                    topic = self.image.topics.get(name)
-                    if topic is None:
-                        raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-                    overrides = dict(topic.configs)
+                        what = "broker" if kind == RESOURCE_TYPE_BROKER else "topic"
+                        raise InvalidRequestError(f"{what} {name!r} appears more than once in the request")
+                    record_type, overrides, config_def = self._config_resource(kind, name)
+                    if config_def is BROKER_DYNAMIC_CONFIGS:
+                        _refuse_static_broker_keys(name, resource["configs"])
                     # Only what changes: removing an absent override or setting the same value is no record.
-                    changes = {k: v for k, v in decide(overrides, resource["configs"]).items()
+                    changes = {k: v for k, v in decide(config_def, overrides, resource["configs"]).items()
                                if ((k in overrides) if v is None else overrides.get(k) != v)}
                 except RaftkaError as error:
                     answer.update(error_code=error.code, error_message=error.message)
                     continue
                 if changes and not body["validate_only"]:
-                    records.append(ConfigRecord(RESOURCE_TOPIC, name, changes))
+                    records.append(ConfigRecord(record_type, name, changes))
                     committed.append(answer)
             if records:
                 try:
@@ -873,15 +895,20 @@ def _check_assignment(image: MetadataImage, index: int, replicas: tuple[int, ...
                                             f"{len(replicas)} replica(s), but the topic's partitions have {rf}.")
 
 
-def _config_text(value: Any) -> str | None:
-    """A config value as Kafka writes it: a string ("true", "604800000", "a,b")."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(_config_text(v) or "" for v in value)
-    return str(value)
+_config_text = config_text  # a config value as Kafka writes it ("true", "604800000", "a,b")
+
+
+def _refuse_static_broker_keys(name: str, configs: list[dict]) -> None:
+    """A broker key read once at start (server.properties) cannot be set at run time: INVALID_REQUEST
+    naming it, as Kafka answers ("Cannot update these configs dynamically"). Keys no broker knows
+    are left to the ConfigDef (INVALID_CONFIG, unknown configuration key)."""
+    for config in configs:
+        key = config["name"]
+        if key not in BROKER_DYNAMIC_CONFIGS and (key in SERVER_CONFIGS or key.startswith(LISTENER_PREFIX)):
+            where = f"broker {name}" if name else "the cluster-wide broker default"
+            raise InvalidRequestError(
+                f"{key}: cannot be updated dynamically ({where}): brokers read it from server.properties at "
+                f"start (read-only); the keys that change at run time are {', '.join(BROKER_DYNAMIC_CONFIGS.names())}")
 
 
 # Kafka's ConfigEntry.ConfigType numbers (DescribeConfigs v3+), by the value's Python type.

@@ -13,8 +13,8 @@ same records on the same image give the same next image on every voter, observer
 What changed, for brokers reacting to it (``on_metadata_update(delta, image)``):
 ``changed_topics`` (created or changed, new value), ``deleted_topics`` (as they were in the base
 image; a topic deleted and re-created under the same name appears in both, with different topic
-ids), ``changed_brokers``, ``unregistered_brokers``, ``changed_scram_users``, ``acls_changed`` and
-``local_changes(broker_id)``.
+ids), ``changed_brokers``, ``unregistered_brokers``, ``changed_scram_users``, ``acls_changed``,
+``cluster_configs_changed``, ``changed_broker_configs`` and ``local_changes(broker_id)``.
 """
 from __future__ import annotations
 
@@ -30,16 +30,19 @@ from raftka.raft_meta.metadata.image import (
     NO_LEADER, BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage, frozen_map,
 )
 from raftka.raft_meta.metadata.records import (
-    PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_CLUSTER, RESOURCE_TOPIC, AccessControlEntryRecord, ConfigRecord, FenceBrokerRecord,
+    PRODUCER_ID_BLOCK_SIZE_MAX, RESOURCE_BROKER, RESOURCE_CLUSTER, RESOURCE_TOPIC, AccessControlEntryRecord, ConfigRecord,
+    FenceBrokerRecord,
     MetadataRecord, MetadataRecordError, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
     RegisterBrokerRecord, RemoveAccessControlEntryRecord, RemoveTopicRecord, RemoveUserScramCredentialRecord, TopicRecord, UnfenceBrokerRecord,
     UnregisterBrokerRecord, UserScramCredentialRecord,
 )
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
+from raftka.raft_meta.metadata.records import broker_resource_id
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+_NO_CONFIGS: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class MetadataDelta:
         self._topics: dict[str, TopicImage | None] = {}  # None: deleted
         self._brokers: dict[int, BrokerRegistration | None] = {}  # None: unregistered
         self._cluster_configs: Mapping[str, Any] | None = None
+        # broker id -> its own config overrides after the delta (empty: none left)
+        self._broker_configs: dict[int, Mapping[str, Any]] = {}
         self._next_producer_id: int | None = None
         # user -> {mechanism: credential} as after the delta (empty: no credential left)
         self._scram: dict[str, Mapping[scram.ScramMechanism, scram.ScramCredential]] = {}
@@ -106,6 +111,11 @@ class MetadataDelta:
                 delta._brokers[broker_id] = None
         if new.cluster_configs != old.cluster_configs:
             delta._cluster_configs = new.cluster_configs
+        if new.broker_configs != old.broker_configs:
+            for broker_id in set(new.broker_configs) | set(old.broker_configs):
+                after = new.broker_configs.get(broker_id, _NO_CONFIGS)
+                if after != old.broker_configs.get(broker_id, _NO_CONFIGS):
+                    delta._broker_configs[broker_id] = after
         if new.next_producer_id != old.next_producer_id:
             delta._next_producer_id = new.next_producer_id
         if new.scram_credentials != old.scram_credentials:
@@ -179,6 +189,17 @@ class MetadataDelta:
     def cluster_configs(self) -> Mapping[str, Any]:
         return self.image.cluster_configs if self._cluster_configs is None else self._cluster_configs
 
+    def broker_configs_of(self, broker_id: int) -> Mapping[str, Any]:
+        """Broker ``broker_id``'s own config overrides as after the delta (empty when none)."""
+        if broker_id in self._broker_configs:
+            return self._broker_configs[broker_id]
+        return self.image.broker_configs.get(broker_id, _NO_CONFIGS)
+
+    @property
+    def changed_broker_configs(self) -> frozenset[int]:
+        """Brokers whose own config overrides this delta set or removed."""
+        return frozenset(self._broker_configs)
+
     @property
     def changed_topics(self) -> Mapping[str, TopicImage]:
         """Topics created or changed by this delta, as they are after it."""
@@ -209,7 +230,7 @@ class MetadataDelta:
         return self._cluster_configs is not None
 
     def is_empty(self) -> bool:
-        return not (self._topics or self._brokers or self._cluster_configs is not None
+        return not (self._topics or self._brokers or self._cluster_configs is not None or self._broker_configs
                     or self._next_producer_id is not None or self._scram or self._acls)
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
@@ -273,9 +294,19 @@ class MetadataDelta:
                     users.pop(user, None)
             scram_credentials = MappingProxyType(users)
         acls = base.acls.updated(self._acls) if self._acls else base.acls
+        broker_configs = base.broker_configs
+        if self._broker_configs:
+            merged_configs = dict(base.broker_configs)
+            for broker_id, configs in self._broker_configs.items():
+                if configs:
+                    merged_configs[broker_id] = configs
+                else:
+                    merged_configs.pop(broker_id, None)
+            broker_configs = MappingProxyType(merged_configs)
         return MetadataImage(offset=self.offset, brokers=brokers, topics=topics,
                              cluster_configs=self.cluster_configs, next_producer_id=self.next_producer_id,
-                             scram_credentials=scram_credentials, acls=acls, topic_names_by_id=names_by_id)
+                             scram_credentials=scram_credentials, acls=acls, topic_names_by_id=names_by_id,
+                             broker_configs=broker_configs)
 
     # -- undo ------------------------------------------------------------------------------
 
@@ -298,6 +329,11 @@ class MetadataDelta:
                     self._brokers.pop(key, None)
             elif what == "cluster_configs":
                 self._cluster_configs = old
+            elif what == "broker_configs":
+                if was_set:
+                    self._broker_configs[key] = old
+                else:
+                    self._broker_configs.pop(key, None)
             elif what == "next_producer_id":
                 self._next_producer_id = old
             elif what == "scram":
@@ -506,12 +542,24 @@ class MetadataDelta:
                 raise _refuse(errors.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {r.resource_name!r}")
             self._set_topic(topic.name, replace(topic, configs=_merged(topic.configs, r.configs)))
         elif r.resource_type == RESOURCE_CLUSTER:
+            if r.resource_name != "":
+                raise _refuse(errors.INVALID_REQUEST, f"cluster config overrides are named \"\", "
+                                                      f"got {r.resource_name!r:.40}")
             self._undo.append(("cluster_configs", None, True, self._cluster_configs))
             self._cluster_configs = _merged(self.cluster_configs, r.configs)
+        elif r.resource_type == RESOURCE_BROKER:
+            # Any id, registered or not: a broker may be configured before it first starts (Kafka too).
+            broker_id = broker_resource_id(r.resource_name)
+            if broker_id is None:
+                raise _refuse(errors.INVALID_REQUEST, f"a broker's config overrides are named by its id, "
+                                                      f"got {r.resource_name!r:.40}")
+            self._undo.append(("broker_configs", broker_id, broker_id in self._broker_configs,
+                               self._broker_configs.get(broker_id)))
+            self._broker_configs[broker_id] = _merged(self.broker_configs_of(broker_id), r.configs)
         else:
             raise _refuse(errors.INVALID_REQUEST,
-                          f"config resource type must be {RESOURCE_TOPIC!r} or {RESOURCE_CLUSTER!r}, "
-                          f"got {r.resource_type!r}")
+                          f"config resource type must be {RESOURCE_TOPIC!r}, {RESOURCE_CLUSTER!r} or "
+                          f"{RESOURCE_BROKER!r}, got {r.resource_type!r}")
         return {}
 
     def _replay_producer_ids(self, r: ProducerIdsRecord, offset: int) -> dict:

@@ -25,7 +25,9 @@ Field meanings are Kafka's:
                            (common/scram.py: salt, StoredKey, ServerKey, iterations; a
                            credential's repr shows neither salt nor keys),
                            acls (common/acl.py AclIndex: the ACL bindings by id, indexed by
-                           resource for the authorizer; shared by images until ACLs change)
+                           resource for the authorizer; shared by images until ACLs change),
+                           broker_configs {broker id: its own config overrides} (per-broker
+                           dynamic configs; above cluster_configs for that broker)
 
 Snapshots: ``image_to_bytes`` / ``image_from_bytes``: the image as the metadata records that
 rebuild it (Kafka's RegisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
@@ -46,6 +48,7 @@ from raftka.common.acl import AclBinding, AclIndex
 from raftka.common.scram import MECHANISMS_BY_NUMBER, ScramCredential, ScramMechanism
 from raftka.raft_meta.metadata import record_schemas as schemas
 from raftka.raft_meta.metadata.overlay_map import OverlayMap
+from raftka.raft_meta.metadata.records import broker_resource_id
 
 NO_LEADER = -1
 SNAPSHOT_BYTES_MAX = 512 * 1024 * 1024
@@ -144,6 +147,8 @@ class MetadataImage:
     scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] = field(
         default_factory=lambda: _EMPTY_MAP)
     acls: AclIndex = field(default_factory=lambda: AclIndex.EMPTY)
+    # broker id -> that broker's own config overrides (brokers without any are not keys).
+    broker_configs: Mapping[int, Mapping[str, Any]] = field(default_factory=lambda: _EMPTY_MAP)
     # topic id -> name; derived from ``topics`` (built when not given), not part of equality.
     topic_names_by_id: Mapping[str, str] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
@@ -204,7 +209,8 @@ def image_to_bytes(image: MetadataImage) -> bytes:
     (record_schemas.py) of a MetadataSnapshotHeaderRecord (the offset), then per broker a
     RegisterBrokerRecord (with its epoch and fenced state), per topic a TopicRecord, its
     PartitionRecords in partition order and a ConfigRecord of its overrides (when it has any),
-    then a ConfigRecord of the cluster's overrides (when any), a ProducerIdsRecord (the next
+    then a ConfigRecord of the cluster's overrides (when any), one of each broker's own overrides
+    (BROKER resource named by the broker id, by id), a ProducerIdsRecord (the next
     producer id), a UserScramCredentialRecord per user and mechanism and an
     AccessControlEntryRecord per ACL. Deterministic: brokers by id, topics and users by name,
     mechanisms by number, ACLs by id."""
@@ -234,6 +240,9 @@ def _snapshot_records(image: MetadataImage) -> Iterator[tuple[int, dict]]:
     if image.cluster_configs:
         yield schemas.CONFIG.api_key, {"resource_type": schemas.RESOURCE_TYPE_BROKER, "resource_name": "",
                                        "configs": schemas.config_entries(image.cluster_configs)}
+    for broker_id, configs in sorted(image.broker_configs.items()):
+        yield schemas.CONFIG.api_key, {"resource_type": schemas.RESOURCE_TYPE_BROKER, "resource_name": str(broker_id),
+                                       "configs": schemas.config_entries(configs)}
     yield schemas.PRODUCER_IDS.api_key, {"broker_id": -1, "next_producer_id": image.next_producer_id}
     for user, credentials in sorted(image.scram_credentials.items()):
         for mechanism, c in sorted(credentials.items(), key=lambda item: item[0].number):
@@ -276,6 +285,7 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
     topics: dict[str, tuple[str, list[PartitionRegistration], Mapping]] = {}  # by topic id
     topic_ids: dict[str, str] = {}  # by name
     cluster_configs: Mapping = _EMPTY_MAP
+    broker_configs: dict[int, Mapping] = {}
     next_producer_id = 0
     scram: dict[str, dict[ScramMechanism, ScramCredential]] = {}
     acls: dict[str, AclBinding] = {}
@@ -302,8 +312,15 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
             topic_ids[body["name"]] = body["topic_id"]
         elif api_key == schemas.CONFIG.api_key:
             configs = frozen_map(schemas.config_values(body["configs"]))
-            if body["resource_type"] == schemas.RESOURCE_TYPE_BROKER:
+            if body["resource_type"] == schemas.RESOURCE_TYPE_BROKER and body["resource_name"] == "":
                 cluster_configs = configs
+            elif body["resource_type"] == schemas.RESOURCE_TYPE_BROKER:
+                broker_id = broker_resource_id(body["resource_name"])
+                if broker_id is None:
+                    raise schemas.FrameError(f"ConfigRecord of a broker named {body['resource_name']!r:.40}: "
+                                             "not a broker id")
+                if configs:
+                    broker_configs[broker_id] = configs
             else:
                 topic_id = topic_ids.get(body["resource_name"])
                 if body["resource_type"] != schemas.RESOURCE_TYPE_TOPIC or topic_id is None:
@@ -334,4 +351,5 @@ def _replay_snapshot(records: Iterator[tuple[int, dict]]) -> MetadataImage:
     return MetadataImage(offset=offset, brokers=MappingProxyType(brokers), topics=OverlayMap(images),
                          cluster_configs=cluster_configs, next_producer_id=next_producer_id,
                          scram_credentials=MappingProxyType({u: MappingProxyType(c) for u, c in scram.items()}),
-                         acls=AclIndex(acls) if acls else AclIndex.EMPTY)
+                         acls=AclIndex(acls) if acls else AclIndex.EMPTY,
+                         broker_configs=MappingProxyType(broker_configs) if broker_configs else _EMPTY_MAP)

@@ -34,8 +34,10 @@ change and callers retry, so the same record may be committed twice):
                            partition epoch is the expected one (so a retry is refused, not
                            re-applied). A new leader bumps the leader epoch; every change bumps
                            the partition epoch.
-    ConfigRecord           {resource_type "topic" | "cluster", resource_name, configs {k: v or None}}
+    ConfigRecord           {resource_type "topic" | "cluster" | "broker", resource_name, configs {k: v or None}}
                            sets (None: deletes) overrides; re-applying gives the same configs.
+                           "cluster" (name "") and "broker" (name = a broker id in decimal) are
+                           both Kafka's BROKER resource on the wire, told apart by the name.
     ProducerIdsRecord      {broker_id, broker_epoch, first_id, size}
                            hands out [first_id, first_id + size); refused unless first_id is the
                            next unassigned id (so a retried block is refused, never handed out
@@ -75,9 +77,19 @@ ENTRY_BYTES_MAX = 1_048_576  # the Raft layer's RECORD_BYTES_MAX
 RECORDS_PER_ENTRY_MAX = 20_000
 PRODUCER_ID_BLOCK_SIZE_MAX = 1_000_000
 RESOURCE_TOPIC = "topic"
-RESOURCE_CLUSTER = "cluster"
-_RESOURCE_TYPES = {RESOURCE_TOPIC: schemas.RESOURCE_TYPE_TOPIC, RESOURCE_CLUSTER: schemas.RESOURCE_TYPE_BROKER}
-_RESOURCE_NAMES = {code: name for name, code in _RESOURCE_TYPES.items()}
+RESOURCE_CLUSTER = "cluster"  # cluster-wide broker overrides (Kafka's BROKER resource named "")
+RESOURCE_BROKER = "broker"  # one broker's overrides (Kafka's BROKER resource named by the broker id)
+_RESOURCE_TYPES = {RESOURCE_TOPIC: schemas.RESOURCE_TYPE_TOPIC, RESOURCE_CLUSTER: schemas.RESOURCE_TYPE_BROKER,
+                   RESOURCE_BROKER: schemas.RESOURCE_TYPE_BROKER}
+BROKER_ID_DIGITS_MAX = 10  # a broker id is an int32 >= 0
+
+
+def broker_resource_id(name: Any) -> int | None:
+    """The broker id a BROKER resource name spells (decimal, no sign, no leading zero), else None."""
+    if (name.__class__ is not str or not 0 < len(name) <= BROKER_ID_DIGITS_MAX or not name.isascii()
+            or not name.isdigit() or (name[0] == "0" and name != "0") or int(name) > 2**31 - 1):
+        return None
+    return int(name)
 _LEADER_UNCHANGED = -2  # Kafka's PartitionChangeRecord.Leader default
 _HEX = frozenset("0123456789abcdef")
 
@@ -326,27 +338,36 @@ class PartitionChangeRecord(MetadataRecord):
 
 @dataclass(frozen=True)
 class ConfigRecord(MetadataRecord):
-    """Config overrides of a topic or of the cluster are set (None: removed)."""
+    """Config overrides of a topic, of the cluster's brokers or of one broker are set (None: removed)."""
 
     SCHEMA: ClassVar[Any] = schemas.CONFIG
-    resource_type: str  # "topic" or "cluster"
-    resource_name: str  # the topic name; "" for the cluster
+    resource_type: str  # "topic", "cluster" or "broker"
+    resource_name: str  # the topic name; "" for the cluster; the broker id in decimal for a broker
     configs: Mapping[str, Any]  # value None deletes the override
 
     def to_body(self) -> dict:
         code = _RESOURCE_TYPES.get(self.resource_type)
         if code is None:
-            raise _bad(f"config resource type must be {RESOURCE_TOPIC!r} or {RESOURCE_CLUSTER!r}, "
-                       f"got {self.resource_type!r}")
+            raise _bad(f"config resource type must be {RESOURCE_TOPIC!r}, {RESOURCE_CLUSTER!r} or "
+                       f"{RESOURCE_BROKER!r}, got {self.resource_type!r}")
+        # The wire tells "cluster" from "broker" by the name alone: each must carry its own kind.
+        if self.resource_type == RESOURCE_CLUSTER and self.resource_name != "":
+            raise _bad(f"cluster config overrides are named \"\", got {self.resource_name!r:.40}")
+        if self.resource_type == RESOURCE_BROKER and broker_resource_id(self.resource_name) is None:
+            raise _bad(f"a broker's config overrides are named by its id, got {self.resource_name!r:.40}")
         return {"resource_type": code, "resource_name": self.resource_name,
                 "configs": _config_entries(self.configs)}
 
     @classmethod
     def from_body(cls, body: dict) -> "ConfigRecord":
-        name = _RESOURCE_NAMES.get(body["resource_type"])
-        if name is None:
-            raise _bad(f"ConfigRecord: resource type {body['resource_type']} is not a topic (2) or broker (4)")
-        return cls(name, body["resource_name"], _config_values(body["configs"]))
+        code, name = body["resource_type"], body["resource_name"]
+        if code == schemas.RESOURCE_TYPE_TOPIC:
+            kind = RESOURCE_TOPIC
+        elif code == schemas.RESOURCE_TYPE_BROKER:
+            kind = RESOURCE_CLUSTER if name == "" else RESOURCE_BROKER
+        else:
+            raise _bad(f"ConfigRecord: resource type {code} is not a topic (2) or broker (4)")
+        return cls(kind, name, _config_values(body["configs"]))
 
 
 @dataclass(frozen=True)
