@@ -21,6 +21,7 @@ COMMAND_ORDER = (
     "quorum",
     "cluster",
     "topics",
+    "configs",
     "leader_election",
     "reassign",
     "delete_records",
