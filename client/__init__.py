@@ -13,12 +13,14 @@ from raftka.client.aio.group import CommitFailedError, ConsumerRebalanceListener
 from raftka.client.assignors import (CooperativeStickyAssignor, RangePartitionAssignor, RoundRobinPartitionAssignor,
                               StickyAssignor)
 from raftka.client.consumer import Consumer
-from raftka.client.errors import (IllegalArgumentError, IllegalStateError, KafkaClosedError, KafkaTimeoutError,
-                           NoOffsetForPartitionError, RaftkaError, SerializationError)
+from raftka.client.errors import (IllegalArgumentError, IllegalStateError, KafkaClosedError, KafkaError,
+                           KafkaTimeoutError, NoBrokersAvailable, NoOffsetForPartitionError, RaftkaError,
+                           SerializationError)
 from raftka.client.futures import FutureRecordMetadata
 from raftka.client.partitioner import DefaultPartitioner, murmur2
 from raftka.client.producer import Producer
 from raftka.client.structs import (AlterConfigOp, AlterConfigOpType, BrokerMetadata, ConfigEntry, ConfigResource,
+                            ConfigResourceType,
                             ConsumerRecord, NewPartitions, NewTopic, OffsetAndMetadata, OffsetAndTimestamp,
                             RecordMetadata, TopicPartition)
 
@@ -29,8 +31,8 @@ KafkaAdminClient = AdminClient
 
 __all__ = ["Producer", "Consumer", "AdminClient", "KafkaProducer", "KafkaConsumer",
            "KafkaAdminClient", "NewTopic", "NewPartitions", "TopicPartition", "RecordMetadata", "ConsumerRecord",
-           "OffsetAndTimestamp", "BrokerMetadata", "ConfigResource", "ConfigEntry", "AlterConfigOp",
-           "AlterConfigOpType",
+           "OffsetAndTimestamp", "BrokerMetadata", "ConfigResource", "ConfigResourceType", "ConfigEntry",
+           "AlterConfigOp", "AlterConfigOpType",
            # SCRAM credentials (confluent-kafka's names)
            "ElectionType", "PartitionReassignment", "ScramMechanism", "ScramCredentialInfo", "UserScramCredentialUpsertion", "UserScramCredentialDeletion",
            "UserScramCredentialsDescription",
@@ -38,7 +40,7 @@ __all__ = ["Producer", "Consumer", "AdminClient", "KafkaProducer", "KafkaConsume
            "ACL", "ACLFilter", "ACLOperation", "ACLPermissionType", "ACLResourcePatternType", "ResourcePattern",
            "ResourcePatternFilter", "ResourceType", "IllegalArgumentError",
            "FutureRecordMetadata", "DefaultPartitioner", "murmur2", "RaftkaError",
-           "KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",
+           "KafkaTimeoutError", "NoBrokersAvailable", "KafkaError", "NoOffsetForPartitionError", "IllegalStateError",
            "KafkaClosedError", "SerializationError",
            # consumer groups
            "ConsumerRebalanceListener", "OffsetAndMetadata", "CommitFailedError", "RangePartitionAssignor",

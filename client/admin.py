@@ -19,7 +19,10 @@ class AdminClient:
     """Create, delete, list and describe topics, add partitions, describe the cluster, describe and alter topic
     configs, list and describe consumer groups, their offsets and lag, delete groups and offsets, set, remove and
     describe users' SCRAM credentials, create, describe and delete ACLs.
-    Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``, ``retry_backoff_ms``."""
+    Arguments: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms``, ``retry_backoff_ms``, the
+    security keys (client/aio/security.py) and those every client takes (client/aio/configs.py). The
+    constructor fetches metadata from a bootstrap server first, as kafka-python's does:
+    NoBrokersAvailable when none answers within ``bootstrap_timeout_ms``."""
 
     def __init__(self, **configs: Any) -> None:
         self._io = LoopThread("raftka-admin-io")
@@ -81,24 +84,29 @@ class AdminClient:
         """Cluster id, active controller id, brokers (with their fenced state)."""
         return self._io.run(self._aio.describe_cluster())
 
-    def describe_configs(self, config_resources: Iterable[ConfigResource | str]) -> dict[str, dict[str, ConfigEntry]]:
-        """{topic: {key: ConfigEntry(name, value, is_default)}} for topic names or ConfigResources."""
-        return self._io.run(self._aio.describe_configs(list(config_resources)))
+    def describe_configs(self, config_resources: Iterable[ConfigResource | str],
+                         include_synonyms: bool = False) -> dict[str, dict[str, ConfigEntry]]:
+        """{resource name: {key: ConfigEntry(name, value, is_default, source, is_sensitive,
+        read_only, synonyms)}} for topic names or ConfigResources (topics, brokers by id, "" for
+        the cluster-wide broker default); ``include_synonyms``: each broker key's fallbacks too."""
+        return self._io.run(self._aio.describe_configs(list(config_resources), include_synonyms=include_synonyms))
 
-    def alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True
-                      ) -> dict[str, RaftkaError | None]:
+    def alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True,
+                      validate_only: bool = False) -> dict[str, RaftkaError | None]:
         """Kafka's AlterConfigs: each resource's ``configs`` REPLACES its whole set of overrides
         (a key left out goes back to its default, as kafka-python's alter_configs does with a Kafka
-        broker). For a partial change use incremental_alter_configs. {topic: None or error}."""
-        return self._io.run(self._aio.alter_configs(list(config_resources), None, raise_errors))
+        broker). For a partial change use incremental_alter_configs. Broker resources take only
+        the dynamic broker configs. {resource name: None or error}."""
+        return self._io.run(self._aio.alter_configs(list(config_resources), None, raise_errors, validate_only))
 
-    def incremental_alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True
-                                  ) -> dict[str, RaftkaError | None]:
+    def incremental_alter_configs(self, config_resources: Iterable[ConfigResource], raise_errors: bool = True,
+                                  validate_only: bool = False) -> dict[str, RaftkaError | None]:
         """Kafka's IncrementalAlterConfigs: apply each resource's ``incremental_configs``
         (AlterConfigOp(name, value, AlterConfigOpType.SET / DELETE / APPEND / SUBTRACT)); keys not
-        named keep their value. {topic: None or error}; raises the first error unless
-        ``raise_errors=False``."""
-        return self._io.run(self._aio.incremental_alter_configs(list(config_resources), None, raise_errors))
+        named keep their value. {resource name: None or error}; raises the first error unless
+        ``raise_errors=False``; ``validate_only``: checked, nothing changed."""
+        return self._io.run(self._aio.incremental_alter_configs(list(config_resources), None, raise_errors,
+                                                                validate_only))
 
     def list_consumer_groups(self, broker_ids: Iterable[int] | None = None,
                              states: Iterable[str] | None = None) -> list[tuple[str, str]]:
@@ -175,6 +183,17 @@ class AdminClient:
         """Delete what each filter selects: [(filter, [deleted ACL], None or error)], in filter order."""
         return self._io.run(self._aio.delete_acls(acl_filters, timeout_ms))
 
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's shape and Kafka's names: ``{"admin-client-metrics": {"request-total":
+        ..., "request-latency-avg": ..., "connection-count": ...}}``, as measured."""
+        return self._io.run(_on_loop(self._aio.metrics))
+
+    def bootstrap_connected(self) -> bool:
+        """True while connected to a broker (kafka-python's name)."""
+        if not self._io.alive:
+            return False
+        return self._io.run(_on_loop(self._aio.bootstrap_connected))
+
     def close(self) -> None:
         """Close connections and the I/O thread. Safe to call twice."""
         if not self._io.alive:
@@ -191,9 +210,17 @@ class AdminClient:
         self.close()
 
 
+async def _on_loop(fn: Any) -> Any:
+    return fn()  # a plain call, made on the I/O thread that owns what it reads
+
+
 async def _make(configs: dict[str, Any]) -> AioAdminClient:
     admin = AioAdminClient(**configs)
-    admin.cluster.start()
+    try:
+        await admin.start()  # NoBrokersAvailable from the constructor, as kafka-python's
+    except BaseException:
+        await admin.close()
+        raise
     return admin
 
 

@@ -73,7 +73,9 @@ class Consumer:
     ``fetch_min_bytes``, ``fetch_max_wait_ms``, ``max_partition_fetch_bytes``, ...; see
     client.aio.consumer.DEFAULTS). ``group_id`` makes it a member of that consumer group (see
     docs/consumer-groups.md). Iterating yields ConsumerRecord and stops after
-    ``consumer_timeout_ms`` without a record.
+    ``consumer_timeout_ms`` without a record. The constructor fetches metadata from a bootstrap
+    server first, as kafka-python's does: NoBrokersAvailable when none answers within
+    ``bootstrap_timeout_ms``.
     """
 
     def __init__(self, *topics: str, **configs: Any) -> None:
@@ -310,6 +312,19 @@ class Consumer:
         """{group_id, generation_id, member_id, group_instance_id}, or None without a group."""
         return self._call(self._aio.group_metadata)
 
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's shape and Kafka's names: ``consumer-metrics``,
+        ``consumer-fetch-manager-metrics`` (``records-consumed-rate``, ``records-lag-max``,
+        ``fetch-latency-avg``...) and, in a group, ``consumer-coordinator-metrics``, as measured
+        (client/aio/metrics.py). ``raw`` is kafka-python's argument and changes nothing."""
+        return self._call(self._aio.metrics)
+
+    def bootstrap_connected(self) -> bool:
+        """True while connected to a broker (kafka-python's name)."""
+        if not self._io.alive:
+            return False
+        return self._call(self._aio.bootstrap_connected)
+
     def close(self, autocommit: bool = True, timeout: float | None = None) -> None:
         """Commit what was consumed (``enable_auto_commit`` and ``autocommit``), leave the
         group, stop fetching, close connections and the I/O thread. Safe to call twice.
@@ -352,5 +367,9 @@ class Consumer:
 
 async def _make(topics: tuple[str, ...], configs: dict[str, Any]) -> AioConsumer:
     consumer = AioConsumer(*topics, **configs)
-    await consumer.start()
+    try:
+        await consumer.start()  # NoBrokersAvailable from the constructor, as kafka-python's
+    except BaseException:
+        await consumer.close(autocommit=False, timeout_ms=1000)  # never joined: nothing to leave
+        raise
     return consumer

@@ -10,13 +10,23 @@ from raftka.common.errors import *  # noqa: F401,F403  (the one error table, re-
 from raftka.common.errors import (OffsetOutOfRangeError, RaftkaError, RequestTimedOutError,
                                     for_code, error_for)
 
-__all__ = ["KafkaTimeoutError", "NoOffsetForPartitionError", "IllegalStateError",
+__all__ = ["KafkaTimeoutError", "NoBrokersAvailable", "NoOffsetForPartitionError", "IllegalStateError",
            "KafkaClosedError", "IllegalArgumentError", "SerializationError", "RaftkaError", "for_code", "error_for"]
 
 
 class KafkaTimeoutError(RequestTimedOutError):  # type: ignore[misc, valid-type]
     """The client gave up waiting: ``max_block_ms`` (metadata, ``buffer_memory``),
     ``request_timeout_ms`` or ``delivery_timeout_ms`` ran out. The message says which."""
+
+
+class NoBrokersAvailable(KafkaTimeoutError):
+    """No bootstrap server answered Metadata within ``bootstrap_timeout_ms``; the constructors
+    raise it. kafka-python 2's name; a KafkaTimeoutError as well, which is what kafka-python 3
+    raises there, so either ``except`` works. The message names the addresses tried and the
+    last connection error."""
+
+    name = "NO_BROKERS_AVAILABLE"
+    invalid_metadata = True
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):  # type: ignore[misc, valid-type]

@@ -59,7 +59,8 @@ class Producer:
     ``delivery_timeout_ms``, ``request_timeout_ms``, ...; see client.aio.producer.DEFAULTS).
 
     The I/O runs on a background thread with its own event loop; callbacks added to the futures
-    run there and must not block.
+    run there and must not block. The constructor fetches metadata from a bootstrap server first,
+    as kafka-python's does: NoBrokersAvailable when none answers within ``bootstrap_timeout_ms``.
     """
 
     def __init__(self, **configs: Any) -> None:
@@ -190,9 +191,18 @@ class Producer:
         """The partition indexes of ``topic`` (waits up to max_block_ms for metadata)."""
         return self._io.run(self._aio.partitions_for(topic))
 
-    def metrics(self) -> dict[str, int]:
-        """Counters: produce_requests, batches_sent, batch_retries, producer_id_resets."""
-        return dict(self._aio.metrics)
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's shape and Kafka's names: ``{"producer-metrics": {"record-send-rate":
+        ..., "record-send-total": ..., "request-latency-avg": ..., "batch-size-avg": ...,
+        "buffer-available-bytes": ...}}``, as measured (client/aio/metrics.py). ``raw`` is
+        kafka-python's argument and changes nothing: the values are plain numbers."""
+        return self._io.run(_on_loop(self._aio.metrics))
+
+    def bootstrap_connected(self) -> bool:
+        """True while connected to a broker (kafka-python's name)."""
+        if not self._io.alive:
+            return False
+        return self._io.run(_on_loop(self._aio.bootstrap_connected))
 
     def __enter__(self) -> "Producer":
         return self
@@ -206,7 +216,15 @@ class Producer:
             io.stop(0)
 
 
+async def _on_loop(fn: Any) -> Any:
+    return fn()  # a plain call, made on the I/O thread that owns what it reads
+
+
 async def _make(configs: dict[str, Any]) -> AioProducer:
     producer = AioProducer(**configs)
-    await producer.start()
+    try:
+        await producer.start()  # NoBrokersAvailable from the constructor, as kafka-python's
+    except BaseException:
+        await producer.close(0)
+        raise
     return producer

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from raftka.client.aio.configs import IGNORED as CLIENT_IGNORED
 from raftka.common.errors import ConfigError
 from raftka.common.sasl import parse_jaas_config  # shared with the broker's own login (server config)
 
@@ -85,7 +86,7 @@ def client_configs(properties: Mapping[str, str], known: Mapping[str, Any]) -> d
         else:
             keyword = RENAMED.get(name) or name.replace(".", "_")
             out[keyword] = _typed(name, value, known.get(keyword))
-    unknown = sorted(set(out) - set(known))
+    unknown = sorted(set(out) - set(known) - set(CLIENT_IGNORED))  # api.version & co: every client ignores them
     if unknown:
         back = {v: k for k, v in RENAMED.items() if v}
         first = unknown[0]

@@ -114,24 +114,62 @@ class AlterConfigOp(NamedTuple):
     op_type: AlterConfigOpType = AlterConfigOpType.SET
 
 
-class ConfigResource(NamedTuple):
-    """A resource for describe_configs and the alter calls. Only ``'topic'`` exists today.
-    ``configs`` is the whole set of overrides for alter_configs ({key: value}; a key left out or
-    None goes back to its default); ``incremental_configs`` the changes for
-    incremental_alter_configs (keys left out keep their value)."""
+class ConfigResourceType(IntEnum):
+    """The kind of a config resource (kafka-python's ConfigResourceType, Kafka's numbers)."""
 
-    resource_type: str
+    BROKER = 4
+    TOPIC = 2
+
+
+def config_resource_type(value: "ConfigResourceType | str | int") -> ConfigResourceType:
+    """A ConfigResourceType from itself, its name in any case ('topic', 'BROKER') or its number;
+    ValueError naming the choices."""
+    if isinstance(value, str):
+        found = ConfigResourceType.__members__.get(value.strip().upper())
+        if found is not None:
+            return found
+    elif isinstance(value, int) and not isinstance(value, bool) and value in ConfigResourceType._value2member_map_:
+        return ConfigResourceType(value)
+    raise ValueError(f"resource_type must be 'topic' or 'broker' (or ConfigResourceType), got {value!r}")
+
+
+class _ConfigResourceFields(NamedTuple):
+    resource_type: ConfigResourceType
     name: str
     configs: dict[str, Any] | None = None
     incremental_configs: Sequence[AlterConfigOp] = ()
 
 
+class ConfigResource(_ConfigResourceFields):
+    """A resource for describe_configs and the alter calls: ``resource_type`` is a
+    ConfigResourceType or 'topic' / 'broker' (any case; kept as the enum), ``name`` a topic, a
+    broker id ("1"), or "" for the cluster-wide broker default. ``configs`` is the whole set of
+    overrides for alter_configs ({key: value}; a key left out or None goes back to its default);
+    ``incremental_configs`` the changes for incremental_alter_configs (keys left out keep their
+    value)."""
+
+    __slots__ = ()
+
+    def __new__(cls, resource_type: "ConfigResourceType | str", name: "str | int",
+                configs: dict[str, Any] | None = None,
+                incremental_configs: Sequence[AlterConfigOp] = ()) -> "ConfigResource":
+        return super().__new__(cls, config_resource_type(resource_type), str(name), configs, incremental_configs)
+
+
 class ConfigEntry(NamedTuple):
-    """One config of a described resource."""
+    """One config of a described resource. ``source`` is Kafka's ConfigSource name
+    (DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+    STATIC_BROKER_CONFIG, DEFAULT_CONFIG); a sensitive entry's ``value`` is None. ``synonyms``:
+    (name, value, source) of every value the key falls back to, highest first (asked for with
+    ``include_synonyms``)."""
 
     name: str
     value: Any
     is_default: bool
+    source: str = "UNKNOWN"
+    is_sensitive: bool = False
+    read_only: bool = False
+    synonyms: tuple[tuple[str, Any, str], ...] = ()
 
 
 class OffsetAndMetadata(NamedTuple):

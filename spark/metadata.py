@@ -43,11 +43,15 @@ class ClusterView:
         self._consumer: Consumer | None = None
         self._group_consumer: Consumer | None = None
 
+    def driver_configs(self) -> dict:
+        """The configs of the driver's consumer (partitions, offsets): the connection ones."""
+        configs = {k: v for k, v in self.consumer_configs.items() if k in DRIVER_CONFIGS}
+        configs.setdefault("client_id", "raftka-spark-driver")
+        return configs
+
     def _client(self) -> Consumer:
-        if self._consumer is None:
-            configs = {k: v for k, v in self.consumer_configs.items() if k in DRIVER_CONFIGS}
-            configs.setdefault("client_id", "raftka-spark-driver")
-            self._consumer = Consumer(bootstrap_servers=self.bootstrap_servers, **configs)
+        if self._consumer is None:  # connects: NoBrokersAvailable when no broker answers
+            self._consumer = Consumer(bootstrap_servers=self.bootstrap_servers, **self.driver_configs())
         return self._consumer
 
     def _group(self) -> Consumer:

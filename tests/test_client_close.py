@@ -167,8 +167,11 @@ def test_cluster_close_ends_its_metadata_task_when_the_cancel_lands_as_a_refresh
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")  # the stuck loop never ran it
 @pytest.mark.parametrize("make", [
-    lambda: Producer(bootstrap_servers="127.0.0.1:1", request_timeout_ms=1000),
-    lambda: Consumer(bootstrap_servers="127.0.0.1:1", request_timeout_ms=1000),
+    # A fake broker that answers Metadata: the constructors fetch it (NoBrokersAvailable without one).
+    lambda: Producer(bootstrap_servers="fake:1", connection_factory=_GatedKafka(gated=-1).connect,
+                     request_timeout_ms=1000),
+    lambda: Consumer(bootstrap_servers="fake:1", connection_factory=_GatedKafka(gated=-1).connect,
+                     request_timeout_ms=1000),
 ], ids=["producer", "consumer"])
 def test_blocking_close_returns_within_its_timeout_and_margin_when_the_io_thread_is_stuck(make):
     from raftka.client import consumer as sync_consumer

@@ -275,11 +275,21 @@ def test_unknown_topics_and_closed_clients_give_typed_errors(cluster):
 def test_a_producer_with_no_reachable_broker_fails_with_a_timeout(tmp_path):
     from raftka.cluster import free_ports
     [port] = free_ports(1)
-    with Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=700, request_timeout_ms=300) as p:
-        started = time.monotonic()
-        with pytest.raises(KafkaTimeoutError):
-            p.send("t", b"v")
-        assert time.monotonic() - started < 5
+    started = time.monotonic()
+    with pytest.raises(KafkaTimeoutError):  # NoBrokersAvailable, from the constructor as in kafka-python
+        Producer(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=700, request_timeout_ms=300)
+    assert time.monotonic() - started < 5
+
+    async def send_unstarted() -> None:  # the asyncio producer bootstraps in start(): send waits max_block_ms
+        p = aio.Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=700, request_timeout_ms=300)
+        try:
+            started = time.monotonic()
+            with pytest.raises(KafkaTimeoutError):
+                await p.send("t", b"v")
+            assert time.monotonic() - started < 5
+        finally:
+            await p.close(0)
+    asyncio.run(send_unstarted())
 
 
 def test_the_asyncio_flavour_produces_and_consumes(cluster, admin):

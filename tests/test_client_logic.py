@@ -200,7 +200,7 @@ def test_a_retried_batch_keeps_its_sequence_and_is_resent_before_later_batches()
         futures = [await p.send("t", b"%04d" % i, partition=0) for i in range(60)]
         assert await p.flush(5000) == []
         metas = [f.result() for f in futures]
-        assert p.metrics["batch_retries"] >= 1
+        assert p.counters["batch_retries"] >= 1
         await p.close()
         return metas
 
@@ -254,7 +254,7 @@ def test_batches_that_cannot_be_delivered_fail_after_delivery_timeout_ms_and_lat
         kafka.faults[tp] = []
         ok = await p.send("t", b"kept")
         assert (await asyncio.wait_for(ok, 5)).offset == 0
-        assert p.metrics["producer_id_resets"] == 1  # the sequence gap needs a new producer id
+        assert p.counters["producer_id_resets"] == 1  # the sequence gap needs a new producer id
         await p.close()
 
     asyncio.run(main())
@@ -281,7 +281,7 @@ def test_a_producer_id_reset_fails_batches_that_may_have_been_written_instead_of
         with pytest.raises(errors.RequestTimedOutError, match="may or may not have been written") as info:
             await asyncio.wait_for(maybe, 5)
         assert (info.value.topic, info.value.partition) == ("t", 0)
-        assert p.metrics["producer_id_resets"] == 1
+        assert p.counters["producer_id_resets"] == 1
         ok = await p.send("t", b"after", partition=0)  # the new producer id works
         assert (await asyncio.wait_for(ok, 5)).offset == 1
         await p.close()
@@ -305,7 +305,7 @@ def test_a_producer_id_reset_resends_batches_the_leader_refused_under_the_new_id
         with pytest.raises(MessageTooLargeError):
             await asyncio.wait_for(bad, 5)
         assert (await asyncio.wait_for(kept, 5)).offset == 0
-        assert p.metrics["producer_id_resets"] == 1
+        assert p.counters["producer_id_resets"] == 1
         await p.close()
 
     asyncio.run(main())

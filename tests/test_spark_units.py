@@ -149,8 +149,8 @@ def test_kafka_security_options_reach_reader_and_writer_as_the_clients_keywords(
     # The driver's own consumers (partitions, offsets, group commits) connect the same way.
     from raftka.spark.metadata import ClusterView
     view = ClusterView(read.bootstrap_servers, read.consumer_configs)
-    assert view._client().config["security_protocol"] == "SASL_SSL"
-    view.close()
+    assert view.driver_configs()["security_protocol"] == "SASL_SSL"
+    assert view.driver_configs()["sasl_plain_password"] == PASSWORD
 
 
 @pytest.mark.parametrize("extra, option, words", [

@@ -8,4 +8,9 @@ from raftka.client.aio.admin import AdminClient
 from raftka.client.aio.consumer import Consumer
 from raftka.client.aio.producer import Producer
 
-__all__ = ["Producer", "Consumer", "AdminClient"]
+# aiokafka's names, with its methods (start/stop, send_and_wait, getone/getmany, async with/for).
+AIOKafkaProducer = Producer
+AIOKafkaConsumer = Consumer
+AIOKafkaAdminClient = AdminClient
+
+__all__ = ["Producer", "Consumer", "AdminClient", "AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"]

@@ -2,7 +2,8 @@
 
 CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs, AlterConfigs and
 IncrementalAlterConfigs go to any broker, which forwards them to the active controller
-(docs/protocol.md); NOT_CONTROLLER and lost connections are retried on another broker within
+(docs/protocol.md), except DescribeConfigs of a broker resource, which goes to that broker;
+NOT_CONTROLLER and lost connections are retried on another broker within
 ``request_timeout_ms``. Group requests go to the group's coordinator (FindCoordinator);
 ListGroups to every broker (each knows the groups it coordinates). A coordinator that moved or
 is loading is retried within ``request_timeout_ms``.
@@ -37,13 +38,16 @@ from raftka.client.acl import ACL, ACLFilter, acl_of
 from raftka.client.acl import creation_body as acl_creation_body
 from raftka.client.acl import filter_body as acl_filter_body
 from raftka.client.assignors import decode_assignment, decode_subscription
+from raftka.client.aio.configs import CLIENT_DEFAULTS, check_config
+from raftka.client.aio.metrics import metric_config, sensor_metrics
 from raftka.client.aio.security import SECURITY_DEFAULTS, apply_security
 from raftka.client.errors import ConfigError, KafkaTimeoutError
 from raftka.common import errors, scram
 from raftka.common.api import ApiKey
 from raftka.common.errors import RaftkaError
-from raftka.client.structs import (AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
-                                   OffsetAndMetadata, TopicPartition)
+from raftka.common.configs import ConfigSource
+from raftka.client.structs import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigResourceType, NewPartitions,
+                                   NewTopic, OffsetAndMetadata, TopicPartition)
 
 DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
@@ -53,8 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "metadata_max_age_ms": 300_000,
     "connection_factory": None,
     **SECURITY_DEFAULTS,
+    **CLIENT_DEFAULTS,
 }
-IGNORED = {"api_version"}
 _RETRIABLE_CODES = tuple(code for code, spec in errors.SPECS.items() if spec.retriable)
 _COORDINATOR_RETRY = {errors.NOT_COORDINATOR, errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS}
 OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST}
@@ -164,6 +168,21 @@ def _config_results(answer: dict[str, Any]) -> dict[str, RaftkaError | None]:
             for r in answer.get("responses") or []}
 
 
+def _source_name(number: Any) -> str:
+    try:
+        return ConfigSource(number).name
+    except ValueError:
+        return ConfigSource.UNKNOWN.name
+
+
+def _config_entry(c: dict[str, Any]) -> ConfigEntry:
+    """A ConfigEntry of a DescribeConfigs answer's config."""
+    return ConfigEntry(c["name"], _config_value(c.get("value")), c.get("config_source") == CONFIG_SOURCE_DEFAULT,
+                       _source_name(c.get("config_source")), bool(c.get("is_sensitive")), bool(c.get("read_only")),
+                       tuple((s["name"], s.get("value"), _source_name(s.get("source")))
+                             for s in c.get("synonyms") or ()))
+
+
 def _config_value(value: Any) -> Any:
     """A config value as Kafka writes it: a string (booleans lower-case, lists comma-separated)."""
     if value is None:
@@ -179,21 +198,52 @@ class AdminClient:
     """asyncio admin client; the blocking ``client.AdminClient`` wraps it."""
 
     def __init__(self, **configs: Any) -> None:
-        unknown = set(configs) - set(DEFAULTS) - IGNORED
-        if unknown:
-            raise ConfigError(sorted(unknown)[0], "unknown admin config")
-        self.config = {**DEFAULTS, **{k: v for k, v in configs.items() if k not in IGNORED}}
+        # The keys every client ignores or refuses alike: client/aio/configs.py.
+        self.config = check_config("admin", configs, DEFAULTS)
+        mc = metric_config(self.config)
         apply_security(self.config)
         c = self.config
         self.cluster = Cluster(c["bootstrap_servers"], client_id=c["client_id"] or "raftka-admin",
                                request_timeout_ms=c["request_timeout_ms"],
                                retry_backoff_ms=c["retry_backoff_ms"],
                                metadata_max_age_ms=c["metadata_max_age_ms"],
-                               connection_factory=c["connection_factory"])
+                               connection_factory=c["connection_factory"], metric_config=mc)
+        self._bootstrapped = False
+
+    async def start(self) -> None:
+        """Start the metadata task and fetch metadata from a bootstrap server, as aiokafka's
+        ``start()`` (and kafka-python's constructor) does: NoBrokersAvailable when none answers
+        within ``bootstrap_timeout_ms``."""
+        self.cluster.start()
+        if not self._bootstrapped:
+            await self.cluster.connect_bootstrap(self.config["bootstrap_timeout_ms"])
+            self._bootstrapped = True
 
     async def close(self) -> None:
         """Close every connection."""
         await self.cluster.close()
+
+    async def __aenter__(self) -> "AdminClient":
+        try:
+            await self.start()
+        except BaseException:  # __aexit__ does not run when __aenter__ raises: stop the tasks here
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def bootstrap_connected(self) -> bool:
+        """True while connected to a broker (kafka-python's name)."""
+        return self.cluster.bootstrap_connected()
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """kafka-python's shape, Kafka's names: ``{"admin-client-metrics": {name: value}}``:
+        connections, requests and their latency, as measured (client/aio/metrics.py)."""
+        out = self.cluster.metrics()
+        out.update(sensor_metrics("request-latency", self.cluster.latency_sensor, "avg", "max"))
+        return {"admin-client-metrics": out}
 
     async def _call(self, api_key: int, body: dict[str, Any], timeout_ms: int | None, *,
                     read_only: bool = False) -> dict[str, Any]:
@@ -385,52 +435,87 @@ class AdminClient:
 
     @staticmethod
     def _resources(resources: Iterable[ConfigResource | str]) -> list[ConfigResource]:
+        """ConfigResources of a list of them, of topic names, or of look-alikes (kafka-python's
+        ConfigResource); ConfigError for a resource type other than topic or broker."""
         out = []
         for r in resources:
-            r = ConfigResource("topic", r) if isinstance(r, str) else r
-            kind = str(getattr(r.resource_type, "name", r.resource_type)).lower()
-            if kind != "topic":
-                raise ConfigError("resource_type", f"only 'topic' resources exist, got {r.resource_type!r}")
-            out.append(r._replace(resource_type="topic"))
+            if isinstance(r, str):
+                r = ConfigResource(ConfigResourceType.TOPIC, r)
+            elif not isinstance(r, ConfigResource):
+                try:
+                    r = ConfigResource(getattr(r.resource_type, "name", r.resource_type), r.name,
+                                       getattr(r, "configs", None), getattr(r, "incremental_configs", ()) or ())
+                except ValueError as error:
+                    raise ConfigError("resource_type", str(error)) from None
+            out.append(r)
         return out
 
     async def describe_configs(self, config_resources: Iterable[ConfigResource | str],
-                               timeout_ms: int | None = None) -> dict[str, dict[str, ConfigEntry]]:
-        """{topic: {key: ConfigEntry(name, value, is_default)}}; raises a topic's error. Values
-        are strings, as Kafka's AdminClient gives them (``"3600000"``, ``"true"``)."""
-        body = {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": r.name,
-                               "configuration_keys": None}
-                              for r in self._resources(config_resources)]}
-        answer = await self._call(API_DESCRIBE_CONFIGS, body, timeout_ms, read_only=True)
+                               timeout_ms: int | None = None, include_synonyms: bool = False
+                               ) -> dict[str, dict[str, ConfigEntry]]:
+        """{resource name: {key: ConfigEntry(name, value, is_default, source, is_sensitive,
+        read_only, synonyms)}}; raises a resource's error. Values are strings, as Kafka's
+        AdminClient gives them (``"3600000"``, ``"true"``); a sensitive one is None. A broker
+        resource ("1") is asked of that broker, which alone knows its server.properties (Kafka
+        does the same); topics and the cluster-wide broker default ("") of any broker. Results
+        are keyed by name alone: ask for a topic and a broker of the same name in two calls."""
+        resources = self._resources(config_resources)
+        by_target: dict[int | None, list[ConfigResource]] = {}  # broker id, or None: any broker
+        for r in resources:
+            target = int(r.name) if r.resource_type == ConfigResourceType.BROKER and r.name.isdigit() else None
+            by_target.setdefault(target, []).append(r)
         out: dict[str, dict[str, ConfigEntry]] = {}
-        for r in answer.get("results") or []:
-            code = r.get("error_code", 0) or 0
-            if code:
-                raise errors.error_for(code, r.get("error_message"), topic=r.get("resource_name"))
-            out[r["resource_name"]] = {c["name"]: ConfigEntry(c["name"], _config_value(c.get("value")),
-                                                              c.get("config_source") == CONFIG_SOURCE_DEFAULT)
-                                       for c in r.get("configs") or []}
+        for target, group in by_target.items():
+            body = {"resources": [{"resource_type": int(r.resource_type), "resource_name": r.name,
+                                   "configuration_keys": None} for r in group],
+                    "include_synonyms": include_synonyms, "include_documentation": False}
+            if target is None:
+                answer = await self._call(API_DESCRIBE_CONFIGS, body, timeout_ms, read_only=True)
+            else:
+                answer = await self._call_broker(target, API_DESCRIBE_CONFIGS, body, timeout_ms)
+            for r in answer.get("results") or []:
+                code = r.get("error_code", 0) or 0
+                topic = r.get("resource_name") if r.get("resource_type") == RESOURCE_TOPIC else None
+                if code:
+                    raise errors.error_for(code, r.get("error_message"), topic=topic)
+                out[r["resource_name"]] = {c["name"]: _config_entry(c) for c in r.get("configs") or []}
         return out
 
+    async def _call_broker(self, broker_id: int, api_key: int, body: dict[str, Any],
+                           timeout_ms: int | None) -> dict[str, Any]:
+        """One request to broker ``broker_id`` (its address from fresh metadata when unknown)."""
+        if self.cluster.address_of(broker_id) is None:
+            await self.cluster.refresh_metadata(topics=[], timeout_ms=timeout_ms)
+            if self.cluster.address_of(broker_id) is None:
+                raise errors.BrokerNotAvailableError(f"broker {broker_id} is not a live broker of the cluster")
+        code, answer = await self.cluster.request(broker_id, api_key, body, timeout_ms=timeout_ms)
+        if code != errors.NONE:
+            raise errors.error_for(code, (answer or {}).get("error_message") if isinstance(answer, dict) else None)
+        return answer or {}
+
     async def alter_configs(self, config_resources: Iterable[ConfigResource],
-                            timeout_ms: int | None = None, raise_errors: bool = True
+                            timeout_ms: int | None = None, raise_errors: bool = True, validate_only: bool = False
                             ) -> dict[str, RaftkaError | None]:
         """Kafka's AlterConfigs: each resource's ``configs`` becomes its WHOLE set of overrides;
         a key left out (or given None) goes back to its default, as with kafka-python and Kafka's
-        tools. To change only some keys, use incremental_alter_configs. {topic: None or error}."""
-        body = {"resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": r.name,
+        tools. To change only some keys, use incremental_alter_configs. A broker resource takes
+        only the dynamic broker configs (min.insync.replicas, leader.replication.throttled.rate,
+        follower.replication.throttled.rate), for one broker ("1") or cluster-wide ("").
+        ``validate_only``: checked, nothing changed. {resource name: None or error}."""
+        body = {"resources": [{"resource_type": int(r.resource_type), "resource_name": r.name,
                                "configs": [{"name": k, "value": _config_value(v)}
                                            for k, v in (r.configs or {}).items()]}
-                              for r in self._resources(config_resources)]}
+                              for r in self._resources(config_resources)], "validate_only": validate_only}
         return _raise_or_collect(_config_results(await self._call(API_ALTER_CONFIGS, body, timeout_ms)),
                                  raise_errors)
 
     async def incremental_alter_configs(self, config_resources: Iterable[ConfigResource],
-                                        timeout_ms: int | None = None, raise_errors: bool = True
-                                        ) -> dict[str, RaftkaError | None]:
+                                        timeout_ms: int | None = None, raise_errors: bool = True,
+                                        validate_only: bool = False) -> dict[str, RaftkaError | None]:
         """Kafka's IncrementalAlterConfigs: apply each resource's ``incremental_configs``
         (AlterConfigOp: SET, DELETE, and APPEND / SUBTRACT for list configs); keys not named
-        keep their value. Each topic's changes apply all or none. {topic: None or error}."""
+        keep their value. Each resource's changes apply all or none; broker resources as in
+        alter_configs. ``validate_only``: checked, nothing changed. {resource name: None or error}."""
         resources = []
         for r in self._resources(config_resources):
             configs = []
@@ -442,8 +527,9 @@ class AdminClient:
                                                f"got {op.op_type!r}") from None
                 configs.append({"name": op.name, "config_operation": int(op_type),
                                 "value": _config_value(op.value)})
-            resources.append({"resource_type": RESOURCE_TOPIC, "resource_name": r.name, "configs": configs})
-        answer = await self._call(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": resources}, timeout_ms)
+            resources.append({"resource_type": int(r.resource_type), "resource_name": r.name, "configs": configs})
+        answer = await self._call(ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                  {"resources": resources, "validate_only": validate_only}, timeout_ms)
         return _raise_or_collect(_config_results(answer), raise_errors)
 
     # -- consumer groups -------------------------------------------------------------------------

@@ -16,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
+from raftka.client.aio.metrics import MetricConfig, Sensor, sensor_metrics
 from raftka.client.aio.protocol import KAFKA_VERSIONS
 from raftka.common.schema import ZERO_UUID
 from raftka.client.aio.timeouts import cancel_and_wait, wait_for
-from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
+from raftka.client.errors import KafkaClosedError, KafkaTimeoutError, NoBrokersAvailable
 from raftka.common import errors
 from raftka.common.errors import NetworkExceptionError, RaftkaError, RequestTimedOutError
 from raftka.common.security import SslAuthenticationError
@@ -203,7 +205,7 @@ class Cluster:
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  metadata_max_age_ms: int = 300_000,
                  connection_factory: ConnectionFactory | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, metric_config: MetricConfig | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -227,6 +229,13 @@ class Cluster:
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()  # connections being closed after a failure
         self._closed = False
+        # Kafka's network metrics of a client (metrics(); client/aio/metrics.py).
+        mc = metric_config or MetricConfig()
+        self.request_sensor = Sensor(mc)  # 1 per request sent
+        self.response_sensor = Sensor(mc)  # 1 per answer received
+        self.latency_sensor = Sensor(mc)  # ms from send to answer, of requests awaited here
+        self.connection_creation_sensor = Sensor(mc)
+        self.connection_close_sensor = Sensor(mc)
 
     # -- lifecycle --
     def start(self) -> None:
@@ -254,6 +263,40 @@ class Cluster:
                 await _close_quietly(pending.result())
         for address in list(self._connections):
             await self._drop(address)
+
+    async def connect_bootstrap(self, timeout_ms: int | None = None) -> None:
+        """Fetch metadata once from any bootstrap server, as kafka-python's constructors do
+        before returning: NoBrokersAvailable when none answered within ``timeout_ms`` (the
+        clients' ``bootstrap_timeout_ms``; default ``request_timeout_ms``), naming the addresses
+        and the last connection error. Brokers that answered but refused this client (its TLS
+        handshake or SASL login) are not an unreachable bootstrap: that error is kept, and the
+        first call that needs the cluster raises it at once, as it did before this check."""
+        timeout_ms = timeout_ms or self.request_timeout_ms
+        try:
+            await self.refresh_metadata(timeout_ms=timeout_ms)
+        except (errors.SaslAuthenticationFailedError, SslAuthenticationError) as error:
+            self._authentication_error = error
+        except KafkaTimeoutError as error:
+            tried = ", ".join(f"{host}:{port}" for host, port in self.bootstrap)
+            last = error.__cause__
+            cause = f"last error: {last}" if last is not None else "no connection attempt finished"
+            raise NoBrokersAvailable(f"no broker answered at {tried} within {timeout_ms} ms ({cause})") from last
+
+    def bootstrap_connected(self) -> bool:
+        """True while this client holds an open connection to a broker (kafka-python's
+        ``bootstrap_connected``: the client reached the cluster and is still connected)."""
+        return any(not getattr(conn, "closed", False) for conn in self._connections.values())
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's network metrics of this client (a group's common part, see metrics.py)."""
+        out = {"connection-count": float(sum(not getattr(c, "closed", False) for c in self._connections.values()))}
+        out.update(sensor_metrics("connection-creation", self.connection_creation_sensor, "total", "rate"))
+        out.update(sensor_metrics("connection-close", self.connection_close_sensor, "total", "rate"))
+        out.update(sensor_metrics("request", self.request_sensor, "total", "rate"))
+        out.update(sensor_metrics("response", self.response_sensor, "total", "rate"))
+        age = self.metadata_age_ms
+        out["metadata-age"] = age / 1000 if age != float("inf") else math.nan  # seconds, as Kafka's
+        return out
 
     # -- connections and requests --
     def address_of(self, node_id: int) -> tuple[str, int] | None:
@@ -304,12 +347,15 @@ class Cluster:
         kept = self._connections.setdefault(address, conn)
         if kept is not conn:
             await _close_quietly(conn)
+        else:
+            self.connection_creation_sensor.record()
         return kept
 
     async def _drop(self, address: tuple[str, int]) -> None:
         self._failed_at[address] = time.monotonic()
         conn = self._connections.pop(address, None)
         if conn is not None:
+            self.connection_close_sensor.record()
             await _close_quietly(conn)
 
     async def request_address(self, address: tuple[str, int], api_key: int, body: Any, *,
@@ -321,10 +367,16 @@ class Cluster:
         deadline = time.monotonic() + timeout_ms / 1000
         conn = await self._connection(address, timeout_ms)
         left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        self.request_sensor.record()
+        sent = time.monotonic()
         try:
-            return await wait_for(
+            answer = await wait_for(
                 conn.request(api_key, body, timeout_ms=left_ms, expect_response=expect_response),
                 left_ms / 1000 + 0.5)
+            if expect_response:
+                self.response_sensor.record()
+                self.latency_sensor.record((time.monotonic() - sent) * 1000)
+            return answer
         except asyncio.TimeoutError:
             await self._drop(address)
             self.request_update()
@@ -351,7 +403,17 @@ class Cluster:
         submit = getattr(conn, "submit", None)
         if submit is None or getattr(conn, "closed", False):
             return None
-        return submit(api_key, body, timeout_ms=timeout_ms or self.request_timeout_ms)
+        return self._counted(submit(api_key, body, timeout_ms=timeout_ms or self.request_timeout_ms))
+
+    def _counted(self, future: "asyncio.Future[tuple[int, Any]]") -> "asyncio.Future[tuple[int, Any]]":
+        """Count a submitted request, and its answer when it comes (request-total, response-total)."""
+        self.request_sensor.record()
+        future.add_done_callback(self._answered)
+        return future
+
+    def _answered(self, future: "asyncio.Future[tuple[int, Any]]") -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.response_sensor.record()
 
     async def submit_connected(self, node_id: int, api_key: int, body: Any, *,
                                timeout_ms: int | None = None) -> "asyncio.Future[tuple[int, Any]] | None":
@@ -367,7 +429,7 @@ class Cluster:
         if submit is None:
             return None
         try:
-            return submit(api_key, body, timeout_ms=timeout_ms)
+            return self._counted(submit(api_key, body, timeout_ms=timeout_ms))
         except NetworkExceptionError:
             self.connection_failed(node_id)
             raise
@@ -378,6 +440,7 @@ class Cluster:
         address = self.address_of(node_id)
         conn = self._connections.pop(address, None) if address is not None else None
         if conn is not None:
+            self.connection_close_sensor.record()
             self._failed_at[address] = time.monotonic()
             task = asyncio.get_running_loop().create_task(_close_quietly(conn))
             self._closing.add(task)

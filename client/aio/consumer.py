@@ -42,6 +42,8 @@ import time
 from typing import Any, Iterable, Sequence
 
 from raftka.client.aio.cluster import Cluster
+from raftka.client.aio.configs import CLIENT_DEFAULTS, check_config
+from raftka.client.aio.metrics import metric_config
 from raftka.client.aio.fetcher import Fetcher
 from raftka.client.aio.group import GroupMember
 from raftka.client.aio.subscription_state import EARLIEST, LATEST, RESETS, SubscriptionState
@@ -84,17 +86,14 @@ DEFAULTS: dict[str, Any] = {
     "check_crcs": True,
     "connection_factory": None,
     **SECURITY_DEFAULTS,
+    **CLIENT_DEFAULTS,
 }
-# kafka-python options that mean nothing here; accepted and ignored.
-IGNORED = {"api_version", "isolation_level"}
 
 
 def consumer_config(configs: dict[str, Any]) -> dict[str, Any]:
-    """Defaults + ``configs``, checked; ConfigError names a bad or unknown key."""
-    unknown = set(configs) - set(DEFAULTS) - IGNORED
-    if unknown:
-        raise ConfigError(sorted(unknown)[0], "unknown consumer config")
-    config = {**DEFAULTS, **{k: v for k, v in configs.items() if k not in IGNORED}}
+    """Defaults + ``configs``, checked; ConfigError names a bad or unknown key (the keys every
+    client ignores or refuses: client/aio/configs.py)."""
+    config = check_config("consumer", configs, DEFAULTS)
     if config["auto_offset_reset"] not in RESETS:
         raise ConfigError("auto_offset_reset", f"must be earliest, latest or none, got "
                                                f"{config['auto_offset_reset']!r}")
@@ -136,12 +135,13 @@ class Consumer:
                                request_timeout_ms=c["request_timeout_ms"],
                                retry_backoff_ms=c["retry_backoff_ms"],
                                metadata_max_age_ms=c["metadata_max_age_ms"],
-                               connection_factory=c["connection_factory"])
+                               connection_factory=c["connection_factory"], metric_config=metric_config(c))
         self._subscriptions = SubscriptionState(RESETS[c["auto_offset_reset"]], group_mode=c["group_id"] is not None,
                                                 exclude_internal_topics=c["exclude_internal_topics"])
         self._data = asyncio.Event()  # set when poll may have something to hand out (or raise)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
+        self._bootstrapped = False
         self._closed = False
         self._group: GroupMember | None = None
         if c["group_id"] is not None:
@@ -155,11 +155,52 @@ class Consumer:
 
     # -- lifecycle --
     async def start(self) -> None:
-        """Start the metadata and fetcher tasks (poll and friends call it)."""
+        """Start the metadata and fetcher tasks and fetch metadata from a bootstrap server, as
+        aiokafka's ``start()`` (and kafka-python's constructor) does: NoBrokersAvailable when
+        none answers within ``bootstrap_timeout_ms``. ``poll`` and friends start the tasks by
+        themselves."""
+        self._start()
+        if not self._bootstrapped:
+            await self.cluster.connect_bootstrap(self.config["bootstrap_timeout_ms"])
+            self._bootstrapped = True
+
+    def _start(self) -> None:
+        """Start the metadata and fetcher tasks (once), on the running loop."""
         if not self._started:
             self._started = True
             self.cluster.start()
             self._fetcher.start()
+
+    async def stop(self) -> None:
+        """aiokafka's name for ``close()``: commit (auto-commit), leave the group, close."""
+        await self.close()
+
+    async def __aenter__(self) -> "Consumer":
+        try:
+            await self.start()
+        except BaseException:  # __aexit__ does not run when __aenter__ raises: stop the tasks here
+            await self.close(autocommit=False)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def bootstrap_connected(self) -> bool:
+        """True while connected to a broker (kafka-python's name)."""
+        return self.cluster.bootstrap_connected()
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """kafka-python's shape, Kafka's names: ``consumer-metrics`` (connections, requests),
+        ``consumer-fetch-manager-metrics`` and, with a group_id, ``consumer-coordinator-metrics``,
+        with what this consumer measured (client/aio/metrics.py; on its event loop's thread)."""
+        out = {"consumer-metrics": self.cluster.metrics(),
+               "consumer-fetch-manager-metrics": self._fetcher.metrics()}
+        if self._group is not None:
+            coordinator = self._group.metrics()
+            coordinator["assigned-partitions"] = float(len(self._subscriptions.assigned_partitions()))
+            out["consumer-coordinator-metrics"] = coordinator
+        return out
 
     async def close(self, autocommit: bool = True, timeout_ms: float | None = None) -> None:
         """Leave the group (committing first when ``enable_auto_commit`` and ``autocommit``,
@@ -271,13 +312,13 @@ class Consumer:
 
     async def topics(self) -> set[str]:
         """Every topic name in the cluster."""
-        await self.start()
+        self._start()
         meta = await self.cluster.refresh_metadata(topics=None)
         return set(meta.topics)
 
     async def partitions_for_topic(self, topic: str) -> set[int] | None:
         """The partitions of ``topic`` as the cluster says now; None when it does not exist."""
-        await self.start()
+        self._start()
         fresh = await self.cluster.refresh_metadata([topic])
         parts = fresh.partitions_for(topic)
         return set(parts) if parts is not None else None
@@ -304,7 +345,7 @@ class Consumer:
 
     async def position(self, partition: TopicPartition, timeout_ms: float | None = None) -> int:
         """The offset of the next record for ``partition`` (resolving a pending reset)."""
-        await self.start()
+        self._start()
         state = self._subscriptions.state(partition)
         if state.position is None and state.awaiting_committed:
             await self._fetcher.resolve_committed([TopicPartition(*partition)], timeout_ms)
@@ -335,7 +376,7 @@ class Consumer:
     # -- offsets by time --
     async def _list_offsets(self, query: dict[TopicPartition, int], timeout_ms: float | None = None
                             ) -> dict[TopicPartition, OffsetAndTimestamp]:
-        await self.start()
+        self._start()
         return await self._fetcher.list_offsets(query, timeout_ms)
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition],
@@ -365,10 +406,29 @@ class Consumer:
         """Records fetched so far, up to ``max_records`` (default ``max_poll_records``), waiting up
         to ``timeout_ms`` for the first. Raises a partition's error (OffsetOutOfRangeError,
         NoOffsetForPartitionError, CorruptRecordError, ...) once its records before it are out."""
+        return await self._records(timeout_ms, max_records, None)
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: float = 0,
+                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """aiokafka's ``getmany``: ``poll``, limited to ``partitions`` when given (assigned ones:
+        IllegalStateError otherwise); records of other partitions stay buffered for later."""
+        return await self._records(timeout_ms, max_records, self._only(partitions))
+
+    def _only(self, partitions: Sequence[TopicPartition]) -> set[TopicPartition] | None:
+        if not partitions:
+            return None
+        only = {TopicPartition(*tp) for tp in partitions}
+        missing = only - self._subscriptions.assigned_partitions()
+        if missing:
+            raise IllegalStateError(f"not assigned to this consumer: {sorted(missing)}")
+        return only
+
+    async def _records(self, timeout_ms: float, max_records: int | None,
+                       only: set[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
         self._check_open()
         if self._group is not None and self._group.in_callback:
             raise IllegalStateError("poll() from a rebalance listener")
-        await self.start()
+        self._start()
         if not self._subscriptions.has_assignment() and not self._subscriptions.has_subscription():
             raise IllegalStateError("no partitions: call assign() or subscribe() first")
         max_records = max_records or self.config["max_poll_records"]
@@ -378,7 +438,7 @@ class Consumer:
             if self._group is not None:
                 await self._group.poll(deadline)  # joins, rebalance listeners, auto-commit
             self._update_subscription()
-            out = self._fetcher.drain(max_records)
+            out = self._fetcher.drain(max_records, only)
             if out:
                 return out
             left = deadline - time.monotonic()
@@ -389,15 +449,17 @@ class Consumer:
             except asyncio.TimeoutError:
                 return {}
 
-    async def getone(self, timeout_ms: float | None = None) -> ConsumerRecord | None:
-        """One record, waiting up to ``timeout_ms`` (None: ``consumer_timeout_ms``); None when
-        nothing arrived in time."""
+    async def getone(self, *partitions: TopicPartition, timeout_ms: float | None = None) -> ConsumerRecord | None:
+        """One record (of ``partitions`` when given, as aiokafka's ``getone``), waiting up to
+        ``timeout_ms`` (None: ``consumer_timeout_ms``, which is forever by default, as aiokafka
+        waits); None when nothing arrived in time."""
+        only = self._only(partitions)
         timeout = self.config["consumer_timeout_ms"] if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + min(timeout, 10**9) / 1000
         join_deadline = time.monotonic() + self.config["max_poll_interval_ms"] / 1000
         while True:
             left_ms = (deadline - time.monotonic()) * 1000
-            got = await self.poll(timeout_ms=max(0.0, min(left_ms, 60_000)), max_records=1)
+            got = await self._records(max(0.0, min(left_ms, 60_000)), 1, only)
             for records in got.values():
                 return records[0]
             if left_ms <= 0:
@@ -450,7 +512,7 @@ class Consumer:
         coordinator. CommitFailedError when a rebalance took this consumer out of the group."""
         group = self._need_group("commit()")
         self._check_open()
-        await self.start()
+        self._start()
         chosen = self.consumed_offsets() if offsets is None else self._normalize(offsets)
         await group.commit(chosen, self.config["request_timeout_ms"])
 
@@ -468,7 +530,7 @@ class Consumer:
         an OffsetAndMetadata with ``metadata=True``."""
         group = self._need_group("committed()")
         self._check_open()
-        await self.start()
+        self._start()
         tp = TopicPartition(*partition)
         found = (await group.committed([tp], timeout_ms or self.config["request_timeout_ms"])).get(tp)
         if found is None:

@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from raftka.client.aio.cluster import API_FETCH, API_LIST_OFFSETS, API_OFFSET_FOR_LEADER_EPOCH, Cluster
 from raftka.client.aio.group import GroupMember
+from raftka.client.aio.metrics import MetricConfig, Sensor, metric_config, sensor_metrics
 from raftka.client.aio.subscription_state import FetchedChunk, PartitionState, SubscriptionState
 from raftka.client.aio.timeouts import wait_for
 from raftka.client.errors import KafkaTimeoutError, NoOffsetForPartitionError, SerializationError
@@ -287,6 +288,18 @@ class FetchSession:
             self.session_id = INVALID_SESSION_ID
 
 
+class FetchSensors:
+    """What the fetcher measures for Kafka's consumer-fetch-manager-metrics (client/aio/metrics.py)."""
+
+    def __init__(self, config: MetricConfig) -> None:
+        self.fetch = Sensor(config)  # 1 per Fetch answered
+        self.fetch_latency = Sensor(config)  # ms from a Fetch's send to its answer
+        self.bytes = Sensor(config)  # record bytes per Fetch answer
+        self.records_per_request = Sensor(config)  # records decoded per Fetch answer
+        self.records_lag = Sensor(config)  # high watermark - position, per partition fetched
+        self.records_consumed = Sensor(config)  # records handed to the application per poll
+
+
 class Fetcher:
     """Fetches for the assigned partitions of ``subscriptions`` and hands the records to
     ``poll`` (module docstring). ``refresh_subscription`` runs at each pass of the background
@@ -310,6 +323,8 @@ class Fetcher:
         self._resolver: asyncio.Task[None] | None = None
         self._fetches: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self.sensors = FetchSensors(metric_config(config))
+        self._decoded = 0  # records decoded from Fetch answers (records-per-request)
 
     # -- lifecycle --
     @property
@@ -491,6 +506,7 @@ class Fetcher:
         c = self.config
         try:
             try:
+                sent = time.monotonic()
                 code, answer = await self.cluster.request(
                     node, API_FETCH, body, timeout_ms=c["request_timeout_ms"] + int(c["fetch_max_wait_ms"]))
             except BaseException as error:
@@ -511,14 +527,21 @@ class Fetcher:
                 self._backoff(asked, errors.error_for(code, (answer or {}).get("error_message")))
                 return
             carried = []
+            sensors = self.sensors
+            decoded_before, nbytes = self._decoded, 0
             for t in answer.get("responses") or []:
                 for p in t.get("partitions") or []:
                     tp = TopicPartition(t["topic"], p["partition_index"])
                     carried.append(tp)
+                    nbytes += len(p.get("records") or b"")
                     target = asked.get(tp)
                     if target is not None:
                         self._handle_partition(tp, p, target)
             session.answered(answer.get("session_id") or INVALID_SESSION_ID, carried)
+            sensors.fetch.record()
+            sensors.fetch_latency.record((time.monotonic() - sent) * 1000)
+            sensors.bytes.record(nbytes)
+            sensors.records_per_request.record(self._decoded - decoded_before)
         finally:
             self._nodes_in_flight.discard(node)
             if not self._closed:
@@ -563,7 +586,10 @@ class Fetcher:
                 self._notify()
                 return
             state.fetch_position = next_offset
+            if state.position is not None and hw >= 0:
+                self.sensors.records_lag.record(max(0, hw - state.position))
             if found:
+                self._decoded += len(found)
                 state.fetched_epoch = found[-1].leader_epoch
                 nbytes = len(raw)  # counts against max_partition_fetch_bytes until polled
                 state.buffer.append(FetchedChunk(target.generation, found, nbytes))
@@ -610,6 +636,19 @@ class Fetcher:
             return
         state.failed = error
         self._notify()
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's consumer-fetch-manager-metrics, as measured here."""
+        s = self.sensors
+        out: dict[str, float] = {}
+        out.update(sensor_metrics("fetch", s.fetch, "total", "rate"))
+        out.update(sensor_metrics("fetch-latency", s.fetch_latency, "avg", "max"))
+        out.update(sensor_metrics("bytes-consumed", s.bytes, "total", "rate"))
+        out.update(sensor_metrics("fetch-size", s.bytes, "avg", "max"))
+        out.update(sensor_metrics("records-per-request", s.records_per_request, "avg"))
+        out.update(sensor_metrics("records-lag", s.records_lag, "max"))
+        out.update(sensor_metrics("records-consumed", s.records_consumed, "total", "rate"))
+        return out
 
     # -- checking positions after a leader change (module docstring) --
     async def _validate(self, node: int, checks: list[tuple[TopicPartition, PartitionState, int]]) -> None:
@@ -711,16 +750,27 @@ class Fetcher:
                                     r.serialized_header_size, r.leader_epoch)))
         return out, None
 
-    def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Up to ``max_records`` buffered records, by partition, deserialized; each partition's
-        position moves past what it hands out. Raises a partition's error (once its records
-        before the error are out)."""
+    def drain(self, max_records: int, only: set[TopicPartition] | None = None
+              ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """``_drain``, counted in records-consumed."""
+        out = self._drain(max_records, only)
+        if out:
+            self.sensors.records_consumed.record(sum(len(records) for records in out.values()))
+        return out
+
+    def _drain(self, max_records: int, only: set[TopicPartition] | None
+               ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max_records`` buffered records, by partition (of ``only`` when given),
+        deserialized; each partition's position moves past what it hands out. Raises a
+        partition's error (once its records before the error are out)."""
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         taken = 0
         c = self.config
         deserialize = c["key_deserializer"] is not None or c["value_deserializer"] is not None
         subscriptions = self.subscriptions
         for tp, state in list(subscriptions.states.items()):
+            if only is not None and tp not in only:
+                continue
             if state.failed is not None and not state.buffer:
                 if out:
                     return out  # hand out what we have; the error comes with the next poll

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
@@ -43,6 +44,7 @@ from raftka.client.assignors import (COOPERATIVE, AbstractPartitionAssignor, Ass
                               decode_assignment, decode_subscription, encode_assignment, encode_subscription,
                               rebalance_protocol)
 from raftka.client.aio.cluster import Cluster, default_connection_factory
+from raftka.client.aio.metrics import MetricConfig, Sensor, event_metrics, metric_config, sensor_metrics
 from raftka.client.aio.timeouts import cancel_and_wait, wait_for
 from raftka.client.errors import KafkaTimeoutError
 from raftka.common import errors
@@ -229,6 +231,17 @@ class Coordinator:
             self._finding.cancel()
 
 
+class CoordinatorSensors:
+    """What the member measures for Kafka's consumer-coordinator-metrics (client/aio/metrics.py)."""
+
+    def __init__(self, config: MetricConfig) -> None:
+        self.heartbeat = Sensor(config)  # ms from a Heartbeat's send to its answer
+        self.join = Sensor(config)  # ms of each JoinGroup (its MEMBER_ID_REQUIRED round included)
+        self.sync = Sensor(config)  # ms of each SyncGroup
+        self.rebalance = Sensor(config)  # 1 per rebalance this member completed
+        self.commit = Sensor(config)  # ms of each OffsetCommit acknowledged
+
+
 class GroupMember:
     """This consumer's membership in its group (module docstring). The consumer calls
     ``poll(deadline)`` from its own ``poll``; everything that runs listeners happens there."""
@@ -277,6 +290,9 @@ class GroupMember:
         self._closed = False
         self._in_callback = False
         self._retry_at = 0.0
+        self.sensors = CoordinatorSensors(metric_config(config))
+        self._last_heartbeat = 0.0  # monotonic time of the last heartbeat answer
+        self._last_rebalance = 0.0  # monotonic time the last rebalance completed
 
     @property
     def in_callback(self) -> bool:
@@ -390,6 +406,8 @@ class GroupMember:
             return
         assigned = set(assignment.partitions)
         self.rebalances += 1
+        self.sensors.rebalance.record()
+        self._last_rebalance = time.monotonic()
         for assignor in self.assignors:
             if assignor.name == self.protocol_name:
                 assignor.on_assignment(assignment, self.generation)
@@ -472,6 +490,7 @@ class GroupMember:
                 "rebalance_timeout_ms": c["max_poll_interval_ms"], "member_id": self.member_id,
                 "group_instance_id": self.instance_id, "protocol_type": PROTOCOL_TYPE, "protocols": protocols,
                 "reason": self.rejoin_reason}
+        started = time.monotonic()
         for _ in range(3):  # at most: MEMBER_ID_REQUIRED, then the real join
             answer = await self.coordinator.request("join", ApiKey.JOIN_GROUP, body, self._join_timeout_ms())
             code = answer.get("error_code", 0)
@@ -483,6 +502,7 @@ class GroupMember:
             break
         else:
             raise errors.error_for(errors.MEMBER_ID_REQUIRED, "the coordinator kept asking for a member id")
+        self.sensors.join.record((time.monotonic() - started) * 1000)
         self.member_id = answer["member_id"]
         self.generation = answer["generation_id"]
         self.leader_id = answer["leader"]
@@ -492,10 +512,12 @@ class GroupMember:
         assignments: list[dict] = []
         if self.member_id == self.leader_id and not answer.get("skip_assignment"):
             assignments = await self._assign(answer["protocol_name"], answer.get("members") or [])
+        started = time.monotonic()
         sync = await self.coordinator.request("join", ApiKey.SYNC_GROUP, {
             "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
             "group_instance_id": self.instance_id, "protocol_type": PROTOCOL_TYPE,
             "protocol_name": self.protocol_name, "assignments": assignments}, self._join_timeout_ms())
+        self.sensors.sync.record((time.monotonic() - started) * 1000)
         code = sync.get("error_code", 0)
         if code != errors.NONE:
             raise errors.error_for(code, sync.get("error_message"))
@@ -558,6 +580,8 @@ class GroupMember:
                     "group_instance_id": self.instance_id,
                     "max_wait_ms": int(interval * 1000)}, self.config["request_timeout_ms"] + interval * 1000)
                 code = answer.get("error_code", 0)
+                self._last_heartbeat = time.monotonic()
+                self.sensors.heartbeat.record((self._last_heartbeat - sent) * 1000)
             except RaftkaError as error:
                 code = error.code
             if generation != self.generation or member_id != self.member_id:
@@ -598,6 +622,24 @@ class GroupMember:
                 log.debug("group %s: LeaveGroup failed: %s", self.group_id, error)
         if self.member_id:
             self._reset_member(reason)
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's consumer-coordinator-metrics, as measured here (the consumer adds
+        assigned-partitions)."""
+        s, now = self.sensors, time.monotonic()
+        out: dict[str, float] = {}
+        out.update(event_metrics("heartbeat", s.heartbeat))
+        out.update(sensor_metrics("heartbeat-response-time", s.heartbeat, "max"))
+        out["last-heartbeat-seconds-ago"] = now - self._last_heartbeat if self._last_heartbeat else math.nan
+        out.update(event_metrics("join", s.join))
+        out.update(sensor_metrics("join-time", s.join, "avg", "max"))
+        out.update(event_metrics("sync", s.sync))
+        out.update(sensor_metrics("sync-time", s.sync, "avg", "max"))
+        out.update(sensor_metrics("rebalance", s.rebalance, "total", "rate"))
+        out["last-rebalance-seconds-ago"] = now - self._last_rebalance if self._last_rebalance else math.nan
+        out.update(event_metrics("commit", s.commit))
+        out.update(sensor_metrics("commit-latency", s.commit, "avg", "max"))
+        return out
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -679,6 +721,7 @@ class GroupMember:
                 raise KafkaTimeoutError(f"commit of group {self.group_id!r} not acknowledged within "
                                         f"{int(timeout_ms)} ms")
             try:
+                sent = time.monotonic()
                 answer = await self.coordinator.request("offsets", ApiKey.OFFSET_COMMIT, body,
                                                         min(left_ms, self.config["request_timeout_ms"]))
                 codes = {p.get("error_code", 0) for t in answer.get("topics") or [] for p in t.get("partitions") or []}
@@ -688,6 +731,7 @@ class GroupMember:
                 codes = {error.code}
             failed = codes - {errors.NONE}
             if not failed:
+                self.sensors.commit.record((time.monotonic() - sent) * 1000)
                 return
             code = min(failed)
             if failed & RETRY_LATER or failed <= {errors.COORDINATOR_LOAD_IN_PROGRESS}:

@@ -40,6 +40,8 @@ from typing import Any, Callable, Sequence
 from raftka.client.aio.accumulator import (COMPRESSION_CHOICES, COMPRESSION_CODES, RECORD_OVERHEAD_BYTES,
                                            ProducerBatch, RecordAccumulator, record_size_estimate)
 from raftka.client.aio.cluster import Cluster
+from raftka.client.aio.configs import CLIENT_DEFAULTS, check_config
+from raftka.client.aio.metrics import metric_config, sensor_metrics
 from raftka.client.aio.sender import Sender
 from raftka.client.aio.timeouts import wait_for
 from raftka.client.aio.security import SECURITY_DEFAULTS, apply_security
@@ -83,15 +85,14 @@ DEFAULTS: dict[str, Any] = {
     "enable_idempotence": True,
     "connection_factory": None,
     **SECURITY_DEFAULTS,
+    **CLIENT_DEFAULTS,
 }
 
 
 def producer_config(configs: dict[str, Any]) -> dict[str, Any]:
-    """Defaults + ``configs``, checked; ConfigError names a bad or unknown key."""
-    unknown = set(configs) - set(DEFAULTS)
-    if unknown:
-        raise ConfigError(sorted(unknown)[0], "unknown producer config")
-    config = {**DEFAULTS, **configs}
+    """Defaults + ``configs``, checked; ConfigError names a bad or unknown key (the keys every
+    client ignores or refuses: client/aio/configs.py)."""
+    config = check_config("producer", configs, DEFAULTS)
     if config["acks"] not in ACKS:
         raise ConfigError("acks", f"must be 0, 1 or 'all', got {config['acks']!r}")
     config["acks"] = ACKS[config["acks"]]
@@ -146,7 +147,7 @@ class Producer:
                                request_timeout_ms=c["request_timeout_ms"],
                                retry_backoff_ms=c["retry_backoff_ms"],
                                metadata_max_age_ms=c["metadata_max_age_ms"],
-                               connection_factory=c["connection_factory"])
+                               connection_factory=c["connection_factory"], metric_config=metric_config(c))
         self.accumulator = RecordAccumulator(batch_size=c["batch_size"], linger_ms=c["linger_ms"],
                                              compression_type=c["compression_type"],
                                              buffer_memory=c["buffer_memory"],
@@ -167,15 +168,69 @@ class Producer:
         self._closed = False
         self._sender = Sender(self.accumulator, self.cluster, c, on_batch_closed=self._batch_closed,
                               on_producer_id=self._producer_id_changed)
-        self.metrics = self._sender.metrics  # the sender counts; one dict, read by metrics()
+        self.counters = self._sender.counters  # Raftka's own counts (metrics() has Kafka's figures)
+        self._bootstrapped = False
 
     async def start(self) -> None:
-        """Start the metadata and sender tasks (called by ``send`` when needed)."""
+        """Start the metadata and sender tasks and fetch metadata from a bootstrap server, as
+        aiokafka's ``start()`` (and kafka-python's constructor) does: NoBrokersAvailable when
+        none answers within ``bootstrap_timeout_ms``. ``send`` starts the tasks by itself."""
+        self._start()
+        if not self._bootstrapped:
+            await self.cluster.connect_bootstrap(self.config["bootstrap_timeout_ms"])
+            self._bootstrapped = True
+
+    def _start(self) -> None:
+        """Start the metadata and sender tasks (once), on the running loop."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
             self.cluster.start()
             self._sender.start()
+
+    async def stop(self) -> None:
+        """aiokafka's name for ``close()``: flush, then stop."""
+        await self.close()
+
+    async def __aenter__(self) -> "Producer":
+        try:
+            await self.start()
+        except BaseException:  # __aexit__ does not run when __aenter__ raises: stop the tasks here
+            await self.close(0)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+                            timestamp_ms: int | None = None,
+                            headers: Sequence[tuple[str, bytes]] | None = None) -> RecordMetadata:
+        """aiokafka's ``send_and_wait``: send one record and wait until it is acknowledged."""
+        future = await self.send(topic, value, key=key, headers=headers, partition=partition,
+                                 timestamp_ms=timestamp_ms)
+        return await future
+
+    def bootstrap_connected(self) -> bool:
+        """True while connected to a broker (kafka-python's name)."""
+        return self.cluster.bootstrap_connected()
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """kafka-python's shape, Kafka's names: ``{"producer-metrics": {name: value}}`` with what
+        this producer measured (client/aio/metrics.py; on its event loop's thread)."""
+        s = self._sender.sensors
+        out = self.cluster.metrics()
+        out.update(sensor_metrics("record-send", s.record_send, "total", "rate"))
+        out.update(sensor_metrics("record-retry", s.record_retry, "total", "rate"))
+        out.update(sensor_metrics("record-error", s.record_error, "total", "rate"))
+        out.update(sensor_metrics("batch-size", s.batch_size, "avg", "max"))
+        out.update(sensor_metrics("records-per-request", s.records_per_request, "avg"))
+        out.update(sensor_metrics("request-latency", s.request_latency, "avg", "max"))
+        out.update(sensor_metrics("record-queue-time", s.record_queue_time, "avg", "max"))
+        out["buffer-total-bytes"] = float(self.accumulator.buffer_memory)
+        out["buffer-available-bytes"] = float(self.accumulator.buffer_memory - self.accumulator.buffer_used)
+        out["requests-in-flight"] = float(self._sender.requests_in_flight)
+        return {"producer-metrics": out}
 
     # -- the public API --
     async def send(self, topic: str, value: Any = None, key: Any = None,
@@ -222,7 +277,7 @@ class Producer:
         and room in ``buffer_memory``; the record's future (completed with its batch)."""
         if self.closing or self._closed:
             raise KafkaClosedError("the producer is closed")
-        await self.start()
+        self._start()
         c = self.config
         deadline = time.monotonic() + c["max_block_ms"] / 1000
         # An explicit partition the metadata lacks may be new (CreatePartitions): wait for it as
@@ -404,7 +459,7 @@ class Producer:
 
     async def partitions_for(self, topic: str) -> set[int]:
         """The partitions of ``topic`` (waits up to max_block_ms for metadata)."""
-        await self.start()
+        self._start()
         return set(await self.cluster.partitions_for(topic, self.config["max_block_ms"]))
 
     # -- callbacks from the sender (on the I/O thread; _batch_closed from try_append too) --

@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from raftka.client.aio.accumulator import ProducerBatch, RecordAccumulator
 from raftka.client.aio.cluster import API_INIT_PRODUCER_ID, API_PRODUCE, Cluster
+from raftka.client.aio.metrics import MetricConfig, Sensor, metric_config
 from raftka.client.aio.timeouts import cancel_and_wait, wait_for
 from raftka.client.errors import KafkaClosedError, KafkaTimeoutError
 from raftka.client.structs import TopicPartition
@@ -69,6 +70,19 @@ REFUSED_BEFORE_APPEND = frozenset({
     errors.INVALID_REQUIRED_ACKS, errors.INVALID_PRODUCER_EPOCH, errors.UNKNOWN_PRODUCER_ID,
     errors.INVALID_PRODUCER_ID_MAPPING,
 })
+
+
+class SenderSensors:
+    """What the sender measures for Kafka's producer-metrics (client/aio/metrics.py)."""
+
+    def __init__(self, config: MetricConfig) -> None:
+        self.record_send = Sensor(config)  # records per Produce request sent (retries included)
+        self.record_retry = Sensor(config)  # records of batches requeued for a retry
+        self.record_error = Sensor(config)  # records of batches failed for good
+        self.batch_size = Sensor(config)  # bytes of each batch sent
+        self.records_per_request = Sensor(config)
+        self.request_latency = Sensor(config)  # ms from a Produce's submit to its answer
+        self.record_queue_time = Sensor(config)  # ms from a batch's creation to its first send
 
 
 class Sender:
@@ -110,8 +124,15 @@ class Sender:
         self._task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.failures: list[tuple[TopicPartition, BaseException]] = []  # since the last take_failures
-        self.metrics = {"produce_requests": 0, "batches_sent": 0, "batch_retries": 0,
-                        "producer_id_resets": 0}
+        # Raftka's own counters (tests read them), and the sensors behind Kafka's producer-metrics.
+        self.counters = {"produce_requests": 0, "batches_sent": 0, "batch_retries": 0,
+                         "producer_id_resets": 0}
+        self.sensors = SenderSensors(metric_config(config))
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Produce requests sent and not yet answered (Kafka's requests-in-flight)."""
+        return sum(self._node_in_flight.values())
 
     def start(self) -> None:
         """Start the send loop on the running loop."""
@@ -181,7 +202,7 @@ class Sender:
         """After a sequenced batch failed for good, the partition's sequence has a gap the leader
         would refuse forever: take a new producer id and restart every sequence at 0."""
         self._reset_pid = False
-        self.metrics["producer_id_resets"] += 1
+        self.counters["producer_id_resets"] += 1
         old_producer_id = self.producer_id
         self._set_producer_id(-1, self.producer_epoch)
         self._next_sequence.clear()
@@ -284,14 +305,22 @@ class Sender:
                     self._on_batch_closed(batch)
                 else:
                     later(now)  # more of this partition may go in the next request
+        sensors = self.sensors
         for node, batches in by_node.items():
             self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
-            self.metrics["produce_requests"] += 1
-            self.metrics["batches_sent"] += len(batches)
+            self.counters["produce_requests"] += 1
+            self.counters["batches_sent"] += len(batches)
+            records = 0
             for batch in batches:
+                if batch.attempts == 0:  # time in the accumulator, from creation to first send
+                    sensors.record_queue_time.record((now - batch.created) * 1000)
                 batch.in_flight = True
                 batch.attempts += 1
                 self._in_flight.setdefault(batch.tp, []).append(batch)
+                records += batch.record_count
+                sensors.batch_size.record(len(batch.buffer or b""))
+            sensors.record_send.record(records)
+            sensors.records_per_request.record(records)
             body = self._produce_body(batches)
             if not self._send_produce(node, batches, body):
                 # No open connection (or acks=0, or no submit): a task connects and submits.
@@ -332,6 +361,7 @@ class Sender:
         if batch.done:
             return
         batch.fail(error)
+        self.sensors.record_error.record(batch.record_count)
         self._maybe_written.discard(batch.order)
         self.accumulator.finished(batch)
         self.batch_done.set()
@@ -357,7 +387,8 @@ class Sender:
                 f"not acknowledged within delivery_timeout_ms={c['delivery_timeout_ms']} "
                 f"(last error: {error})", topic=batch.tp.topic, partition=batch.tp.partition))
             return
-        self.metrics["batch_retries"] += 1
+        self.counters["batch_retries"] += 1
+        self.sensors.record_retry.record(batch.record_count)
         self.accumulator.requeue(batch, now + c["retry_backoff_ms"] / 1000)
         self._muted.add(batch.tp)
 
@@ -387,10 +418,10 @@ class Sender:
             return False
         if future is None:
             return False
-        future.add_done_callback(functools.partial(self._produce_sent, node, batches))
+        future.add_done_callback(functools.partial(self._produce_sent, node, batches, time.monotonic()))
         return True
 
-    def _produce_sent(self, node: int, batches: list[ProducerBatch],
+    def _produce_sent(self, node: int, batches: list[ProducerBatch], sent: float,
                       future: "asyncio.Future[tuple[int, Any]]") -> None:
         try:
             if self.closed:
@@ -398,6 +429,7 @@ class Sender:
             error = (errors.NetworkExceptionError("the Produce request was cancelled")
                      if future.cancelled() else future.exception())
             if error is None:
+                self.sensors.request_latency.record((time.monotonic() - sent) * 1000)
                 code, answer = future.result()
                 request_error = errors.error_for(code, (answer or {}).get("error_message")) if code else None
             else:
@@ -422,12 +454,13 @@ class Sender:
         try:
             try:
                 if self._acks != 0:
+                    sent = time.monotonic()  # connecting counts, as in Kafka's request-latency
                     future = await self.cluster.submit_connected(node, API_PRODUCE, body)
                     self._node_waiting[node] -= 1
                     waiting = False
                     self._wakeup.set()
                     if future is not None:
-                        future.add_done_callback(functools.partial(self._produce_sent, node, batches))
+                        future.add_done_callback(functools.partial(self._produce_sent, node, batches, sent))
                         handed_over = True
                         return
                 # acks=0, or a connection type without submit
