@@ -13,7 +13,9 @@ Checks, each with a count and the first examples:
   read data that was later truncated: past the high watermark, or from a deposed leader).
 - **nonmonotonic_commits**: a partition's committed offset went back: successive commits of
   one consumer, or committed offsets read back (OffsetFetch) one after another in real time.
-- **phantom**: the final log holds a value that no producer ever sent (corruption).
+- **phantom**: the final log, or a consumer, returned a value that no producer ever sent
+  (corruption; a keyed record's value is rebuilt with its stored key, so a changed key shows
+  here too).
 
 With a Spark sink (the ``sink`` op: the rows a Spark streaming query wrote to Parquet during the
 run, read back after it caught up with the final log; ``raftka chaos run --spark``), its output
@@ -32,6 +34,25 @@ run; the ``replicas`` op: every partition's replicas once they settled at the en
   what the last accepted request asked for: the last target started, or the original replicas
   after a cancel. A request without an answer (info) may or may not have happened, so both
   outcomes are accepted after it; a refused one (fail) changes nothing.
+
+On a compacted topic (``cleanup.policy`` with ``compact`` in the meta op's ``topic_configs``;
+keyed sends carry ``key`` and ``tombstone``), the log cleaner may remove a record whose key has
+a later record, and a tombstone ``delete.retention.ms`` after its first cleaning. A write absent
+from the final log (``lost`` for an acknowledged one, ``uncommitted_read`` for one a consumer
+read) is then legal only when (``CompactedLog.excuse``):
+
+- no record of its key at a lower offset is still there: the cleaner removes a key's records
+  oldest first, so an older one kept means this one did not go by compaction (a deleted value
+  back after its tombstone went, too); and
+- a record of its key at a higher offset is there (superseded; an unacknowledged write may be
+  the one that won), or it is, or a later write of its key is, a tombstone invoked more than
+  ``delete.retention.ms`` before the final read (the earliest it could have gone). A tombstone
+  whose offset nobody saw (outcome unknown, never read) may be any later write of its key but
+  for one its own producer sent before it (an idempotent producer's writes keep their order).
+
+``reordered`` also holds each key to real time: a write acknowledged before another of its key
+was invoked must sit at a lower offset. The lost examples say whether the write was its key's
+latest acknowledged one (its value must be what the key reads as).
 
 Writes whose outcome is unknown (info) or failed may be present or absent; they are only held
 to the duplicate and offset checks. ``valid`` is true when every count is 0, a final read exists,
@@ -90,6 +111,11 @@ class Verdict:
         if with_sink:
             lines.append(f"  spark sink: {s['sink_records']} rows in {s.get('sink_batches', 0)} micro-batches, "
                          f"{s.get('sink_restarts', 0)} query restarts")
+        if "compacted_away" in s:
+            lines.append(f"  compaction: {s['keys']} keys, {s['tombstones_acked']} tombstones acknowledged; "
+                         f"{s['compacted_away']} acknowledged writes gone from the final log legally "
+                         f"({s['superseded']} superseded, {s['expired']} by an expired tombstone); "
+                         f"{s['keys_in_final']} keys in the final log")
         if "reassign_started" in s:
             lines.append(f"  reassignments: {s['reassign_started']} started, {s.get('reassign_cancelled', 0)} "
                          f"cancelled, {s.get('reassign_finished', 0)} seen finished, {s.get('reassign_refused', 0)} "
@@ -124,6 +150,7 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
     expect_sink = False
     moves: list[dict[str, Any]] = []
     settled: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
     for op in ops:
         f, kind = op.get("f"), op.get("type")
         if f == "reassign":
@@ -131,6 +158,7 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
         elif f == "replicas" and kind == "ok":
             settled = op
         elif f == "meta":
+            meta = op
             expect_sink = bool(op.get("spark"))
         elif f == "sink":
             if kind == "ok":
@@ -167,18 +195,32 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
                 final_at[int(partition), int(offset)] = value
                 final_records += 1
 
+    retention_ms = compacted_retention_ms(meta)
+    compacted = None
+    if final is not None and retention_ms is not None:
+        compacted = CompactedLog(retention_ms, final["time"], invoked, outcome, acked, reads, final_positions)
+
     # lost
+    excused: dict[str, int] = defaultdict(int)
     if final is not None:
         for op in acked:
-            if op["value"] not in final_positions:
-                anomalies["lost"].add({"value": op["value"], "partition": op.get("partition"),
-                                       "offset": op.get("offset"), "acked_at": op["time"], "process": op["process"]})
+            if op["value"] in final_positions:
+                continue
+            example = {"value": op["value"], "partition": op.get("partition"), "offset": op.get("offset"),
+                       "acked_at": op["time"], "process": op["process"]}
+            if compacted is not None:
+                why = compacted.excuse(op["value"], op.get("offset"))
+                if why in ("superseded", "expired"):
+                    excused[why] += 1
+                    continue
+                example.update(compacted.describe(op["value"]), why=why)
+            anomalies["lost"].add(example)
 
     # duplicate: a value at more than one offset, in the final log or across reads
     read_positions: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for _process, _t, partition, offset, value in reads:
         read_positions[value].add((partition, offset))
-    for value in sorted(set(final_positions) | set(read_positions)):
+    for value in sorted(set(final_positions) | set(read_positions), key=str):
         in_final = sorted(set(final_positions.get(value, ())))
         in_reads = sorted(read_positions.get(value, ()))
         if len(in_final) > 1 or len(in_reads) > 1:
@@ -219,11 +261,19 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
                                                 "sent_later": op["value"], "later_at": [final_offset, ack_offset]})
             if final_offset is not None or ack_offset >= 0:
                 previous = (final_offset if final_offset is not None else -1, ack_offset, op["value"])
+    if compacted is not None:
+        for example in compacted.real_time_order():
+            anomalies["reordered"].add(example)
 
-    # uncommitted read: a consumer saw a value the final log does not hold
+    # uncommitted read: a consumer saw a value the final log does not hold (and compaction did
+    # not remove); a value nobody sent is a phantom read
     if final is not None:
         for process, t, partition, offset, value in reads:
-            if value not in final_positions:
+            if value not in invoked:
+                anomalies["phantom"].add({"value": value, "read_by": process, "partition": partition,
+                                          "offset": offset, "read_at": t})
+            elif value not in final_positions and (
+                    compacted is None or compacted.excuse(value, offset) not in ("superseded", "expired")):
                 anomalies["uncommitted_read"].add({"process": process, "partition": partition, "offset": offset,
                                                    "value": value, "read_at": t})
 
@@ -287,6 +337,9 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
         sink_ok = sink.get("caught_up", True) is not False
     elif expect_sink or sink_failures:
         sink_ok = False
+    if compacted is not None:
+        stats.update(compacted.stats(), compacted_away=sum(excused.values()), superseded=excused["superseded"],
+                     expired=excused["expired"])
     if moves:
         for action, key in (("start", "reassign_started"), ("cancel", "reassign_cancelled"),
                             ("finish", "reassign_finished")):
@@ -296,6 +349,117 @@ def check(ops: Iterable[dict[str, Any]]) -> Verdict:
     valid = (final is not None and sink_ok and (settled is not None or not moves)
              and all(a.count == 0 for a in anomalies.values()))
     return Verdict(valid, anomalies, stats, problems)
+
+
+def compacted_retention_ms(meta: dict[str, Any] | None) -> int | None:
+    """delete.retention.ms of the run's topic when it is compacted (from the meta op's workload
+    config), else None."""
+    topic_configs = ((meta or {}).get("config") or {}).get("topic_configs") or {}
+    if "compact" not in str(topic_configs.get("cleanup.policy", "")).split(","):
+        return None
+    return int(topic_configs.get("delete.retention.ms", 86_400_000))  # Kafka's default: a day
+
+
+class CompactedLog:
+    """What the log cleaner may have removed from the final log of a compacted topic: keys come
+    from the send invokes; a write's offset from its acknowledgement, else the final log, else
+    a consumer read. ``end``: the final read's time (run seconds)."""
+
+    def __init__(self, retention_ms: int, end: float, invoked: dict[str, dict[str, Any]], outcome: dict[str, str],
+                 acked: list[dict[str, Any]], reads: list[tuple[str, float, int, int, str]],
+                 final_positions: dict[str, list[tuple[int, int]]]) -> None:
+        self.invoked = invoked
+        self.acked = {op["value"]: op for op in acked}
+        self.offset_of: dict[str, int] = {}
+        for op in acked:
+            if op.get("offset") is not None and op["offset"] >= 0:
+                self.offset_of[op["value"]] = int(op["offset"])
+        for value, positions in final_positions.items():
+            if positions:
+                self.offset_of.setdefault(value, min(o for _, o in positions))
+        self.seen_offset = dict(self.offset_of)  # for tombstones: where a consumer saw them counts too
+        for _process, _t, _partition, offset, value in reads:
+            self.seen_offset.setdefault(value, offset)
+        self.present: dict[str, list[int]] = defaultdict(list)  # key -> offsets in the final log
+        for value, positions in final_positions.items():
+            key = self.key(value)
+            if key is not None:
+                self.present[key].extend(o for _, o in positions)
+        for offsets in self.present.values():
+            offsets.sort()
+        # Tombstones that may have gone: invoked more than delete.retention.ms before the end.
+        horizon = end - retention_ms / 1000
+        self.expired: set[str] = set()
+        self.expired_at: dict[str, int] = {}  # key -> highest offset of such a tombstone
+        self.expired_unseen: dict[str, list[dict[str, Any]]] = defaultdict(list)  # their invokes, offset unknown
+        for value, op in invoked.items():
+            if not op.get("tombstone") or op["time"] > horizon or outcome.get(value) == "fail":
+                continue
+            self.expired.add(value)
+            offset = self.seen_offset.get(value)
+            if offset is None:
+                self.expired_unseen[op["key"]].append(op)
+            else:
+                self.expired_at[op["key"]] = max(offset, self.expired_at.get(op["key"], -1))
+        self.latest_acked: dict[str, str] = {}  # key -> its acknowledged write at the highest offset
+        for value, offset in sorted(self.offset_of.items(), key=lambda item: item[1]):
+            if value in self.acked and self.key(value) is not None:
+                self.latest_acked[self.key(value)] = value
+
+    def key(self, value: str) -> str | None:
+        op = self.invoked.get(value)
+        return op.get("key") if op is not None else None
+
+    def excuse(self, value: str, offset: int | None) -> str | None:
+        """Why a write absent from the final log may be: "superseded" or "expired"; else why not
+        ("an older record of its key is kept", "nothing of its key after it")."""
+        key = self.key(value)
+        if key is None:
+            return "unkeyed"
+        at = -1 if offset is None or offset < 0 else offset
+        present = self.present.get(key, [])
+        if present and at >= 0 and present[0] < at:
+            return "an older record of its key is kept"
+        if present and present[-1] > at:
+            return "superseded"
+        if value in self.expired or self.expired_at.get(key, -1) > at:
+            return "expired"
+        writer = self.invoked[value]
+        if any(t["process"] != writer["process"] or t["index"] > writer["index"] for t in self.expired_unseen[key]):
+            return "expired"
+        return "nothing of its key after it"
+
+    def describe(self, value: str) -> dict[str, Any]:
+        key = self.key(value)
+        return {"key": key, "tombstone": bool(self.invoked[value].get("tombstone")),
+                "latest_acked_of_key": self.latest_acked.get(key) == value,
+                "key_in_final_at": self.present.get(key, [])[-5:]}
+
+    def real_time_order(self) -> list[dict[str, Any]]:
+        """Per key: a write acknowledged before another was invoked sits at a lower offset
+        (offsets from acknowledgements and the final log)."""
+        by_key: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for value, offset in self.offset_of.items():
+            key = self.key(value)
+            if key is not None:
+                by_key[key].append((offset, value))
+        found = []
+        for key, writes in sorted(by_key.items()):
+            earliest: tuple[float, str, int] | None = None  # the earliest ack among higher offsets
+            for offset, value in sorted(writes, reverse=True):
+                if earliest is not None and self.invoked[value]["time"] > earliest[0]:
+                    found.append({"key": key, "acked_first": earliest[1], "acked_at": earliest[0],
+                                  "at_offset": earliest[2], "invoked_later": value,
+                                  "invoked_at": self.invoked[value]["time"], "at_lower_offset": offset})
+                ack = self.acked.get(value)
+                if ack is not None and (earliest is None or ack["time"] < earliest[0]):
+                    earliest = (ack["time"], value, offset)
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        keys = {op.get("key") for op in self.invoked.values() if op.get("key") is not None}
+        return {"keys": len(keys), "keys_in_final": len(self.present),
+                "tombstones_acked": sum(1 for v in self.acked if self.invoked.get(v, {}).get("tombstone"))}
 
 
 def check_sink(sink: dict[str, Any], final: dict[str, Any] | None, final_at: dict[tuple[int, int], str],

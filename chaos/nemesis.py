@@ -277,6 +277,17 @@ class LeaderFaults(Mix):
         super().__init__([IsolateLeader(), KillBroker()])
 
 
+class LeaderKillCutOrPause(Mix):
+    """A partition leader killed -9 or isolated, or a leader or the active controller paused
+    (SIGSTOP), at random each time: the default scenarios' kills, partitions and pauses in one
+    run (scenario ``compact``: while the log cleaner works)."""
+
+    name = "kill-isolate-or-pause"
+
+    def __init__(self) -> None:
+        super().__init__([Pause(), IsolateLeader(), KillBroker()])
+
+
 SAFE_NEMESES: list[type[Nemesis]] = [IsolateLeader, IsolateController, MajorityMinority, ReplicationLatency,
                                      ReplicationBandwidth, ResetConnections, KillBroker, KillController, Pause,
                                      RollingRestart]
@@ -284,7 +295,7 @@ SAFE_NEMESES: list[type[Nemesis]] = [IsolateLeader, IsolateController, MajorityM
 
 def by_name(name: str) -> Nemesis:
     """A nemesis by its name (``mix`` mixes every safe one)."""
-    for cls in SAFE_NEMESES + [KillLeaderBeforeCopy, LeaderFaults]:
+    for cls in SAFE_NEMESES + [KillLeaderBeforeCopy, LeaderFaults, LeaderKillCutOrPause]:
         if cls.name == name:
             return cls()
     if name == "mix":

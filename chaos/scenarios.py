@@ -9,6 +9,8 @@ tests/test_chaos_spark.py runs ``spark`` in the default suite when Java 17+ is t
 ``secure`` scenarios run on a secure cluster (SASL_SSL, ACLs: chaos/runner.py); any scenario
 does with ``raftka chaos run --secure``. A ``background`` nemesis runs during the whole fault
 schedule, alongside the scenario's own faults (``reassign``: chaos/nemesis.py's Reassigner).
+``compact`` writes keyed records and tombstones to a compacted topic whose cleaner runs during
+the faults; the checker then allows what compaction may remove (chaos/checker.py's CompactedLog).
 """
 from __future__ import annotations
 
@@ -26,6 +28,13 @@ CLUSTER_CONFIGS: dict[str, Any] = {
     "default.replication.factor": 3,
     "min.insync.replicas": 2,
 }
+
+# Scenario ``compact``: segments roll about every second per partition at the workload's rate,
+# and any dirt makes a log cleanable, so the cleaner rewrites each partition every few seconds
+# (log.cleaner.backoff.ms 200 on the brokers); tombstones may go 2 s after their first cleaning.
+COMPACT_KEYS = 24  # 8 per partition: each key rewritten ~12 times a second
+COMPACTED_TOPIC: dict[str, Any] = {"cleanup.policy": "compact", "segment.bytes": 8192,
+                                   "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": 2000}
 
 
 @dataclass
@@ -70,6 +79,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("reassign", "partitions moved between 4 brokers (RF 3), some moves cancelled, while a partition "
              "leader is isolated or killed -9; every move must end where it was last sent", "isolate-or-kill-leader",
              brokers=4, background="reassign", smoke=True),
+    Scenario("compact", "a compacted topic of keyed records and tombstones, the log cleaner running on every "
+             "broker, while a partition leader is killed -9 or isolated, or a leader or the controller paused; "
+             "each key's latest acknowledged write must survive", "kill-isolate-or-pause",
+             workload=lambda: WorkloadConfig(topic="chaos-compacted", keys=COMPACT_KEYS, tombstone_ratio=0.005,
+                                             topic_configs=COMPACTED_TOPIC),
+             cluster_configs={"log.cleaner.backoff.ms": 200}, smoke=True),
     Scenario("unsafe-lost-writes",
              "acks=1, unclean leader election: followers cut, then the leader killed (must be INVALID)",
              "kill-leader-before-copy", fault_s=(0.5, 1.0), quiet_s=(4.0, 6.0),

@@ -12,6 +12,13 @@ the history, and the final read that gives the truth.
   reads the committed offsets back. With a client without consumer groups (``committed()``
   raising IllegalStateError) they fall back to assign() of every partition, without commits.
 - ``final_read``: once healed and idle, every partition from its log start to its high watermark.
+- Keyed (``keys`` > 0, the ``compact`` scenario): each send picks one of the partition's keys
+  (key ``k07`` lives on partition 7 % partitions), so keys repeat and the log cleaner has old
+  values to remove; a ``tombstone_ratio`` of them are tombstones (null value), after which no
+  producer writes that key for ``deleted_s`` (unless every key of the partition is deleted), so
+  tombstones outlive delete.retention.ms and the cleaner removes them too. The value written
+  is ``"<key>/<producer>-<n>"``; a tombstone carries it in its ``WRITE_HEADER`` header. Polls
+  and the final read record that string, so the checker knows every record read by its write.
 
 Everything runs on one event loop in one thread (``Workload.start``); ``counters`` is read by the
 progress line. Every client it makes gets ``client_configs`` (a secure cluster's login: security
@@ -37,6 +44,7 @@ from raftka.chaos.history import HistoryWriter
 
 POLL_RECORDS_MAX = 2000
 STOP_GRACE_S = 2.0
+WRITE_HEADER = "chaos-write"  # a tombstone's write, since its value is null
 
 
 @dataclass
@@ -60,6 +68,10 @@ class WorkloadConfig:
     linger_ms: int = 2
     group_id: str = "chaos"
     groups: str = "auto"  # "auto": use consumer groups when the client has them; "yes"; "no"
+    keys: int = 0  # > 0: keyed writes over this many keys (0: unkeyed values)
+    tombstone_ratio: float = 0.0  # keyed: the share of sends that are tombstones
+    deleted_s: tuple[float, float] = (2.0, 8.0)  # keyed: no producer writes a key this long after its tombstone
+    topic_configs: dict[str, Any] = field(default_factory=dict)  # on top of min ISR and unclean election
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +99,19 @@ class Counters:
         self.errors[name] = self.errors.get(name, 0) + 1
 
 
+def written(record: Any) -> str | None:
+    """The write a record read comes from: its value, or a tombstone's ``WRITE_HEADER``. A keyed
+    write's string is rebuilt with the key as stored, so a record whose key changed on its way
+    (or in the cleaner) reads as a write nobody made: a phantom."""
+    if record.value is not None:
+        text = record.value.decode(errors="replace")
+    else:
+        text = next((v.decode(errors="replace") for k, v in record.headers or () if k == WRITE_HEADER), None)
+    if text is not None and record.key is not None and "/" in text:
+        text = f"{record.key.decode(errors='replace')}/{text.split('/', 1)[1]}"
+    return text
+
+
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:300]
 
@@ -110,6 +135,7 @@ class Workload:
         self._tasks: list[asyncio.Future[Any]] = []
         self._outstanding: set[asyncio.Future[Any]] = set()
         self.groups_used = False
+        self._deleted_until: dict[str, float] = {}  # keyed: key -> when producers may write it again
 
     def _run(self, coroutine: Any, timeout_s: float) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
@@ -124,7 +150,8 @@ class Workload:
         admin = AdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=15_000, **self.client_configs)
         try:
             configs = {"min.insync.replicas": str(c.min_insync_replicas),
-                       "unclean.leader.election.enable": str(c.unclean_leader_election).lower()}
+                       "unclean.leader.election.enable": str(c.unclean_leader_election).lower(),
+                       **{k: str(v) for k, v in c.topic_configs.items()}}
             deadline = time.monotonic() + timeout_s
             while True:  # a broker may be fenced for a moment (just started, controller moved)
                 try:
@@ -198,6 +225,7 @@ class Workload:
         next_at = time.monotonic() + self.rng.random() * period
         sequence = 0
         turn = index  # round-robin over partitions, starting at a different one per producer
+        keys_of = [[f"k{k:02d}" for k in range(c.keys) if k % c.partitions == p] for p in range(c.partitions)]
         assert self._stopping is not None
         try:
             while not self._stopping.is_set():
@@ -216,10 +244,24 @@ class Workload:
                 await window.acquire()
                 value = f"{name}-{sequence}"
                 sequence += 1
-                invoked = self.history.append(name, "invoke", "send", value=value, partition=partition)
+                if c.keys:
+                    now = time.monotonic()
+                    live = [k for k in keys_of[partition] if self._deleted_until.get(k, 0.0) <= now]
+                    key = self.rng.choice(live or keys_of[partition])
+                    value = f"{key}/{value}"
+                    tombstone = self.rng.random() < c.tombstone_ratio
+                    if tombstone:  # the key stays deleted a while: its tombstone can outlive delete.retention.ms
+                        self._deleted_until[key] = now + self.rng.uniform(*c.deleted_s)
+                    invoked = self.history.append(name, "invoke", "send", value=value, partition=partition,
+                                                  key=key, tombstone=tombstone)
+                    record = dict(value=None if tombstone else value.encode(), key=key.encode(),
+                                  headers=[(WRITE_HEADER, value.encode())] if tombstone else None)
+                else:
+                    invoked = self.history.append(name, "invoke", "send", value=value, partition=partition)
+                    record = dict(value=value.encode())
                 self.counters.invoked += 1
                 try:
-                    future = await producer.send(c.topic, value.encode(), partition=partition)
+                    future = await producer.send(c.topic, partition=partition, **record)
                 except RaftkaError as error:  # not queued: certainly not written
                     window.release()
                     self.counters.failed += 1
@@ -301,8 +343,7 @@ class Workload:
                     self.counters.error(error)
                     await asyncio.sleep(0.2)
                     continue
-                records = [[tp.partition, r.offset, r.value.decode(errors="replace") if r.value is not None else None]
-                           for tp, rs in got.items() for r in rs]
+                records = [[tp.partition, r.offset, written(r)] for tp, rs in got.items() for r in rs]
                 if records:
                     self.counters.read += len(records)
                     self.history.append(name, "ok", "poll", records=records)
@@ -368,8 +409,7 @@ class Workload:
                     got = await consumer.poll(timeout_ms=500, max_records=POLL_RECORDS_MAX)
                     for tp, rs in got.items():
                         for r in rs:
-                            records[tp.partition].append([r.offset, r.value.decode(errors="replace")
-                                                          if r.value is not None else None])
+                            records[tp.partition].append([r.offset, written(r)])
                             positions[tp] = r.offset + 1
                 again = await consumer.end_offsets(tps, timeout_ms=max(1000, (deadline - time.monotonic()) * 1000))
                 if again == end:  # nothing came in meanwhile: this is the whole log

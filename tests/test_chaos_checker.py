@@ -242,3 +242,129 @@ def test_a_run_with_spark_but_no_sink_output_or_a_sink_that_lagged_is_not_valid(
     b.ops[-1]["caught_up"] = False
     verdict = check(b.ops)
     assert not verdict.valid and any("not caught up" in p for p in verdict.problems)
+
+
+def test_a_value_a_consumer_read_but_nobody_sent_is_a_phantom():
+    b = clean()
+    b.poll("c1", (1, 2, "garbage"))
+    verdict = check(b.ops)
+    only(verdict, "phantom")
+    assert verdict.anomalies["phantom"].examples[0]["read_by"] == "c1"
+
+
+# -- a compacted topic (scenario `compact`): what the log cleaner may remove --
+
+def compacted(retention_ms: int = 1000) -> Builder:
+    b = Builder()
+    b.op("harness", "ok", "meta", topic="t", partitions=1, config={
+        "keys": 2, "topic_configs": {"cleanup.policy": "compact", "delete.retention.ms": retention_ms}})
+    return b
+
+
+def put(b: Builder, process: str, key: str, n: int, offset: int | None, outcome: str = "ok",
+        tombstone: bool = False) -> str:
+    """A keyed send to partition 0, as the workload writes it: value "<key>/<producer>-<n>"."""
+    value = f"{key}/{process}-{n}"
+    b.op(process, "invoke", "send", value=value, partition=0, key=key, tombstone=tombstone)
+    if outcome == "ok":
+        b.op(process, "ok", "send", value=value, partition=0, offset=offset)
+    elif outcome in ("fail", "info"):
+        b.op(process, outcome, "send", value=value, partition=0, error="RequestTimedOut")
+    return value
+
+
+def final_log(b: Builder, *records: tuple[int, str]) -> None:
+    """The final read of partition 0: (offset, value) pairs, gaps allowed."""
+    b.op("final", "ok", "final", log_start={0: 0}, records={0: [list(r) for r in records]})
+
+
+def test_a_compacted_log_keeping_each_keys_latest_write_is_valid():
+    b = compacted()
+    a0, a1, b2 = put(b, "p0", "a", 0, 0), put(b, "p0", "a", 1, 1), put(b, "p0", "b", 2, 2)
+    a3 = put(b, "p1", "a", 0, 3)
+    tomb = put(b, "p0", "b", 3, 4, tombstone=True)  # too recent to go: must be there
+    won = put(b, "p0", "a", 4, None, outcome="info")  # unacknowledged, but written: it wins
+    b.poll("c0", (0, 0, a0), (0, 1, a1), (0, 2, b2))  # read before the cleaner removed them
+    final_log(b, (3, a3), (4, tomb), (5, won))  # a3 kept beside a newer value: not cleaned yet
+    verdict = check(b.ops)
+    assert verdict.valid, verdict.summary_lines()
+    s = verdict.stats
+    assert (s["compacted_away"], s["superseded"], s["expired"], s["keys"], s["keys_in_final"]) == (3, 3, 0, 2, 2)
+    assert "compaction: 2 keys, 1 tombstones acknowledged; 3 acknowledged writes" in "\n".join(
+        verdict.summary_lines())
+
+
+def test_a_keys_latest_acknowledged_value_missing_is_lost():
+    b = compacted()
+    a0, a1 = put(b, "p0", "a", 0, 0), put(b, "p0", "a", 1, 1)
+    other = put(b, "p0", "b", 2, 2)
+    final_log(b, (0, a0), (2, other))  # a1 gone but the older a0 kept: not compaction
+    verdict = check(b.ops)
+    only(verdict, "lost")
+    example = verdict.anomalies["lost"].examples[0]
+    assert example["value"] == a1 and example["latest_acked_of_key"] is True
+    assert example["why"] == "an older record of its key is kept"
+    b.ops.pop()
+    final_log(b, (2, other))  # nothing of key a at all, and no tombstone: both values lost
+    verdict = check(b.ops)
+    only(verdict, "lost")
+    assert verdict.anomalies["lost"].count == 2
+    assert {e["why"] for e in verdict.anomalies["lost"].examples} == {"nothing of its key after it"}
+    # a consumer that read a1 before it went read something compaction does not explain
+    b.poll("c0", (0, 1, a1))
+    assert check(b.ops).anomalies["uncommitted_read"].count == 1
+
+
+def test_an_older_value_missing_under_a_newer_one_is_valid():
+    b = compacted()
+    put(b, "p0", "a", 0, 0)
+    newer = put(b, "p1", "a", 0, 1)
+    b.poll("c0", (0, 0, "a/p0-0"))
+    final_log(b, (1, newer))
+    verdict = check(b.ops)
+    assert verdict.valid and verdict.stats["superseded"] == 1, verdict.summary_lines()
+
+
+def test_an_expired_tombstones_key_may_be_absent_and_a_fresh_ones_may_not():
+    def history(retention_ms: int, kept: tuple = ()) -> Builder:
+        b = compacted(retention_ms)
+        put(b, "p0", "a", 0, 0)
+        put(b, "p0", "a", 1, 1, tombstone=True)
+        b.t += 2.0  # the end comes 2 s after the tombstone
+        final_log(b, *kept, (2, put(b, "p0", "b", 2, 2)))
+        return b
+    verdict = check(history(1000).ops)  # delete.retention.ms 1 s: the tombstone may go, and the key
+    assert verdict.valid and verdict.stats["expired"] == 2, verdict.summary_lines()
+    verdict = check(history(5000).ops)  # 5 s: the tombstone must still be there
+    only(verdict, "lost")
+    assert verdict.anomalies["lost"].count == 2
+    # the tombstone gone but the value it deleted still there: a deleted value came back
+    verdict = check(history(1000, kept=((0, "a/p0-0"),)).ops)
+    only(verdict, "lost")
+    assert verdict.anomalies["lost"].examples[0]["value"] == "a/p0-1"
+
+
+def test_a_tombstone_of_unknown_outcome_may_have_removed_the_writes_it_could_follow():
+    b = compacted()
+    b.op("p1", "invoke", "send", value="a/p1-0", partition=0, key="a", tombstone=True)  # never answered
+    put(b, "p0", "a", 0, 0)  # another producer's write: the tombstone may have landed after it
+    b.t += 2.0
+    final_log(b)
+    assert check(b.ops).valid
+    b = compacted()
+    b.op("p0", "invoke", "send", value="a/p0-0", partition=0, key="a", tombstone=True)
+    put(b, "p0", "a", 1, 0)  # the same idempotent producer's later write comes after it
+    b.t += 2.0
+    final_log(b)
+    only(check(b.ops), "lost")
+
+
+def test_a_write_invoked_after_another_of_its_key_was_acknowledged_sits_at_a_higher_offset():
+    b = compacted()
+    first = put(b, "p0", "a", 0, 5)
+    later = put(b, "p1", "a", 0, 3)  # invoked after p0's ack, yet at a lower offset
+    final_log(b, (3, later), (5, first))
+    verdict = check(b.ops)
+    only(verdict, "reordered")
+    example = verdict.anomalies["reordered"].examples[0]
+    assert example["acked_first"] == first and example["invoked_later"] == later

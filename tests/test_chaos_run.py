@@ -13,6 +13,10 @@
   (and with an acknowledged record taken out of its final log, INVALID with that write lost).
   The reassignment check's rules (an unanswered request may or may not have happened, a refused
   one changes nothing) on hand-made histories.
+- `compact` (smoke and soak) writes keyed records and tombstones to a compacted topic while the
+  cleaner runs: besides being valid, the cleaner must have removed acknowledged writes, and the
+  same history with a key's latest value taken out of the final log, or with a value an expired
+  tombstone deleted put back, must come out INVALID with lost writes.
 - The CLI: `chaos run --list`, an unknown scenario, the Spark sink of a secure run logging in from a file,
   `chaos check DIR` re-checking a saved run.
 Every failure message carries the seed (`raftka chaos run --scenario NAME --seed N` repeats it).
@@ -170,6 +174,39 @@ def _assert_moves_ended_where_asked(results, history):
     assert not verdict.valid and verdict.anomalies["lost"].count == 1, verdict.summary_lines()
 
 
+def _assert_compaction_checked(results, history):
+    """The cleaner removed acknowledged writes during the run (the checker excused them), and the
+    same history with a key's latest value taken out of the final log, or with a value its
+    expired tombstone deleted put back, comes out INVALID with lost writes."""
+    stats = results["verdict"]["stats"]
+    assert stats["superseded"] > 0 and stats["tombstones_acked"] > 0, _explain(results)
+    invokes = {op["value"]: op for op in history if op["f"] == "send" and op["type"] == "invoke"}
+    acked = {op["value"]: op for op in history if op["f"] == "send" and op["type"] == "ok"}
+    final = next(op for op in history if op["f"] == "final")
+    newest = {}  # key -> (partition, offset, value) of its last record in the final log
+    for partition, records in final["records"].items():
+        for offset, value in records:
+            newest[invokes[value]["key"]] = (partition, offset, value)
+    partition, offset, value = next(n for n in newest.values() if n[2] in acked and not invokes[n[2]]["tombstone"])
+    without = [dict(op, records={**op["records"], partition: [r for r in op["records"][partition] if r[0] != offset]})
+               if op["f"] == "final" else op for op in history]
+    verdict = check(without)
+    assert not verdict.valid and value in [e["value"] for e in verdict.anomalies["lost"].examples], \
+        verdict.summary_lines()
+    gone = sorted({op["key"] for op in invokes.values()} - set(newest))  # keys whose tombstone went
+    if gone:
+        old = max((op for op in acked.values() if invokes[op["value"]]["key"] == gone[0]
+                   and not invokes[op["value"]]["tombstone"]), key=lambda op: op["offset"])
+        part = old["partition"]
+        back = [dict(op, records={**op["records"], part: sorted(op["records"][part] + [[old["offset"], old["value"]]])})
+                if op["f"] == "final" else op for op in history]
+        verdict = check(back)
+        assert not verdict.valid and verdict.anomalies["lost"].count > 0, verdict.summary_lines()
+        # (a consumer that read the tombstone read something the final log no longer explains)
+        assert all(k in ("lost", "uncommitted_read") or a.count == 0 for k, a in verdict.anomalies.items()), \
+            verdict.summary_lines()
+
+
 def _scenario_params():
     for name, scenario in scenarios.SCENARIOS.items():
         if not scenario.expect_valid:
@@ -219,6 +256,8 @@ def test_a_safe_scenario_comes_out_valid(name, duration_s, secure, tmp_path, mon
         assert results["availability"]["faults"], _explain(results)  # faults did happen
     if scenario.background == "reassign":
         _assert_moves_ended_where_asked(results, read_history(tmp_path / "history.jsonl"))
+    if scenario.workload().keys:
+        _assert_compaction_checked(results, read_history(tmp_path / "history.jsonl"))
     assert (tmp_path / "timeline.png").is_file() and (tmp_path / "history.jsonl").is_file()
     if secure:
         from raftka.cluster.secure import SecureKit
