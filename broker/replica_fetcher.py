@@ -19,6 +19,13 @@ our history left its own: then we truncate to where they agree (``min(leader's e
 epoch, ours)``) and fetch again: truncation by leader epoch, never by high watermark alone. After
 an append the follower's HW = min(leader's HW, its log end).
 
+The replication throttle (broker/quota.py): while this broker's follower quota is exceeded, the
+throttled partitions not in the ISR are left out of the fetches (``_held``), as Kafka's follower
+does; the others keep flowing. In a session, a partition an incremental fetch does not name stays
+in the session and the leader keeps answering its news, so leaving one out means forgetting it
+(``forgotten_topics_data``); once the quota allows, it is named again with its entry, as a
+partition added. The records of every throttled partition are counted, in the ISR or not.
+
 When inter.broker.listener.name is SASL_*, the connection logs in first
 (``ReplicaManager.peer_sasl``). A refused login (a wrong password, or a credential not created
 yet) or a refused replica Fetch is retried with the connection's reconnect backoff and the
@@ -77,6 +84,7 @@ class ReplicaFetcher:
         self._in_session: dict[tuple[str, int], dict] = {}  # tp -> the entry the leader holds for it
         self._changed: set[tuple[str, int]] = set()  # partitions whose entry may differ from it
         self._forget: set[tuple[str, int]] = set()  # removed partitions the leader's session holds
+        self._held: set[tuple[str, int]] = set()  # left out by the throttle: looked at again every round
 
     def add(self, tp: tuple[str, int]) -> None:
         """Start fetching ``tp`` from this leader."""
@@ -89,6 +97,7 @@ class ReplicaFetcher:
         """Stop fetching ``tp``."""
         self.partitions.discard(tp)
         self._changed.discard(tp)
+        self._held.discard(tp)
         if self._in_session.pop(tp, None) is not None:
             self._forget.add(tp)
 
@@ -173,11 +182,27 @@ class ReplicaFetcher:
             candidates, self._changed = self.partitions, set()
         else:
             candidates, self._changed = self._changed, set()
+            if self._held:
+                candidates = candidates | self._held
+        self._held = set()
+        quota = self.manager.follower_quota
+        over = bool(quota.throttled) and quota.is_exceeded()
+        if over and not full:  # throttled partitions the session holds and no candidate: out too
+            throttled = quota.throttled
+            small, large = ((throttled, self._in_session) if len(throttled) < len(self._in_session)
+                            else (self._in_session.keys(), throttled))
+            candidates = candidates | {tp for tp in small if tp in large}
         topics: dict[str, list[dict]] = {}
         for tp in sorted(candidates):
             partition = self._fetchable(tp)
             if partition is None:  # not (yet) following this leader: look again next round
                 self._changed.add(tp)
+                if self._in_session.pop(tp, None) is not None:
+                    self._forget.add(tp)
+                continue
+            if over and tp in quota.throttled and self.manager.broker_id not in partition.isr:
+                self._held.add(tp)  # Kafka's follower leaves it out of the fetch while over quota
+                quota.held_back_total += 1
                 if self._in_session.pop(tp, None) is not None:
                     self._forget.add(tp)
                 continue
@@ -198,6 +223,9 @@ class ReplicaFetcher:
         full = self.session_epoch == INITIAL_EPOCH
         topics = self._entries(config["replica.fetch.max.bytes"])
         if topics is None:
+            if self._held:  # every partition waits for the throttle: not a failure
+                await asyncio.sleep(self.manager.follower_quota.delay_s())
+                return True
             return False
         forget, self._forget = self._forget, set()
         forgotten: dict[str, list[int]] = {}
@@ -233,6 +261,7 @@ class ReplicaFetcher:
         else:
             self.session_epoch = next_epoch(self.session_epoch)
         answered = ok = False
+        quota = self.manager.follower_quota
         for topic in out["responses"]:
             for answer in topic["partitions"]:
                 tp = (topic["topic"], answer["partition_index"])
@@ -240,6 +269,8 @@ class ReplicaFetcher:
                 if entry is None:
                     continue  # removed while the fetch was out
                 answered = True
+                if answer["records"] and tp in quota.throttled:
+                    quota.record(len(answer["records"]))
                 if self._take(tp, entry["current_leader_epoch"], answer):
                     ok = True
                 self._changed.add(tp)  # appended, truncated, or failed: look at its entry again

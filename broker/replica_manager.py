@@ -37,6 +37,8 @@ from raftka.broker.fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, INVALID_SES
                                          FetchSessionCache, forgotten)
 from raftka.broker.metadata import EMPTY, MetadataView
 from raftka.broker.partition import Partition, ReplicaState, now_ms
+from raftka.broker.quota import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS, ReplicationQuota,
+                                 is_listed, listed_partitions)
 from raftka.broker.replica_fetcher import ReplicaFetcher
 from raftka.common import errors
 from raftka.common.authenticator import ANONYMOUS
@@ -116,6 +118,10 @@ class ReplicaManager:
         self.peer_ssl: ssl.SSLContext | None = None
         self.peer_sasl: SaslClientSettings | None = None
         self.truncations = 0
+        # The replication throttle (broker/quota.py): what this broker sends as leader and fetches
+        # as follower for throttled replicas out of the ISR.
+        self.leader_quota = ReplicationQuota()
+        self.follower_quota = ReplicationQuota()
         self.offline: dict[TP, OfflineReplica] = {}  # corrupt replicas (module docstring)
         self.corrupt_replicas = 0  # replicas taken offline for corruption, ever
         self.healed_replicas = 0  # ... and back in the ISR after re-replicating
@@ -148,6 +154,8 @@ class ReplicaManager:
         Topics whose TopicInfo is the previous view's object are unchanged and skipped."""
         previous = self.view
         self.view = view
+        self.leader_quota.set_rate(view.dynamic_config(self.broker_id, LEADER_RATE))
+        self.follower_quota.set_rate(view.dynamic_config(self.broker_id, FOLLOWER_RATE))
         # the default min ISR may move
         everything = (view.cluster_configs is not previous.cluster_configs
                       or view.broker_configs.get(self.broker_id) != previous.broker_configs.get(self.broker_id))
@@ -170,11 +178,15 @@ class ReplicaManager:
         moves: dict[str, list[TP]] = {"leader of": [], "follower of": [], "stopped": [], "new ISR of": []}
         for name in changed:
             topic = view.topics[name]
+            leader_listed = listed_partitions(topic.configs.get(LEADER_REPLICAS), self.broker_id)
+            follower_listed = listed_partitions(topic.configs.get(FOLLOWER_REPLICAS), self.broker_id)
             for index, info in enumerate(topic.partitions):
                 if self.broker_id not in info.replicas:
                     continue
                 tp = (name, index)
                 wanted.add(tp)
+                self.leader_quota.mark(tp, is_listed(leader_listed, index))
+                self.follower_quota.mark(tp, is_listed(follower_listed, index))
                 partition = self.partitions.get(tp)
                 if partition is not None and self.topic_ids.get(tp) != topic.topic_id:
                     self._stop(tp, delete=True)  # a new topic of the same name
@@ -245,6 +257,8 @@ class ReplicaManager:
         partition = self.partitions.pop(tp)
         self.topic_ids.pop(tp, None)
         self.offline.pop(tp, None)
+        self.leader_quota.mark(tp, False)
+        self.follower_quota.mark(tp, False)
         self._unfollow(tp)
         partition.stop()
         if delete:
@@ -554,6 +568,10 @@ class ReplicaManager:
             limit = log_.log_end_offset if max_offset is None else max_offset
             if fetch_offset == limit or (max_offset is not None and limit < fetch_offset <= log_.log_end_offset):
                 return out
+            throttled = replica_id >= 0 and (topic, index) in self.leader_quota.throttled
+            if throttled and replica_id not in partition.isr and self.leader_quota.is_exceeded():
+                self.leader_quota.held_back_total += 1
+                return out  # Kafka's leader: no records for a throttled replica over its quota this round
             max_bytes = max(0, min(request.get("partition_max_bytes", 1 << 20), budget))
             try:
                 data = log_.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
@@ -564,6 +582,8 @@ class ReplicaManager:
                     self.replica_corrupted(partition, LogCorruptedError(log_.corruption, topic=topic,
                                                                         partition=index))
             out["records"] = bytes(data.records) if not isinstance(data.records, bytes) else data.records
+            if throttled:  # counted as read, so the next partitions of this answer see it
+                self.leader_quota.record(len(out["records"]))
         except RaftkaError as error:
             out.update(error_code=error.code, error_message=error.message)
             if error.code in (errors.NOT_LEADER_OR_FOLLOWER, errors.FENCED_LEADER_EPOCH, errors.UNKNOWN_LEADER_EPOCH):
@@ -643,8 +663,11 @@ class ReplicaManager:
                 budget = max(0, max_bytes - others)
                 answer = self.read_partition(replica_id, cached.request, tp[0], first_pass and is_named, budget,
                                              session=session, min_one_batch=others == 0)
-                if others and not answer["records"] and self._has_more(replica_id, tp, cached.request, answer):
-                    session.pending.add(tp)  # max_bytes ran out before it: read first at the next fetch
+                if (not answer["records"] and (others or (replica_id >= 0 and tp in self.leader_quota.throttled))
+                        and self._has_more(replica_id, tp, cached.request, answer)):
+                    # max_bytes ran out before it, or the throttle held it back (broker/quota.py): read
+                    # it at the next fetch, which does not name it (its entry did not change)
+                    session.pending.add(tp)
                 else:
                     session.pending.discard(tp)  # what the read itself changed (our HW) is in the answer
                 if full or cached.is_news(answer, is_named):

@@ -41,6 +41,21 @@ def items_of(*choices: str) -> Validator:
     return check
 
 
+def throttled_replicas(items: list[str]) -> str | None:
+    """A ``*.replication.throttled.replicas`` list: the literal "*" alone, or partitionId:brokerId
+    items (Kafka's ThrottledReplicaListValidator, with its message)."""
+    if [i.strip() for i in items] == ["*"]:
+        return None
+    bad = next((i for i in items if not _is_replica_item(i.strip())), None)
+    return None if bad is None else ("must be the literal '*' or a list of replicas in the following format: "
+                                     f"[partitionId]:[brokerId],[partitionId]:[brokerId],..., got {bad!r}")
+
+
+def _is_replica_item(item: str) -> bool:
+    partition, sep, broker = item.partition(":")
+    return bool(sep) and partition.isascii() and partition.isdigit() and broker.isascii() and broker.isdigit()
+
+
 @dataclass(frozen=True)
 class ConfigKey:
     name: str
@@ -207,6 +222,14 @@ TOPIC_CONFIGS = (
     .define("message.timestamp.type", "string", "CreateTime",
             "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
             one_of("CreateTime", "LogAppendTime"))
+    .define("leader.replication.throttled.replicas", "list", (),
+            "Replicas whose leader sends to out-of-sync followers at most leader.replication.throttled.rate "
+            "(broker/quota.py): partitionId:brokerId,... or * for every replica; raftka reassign --throttle "
+            "sets it.", throttled_replicas)
+    .define("follower.replication.throttled.replicas", "list", (),
+            "Replicas that fetch while out of sync at most follower.replication.throttled.rate "
+            "(broker/quota.py): partitionId:brokerId,... or * for every replica; raftka reassign --throttle "
+            "sets it.", throttled_replicas)
 )
 
 
@@ -251,11 +274,11 @@ BROKER_DYNAMIC_CONFIGS = (
             "min.insync.replicas of the topics that set none (the partition leader's broker decides).",
             at_least(1))
     .define("leader.replication.throttled.rate", "long", QUOTA_BYTES_PER_SECOND_DEFAULT,
-            "Bytes per second a leader sends to the followers of throttled replicas (stored and described; "
-            "the throttle itself is not applied yet).", at_least(0))
+            "Bytes per second a leader sends to out-of-sync followers of the replicas its topics list in "
+            "leader.replication.throttled.replicas (broker/quota.py).", at_least(0))
     .define("follower.replication.throttled.rate", "long", QUOTA_BYTES_PER_SECOND_DEFAULT,
-            "Bytes per second a follower fetches for throttled replicas (stored and described; the throttle "
-            "itself is not applied yet).", at_least(0))
+            "Bytes per second a follower fetches for its out-of-sync replicas that their topics list in "
+            "follower.replication.throttled.replicas (broker/quota.py).", at_least(0))
 )
 
 # Name endings of keys whose values are secrets, whatever their declared type: never described.

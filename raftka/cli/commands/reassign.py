@@ -1,8 +1,8 @@
 """`raftka reassign`: Kafka's kafka-reassign-partitions, on the public AdminClient.
 
     raftka reassign --generate --topics-to-move-json-file topics.json --broker-list 4,5,6
-    raftka reassign --execute --reassignment-json-file plan.json
-    raftka reassign --verify --reassignment-json-file plan.json
+    raftka reassign --execute --reassignment-json-file plan.json [--throttle BYTES_PER_S]
+    raftka reassign --verify --reassignment-json-file plan.json [--preserve-throttles]
     raftka reassign --cancel --reassignment-json-file plan.json
     raftka reassign --list
 
@@ -15,6 +15,14 @@ same replication factor, leaders spread too; ``--execute`` starts a plan (the ne
 up, then the old ones are removed); ``--verify`` says which partitions are done; ``--cancel``
 stops those still under way (back to their original replicas); ``--list`` shows every
 reassignment under way. Exit status 1 when a partition failed or (``--verify``) is not done.
+
+``--execute --throttle RATE`` first throttles the copy (broker/quota.py), as kafka-reassign-partitions
+does: on each topic of the plan, ``leader.replication.throttled.replicas`` lists the current
+replicas of its partitions that gain a replica and ``follower.replication.throttled.replicas``
+the replicas they gain; every broker of those partitions, old and new, gets
+``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate`` = RATE. A later
+``--verify`` that finds the whole plan done removes all four from every broker and every topic
+of the plan, unless ``--preserve-throttles``; until then the throttle stays.
 """
 from __future__ import annotations
 
@@ -26,6 +34,13 @@ from raftka.cli.commands._common import (CommandError, add_bootstrap_args, boots
                                          one_line_errors, read_json_file)
 
 PLAN_VERSION = 1
+NO_THROTTLE = -1  # kafka-reassign-partitions' --throttle default
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+VERIFY_WARNING = ("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+                  "throttle is removed.")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--broker-list", metavar="ID,ID,...", help="--generate: the brokers to move to")
     parser.add_argument("--reassignment-json-file", metavar="FILE",
                         help='{"partitions": [{"topic": "T", "partition": 0, "replicas": [4, 5, 6]}]}')
+    parser.add_argument("--throttle", type=int, default=NO_THROTTLE, metavar="BYTES_PER_S",
+                        help="--execute: limit the copy between brokers to this many bytes/s (removed by a "
+                             "--verify that finds the plan done)")
+    parser.add_argument("--preserve-throttles", action="store_true",
+                        help="--verify: leave the throttle's broker and topic configs in place")
     parser.add_argument("--timeout-ms", type=int, default=60_000, help="request timeout")
     parser.set_defaults(func=run)
 
@@ -99,6 +119,60 @@ def plan_json(plan: dict[Any, list[int]]) -> str:
         for tp, replicas in sorted(plan.items())]})
 
 
+def throttles(current: dict[Any, list[int]],
+              plan: dict[Any, list[int]]) -> tuple[dict[str, dict[str, str]], list[int]]:
+    """What --throttle sets for ``plan``: {topic: {leader and follower throttled-replicas key:
+    "partition:broker,..."}} (the leader list: the current replicas, any of which may lead; the
+    follower list: the replicas gained), and the brokers of those partitions, old and new. As
+    kafka-reassign-partitions, except that a partition that gains no replica (a reorder, only
+    removals) is left out: nothing of it is copied."""
+    leader: dict[str, set[tuple[int, int]]] = {}
+    follower: dict[str, set[tuple[int, int]]] = {}
+    brokers: set[int] = set()
+    for tp, target in plan.items():
+        now = current.get(tp)
+        gained = [b for b in target if now is not None and b not in now]
+        if not gained:
+            continue  # unknown (the reassignment reports it), a reorder or only removals: nothing copied
+        leader.setdefault(tp.topic, set()).update((tp.partition, b) for b in now)
+        follower.setdefault(tp.topic, set()).update((tp.partition, b) for b in gained)
+        brokers.update(now, target)
+
+    def text(items: set[tuple[int, int]]) -> str:
+        return ",".join(f"{p}:{b}" for p, b in sorted(items))
+    return ({topic: {LEADER_REPLICAS: text(leader[topic]), FOLLOWER_REPLICAS: text(follower[topic])}
+             for topic in sorted(leader)}, sorted(brokers))
+
+
+def _set_throttles(admin: Any, current: dict[Any, list[int]], plan: dict[Any, list[int]], rate: int) -> None:
+    from raftka.client import AlterConfigOp, ConfigResource
+    topics, brokers = throttles(current, plan)
+    if topics:
+        admin.incremental_alter_configs([ConfigResource("topic", topic, incremental_configs=[
+            AlterConfigOp(key, value) for key, value in values.items()]) for topic, values in topics.items()])
+    if brokers:
+        admin.incremental_alter_configs([ConfigResource("broker", str(b), incremental_configs=[
+            AlterConfigOp(LEADER_RATE, str(rate)), AlterConfigOp(FOLLOWER_RATE, str(rate))]) for b in brokers])
+
+
+def _clear_throttles(admin: Any, plan: dict[Any, list[int]]) -> None:
+    """kafka-reassign-partitions' clearAllThrottles: both rates off every broker of the cluster
+    and of the plan, both replica lists off every topic of the plan."""
+    from raftka.client import AlterConfigOp, AlterConfigOpType, ConfigResource
+    registered = {b["node_id"] for b in admin.describe_cluster()["brokers"]}
+    brokers = sorted(registered | {b for replicas in plan.values() for b in replicas})
+    topics = sorted({tp.topic for tp in plan})
+    print()
+    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} {_ids(brokers)}")
+    admin.incremental_alter_configs([ConfigResource("broker", str(b), incremental_configs=[
+        AlterConfigOp(key, None, AlterConfigOpType.DELETE) for key in (LEADER_RATE, FOLLOWER_RATE)])
+        for b in brokers])
+    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}")
+    admin.incremental_alter_configs([ConfigResource("topic", topic, incremental_configs=[
+        AlterConfigOp(key, None, AlterConfigOpType.DELETE) for key in (LEADER_REPLICAS, FOLLOWER_REPLICAS)])
+        for topic in topics])
+
+
 def _names(tps: Any) -> str:
     return ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(tps))
 
@@ -106,6 +180,12 @@ def _names(tps: Any) -> str:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from raftka.client import AdminClient, TopicPartition
+    if args.throttle < NO_THROTTLE:
+        raise CommandError(f"--throttle: expected bytes per second (>= 0), got {args.throttle}")
+    if args.throttle != NO_THROTTLE and not args.execute:
+        raise CommandError("--throttle is used with --execute only")
+    if args.preserve_throttles and not args.verify:
+        raise CommandError("--preserve-throttles is used with --verify only")
     admin = AdminClient(**{**command_configs(args, "admin"), "bootstrap_servers": bootstrap_servers(args),
                            "request_timeout_ms": args.timeout_ms, "client_id": "raftka-reassign"})
     with admin:
@@ -146,6 +226,10 @@ def run(args: argparse.Namespace) -> int:
             print(plan_json({tp: current[tp] for tp in plan if tp in current}))
             print()
             print("Save this to use as the --reassignment-json-file option during rollback")
+            if args.throttle != NO_THROTTLE:
+                print(VERIFY_WARNING)
+                _set_throttles(admin, current, plan, args.throttle)
+                print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
             results = admin.alter_partition_reassignments(plan, raise_errors=False)
             return _report(results, "Successfully started partition reassignments for",
                            "Error starting the reassignment of")
@@ -167,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"There is no active reassignment of partition {tp.topic}-{tp.partition}, but replica set "
                       f"is {_ids(current.get(tp) or [])} rather than {_ids(replicas)}.")
                 pending += 1
+        if not pending and not args.preserve_throttles:
+            _clear_throttles(admin, plan)
         return 1 if pending else 0
 
 
