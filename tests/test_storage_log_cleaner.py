@@ -40,6 +40,8 @@ def test_the_threads_clean_a_compacted_log_that_is_due_and_leave_a_delete_log_al
         fill(plain)
         written = len(read_everything(plain))
         wait_until(lambda: len(read_everything(compacted)) < written // 2, 20, what="the changelog compacted")
+        # The swaps come before the checkpoint and the count: wait for the cleaning to finish.
+        wait_until(lambda: logs.cleaner is not None and logs.cleaner.cleanings >= 1, 20, what="the cleaning done")
         assert latest_by_key(read_everything(compacted)) == latest  # the latest value of every key
         assert len(read_everything(plain)) == written
         assert logs.cleaner is not None and logs.cleaner.cleanings >= 1 and logs.cleaner.failures == 0
