@@ -1,6 +1,7 @@
 """The `raftka` tools as a Kafka user expects them (issue #24, CLI): comma lists of bootstrap
-controllers tried in turn, the local cluster found through --dir, kafka-consumer-groups' flags
-(--group, --all-groups, --to-datetime, --shift-by, --by-duration, --to-current), the console
+controllers tried in turn (or found through a broker: quorum status --bootstrap-server), the local
+cluster found through --dir, kafka-consumer-groups' flags (--group, --all-groups, also for
+reset-offsets, --to-datetime, --shift-by, --by-duration, --to-current), the console
 consumer's --property and --include, a subcommand's own usage on a bad flag, and docs/cli.md
 checked against the argparse definitions so it cannot drift.
 
@@ -304,3 +305,55 @@ def test_console_consumer_property_and_include(cluster, admin):
     assert "--include" in one_line_error("consume", *root, "--include", "(", "--max-messages", "1")
     assert ok("consume", *root, "--topic", other, "--from-beginning", "--max-messages", "1",
               "--property", "line.separator=;") == "vo;"
+
+
+def test_quorum_status_through_the_brokers(cluster):
+    # kafka-metadata-quorum --bootstrap-server: the broker names its controllers
+    # (controller.quorum.bootstrap.servers), the tool asks them; same answer as asking them directly.
+    direct = json.loads(ok("quorum", "status", "--bootstrap-controller", cluster.bootstrap_controllers, "--json"))
+    through = json.loads(ok("quorum", "status", "--bootstrap-server", cluster.bootstrap_servers, "--json"))
+    assert through["leader_id"] == direct["leader_id"] == cluster.controller_ids[0] and through["active"]
+    assert [v["node_id"] for v in through["voters"]] == [v["node_id"] for v in direct["voters"]]
+    assert "only one of --bootstrap-server or --bootstrap-controller" in one_line_error(
+        "quorum", "status", "--bootstrap-server", cluster.bootstrap_servers,
+        "--bootstrap-controller", cluster.bootstrap_controllers)
+    dead = f"127.0.0.1:{free_port_block(1)}"
+    assert "no broker reachable" in one_line_error("quorum", "status", "--bootstrap-server", dead)
+
+
+def test_reset_offsets_of_several_and_all_groups_skips_a_group_with_members(cluster, admin):
+    from raftka.client import Consumer, TopicPartition
+    topic = new_topic(admin, 2)
+    produce(cluster, topic, [(p, None, b"x", None) for p in (0, 1) for _ in range(6)])
+    root = ("--dir", str(cluster.root))
+    g1, g2, busy = f"g1-{topic}", f"g2-{topic}", f"busy-{topic}"
+    for group in (g1, g2, busy):
+        ok("groups", "reset-offsets", *root, "--group", group, "--topic", topic, "--to-offset", "2", "--execute")
+    member = Consumer(topic, bootstrap_servers=cluster.bootstrap_servers, group_id=busy, enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + 30
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(timeout_ms=100)
+        assert member.assignment(), "the busy group's consumer got no partitions"
+        # --group repeated: both reset, in one run
+        out = ok("groups", "reset-offsets", *root, "--group", g1, "--group", g2, "--topic", topic,
+                 "--to-latest", "--execute")
+        assert sorted((r["GROUP"], r["PARTITION"], r["NEW-OFFSET"]) for r in table(out)) == [
+            (g1, "0", "6"), (g1, "1", "6"), (g2, "0", "6"), (g2, "1", "6")]
+        # --all-groups: every group without members planned (each its own committed topics);
+        # the one with members reported as Kafka's tool does, and the exit code says so
+        code, out, err = cli("groups", "reset-offsets", *root, "--all-groups", "--all-topics", "--to-earliest")
+        assert code == 1
+        assert f"group '{busy}' is inactive" in err and err.count("error:") == 1, err
+        planned = {(r["GROUP"], r["TOPIC"], r["PARTITION"]): r["NEW-OFFSET"] for r in table(out)}
+        assert all(planned[(g, topic, p)] == "0" for g in (g1, g2) for p in ("0", "1")), planned
+        assert not any(group == busy for group, _, _ in planned) and "dry run" in out
+    finally:
+        member.close()
+    # the dry run changed nothing; the --execute above did, and the busy group kept its offsets
+    for group, expected in ((g1, 6), (g2, 6), (busy, 2)):
+        offsets = admin.list_consumer_group_offsets(group)
+        assert [getattr(offsets[TopicPartition(topic, p)], "offset", None) for p in (0, 1)] == [expected] * 2
+    code, _, err = cli("groups", "reset-offsets", *root, "--all-groups", "--group", g1, "--all-topics",
+                       "--to-earliest")
+    assert code == 2 and "not allowed with argument" in err

@@ -35,13 +35,20 @@ def ok(run: subprocess.CompletedProcess) -> str:
     return run.stdout
 
 
+def cluster_ports(controllers: int, brokers: int) -> int:
+    """How many consecutive ports `raftka cluster up --base-port P` takes (not --combined): per
+    broker its PLAINTEXT listener and HTTP port, per controller its Raft, CONTROLLER and HTTP
+    (/metrics) ports (raftka/cluster/clusters.py Cluster's layout)."""
+    return 2 * brokers + 3 * controllers
+
+
 def running_pids(state_path: Path) -> list[int]:
     state = json.loads(state_path.read_text())
     return [n["pid"] for n in state["nodes"].values() if n.get("pid") and pid_is_ours(n["pid"], n["marker"])]
 
 
 def test_bootstrap_quorum_from_a_clean_directory_then_stop(tmp_path):
-    base = free_port_block(3 * 2 + 2 * 2)
+    base = free_port_block(cluster_ports(controllers=3, brokers=2))
     out = ok(script("bootstrap-quorum.sh", "--controllers", "3", "--brokers", "2", "--base-port", str(base),
                     cwd=tmp_path))
     state_path = tmp_path / ".raftka" / "cluster.json"
@@ -58,6 +65,10 @@ def test_bootstrap_quorum_from_a_clean_directory_then_stop(tmp_path):
         assert f"cluster.id={state['cluster_id']}" in meta
     pids = running_pids(state_path)
     assert len(pids) == 5
+    # the reservation covers every port the cluster took
+    taken = [port for node in state["nodes"].values() for key, port in node.items()
+             if key.endswith("port") and isinstance(port, int)]
+    assert sorted(taken) == list(range(base, base + cluster_ports(controllers=3, brokers=2))), state["nodes"]
 
     # The console tools find it in ./.raftka by themselves.
     ok(raftka("topics", "create", "hello", "--partitions", "2", cwd=tmp_path))
@@ -83,7 +94,7 @@ def test_bootstrap_quorum_refuses_unknown_flags(tmp_path):
 
 
 def test_quickstart_runs_the_world_cup_demo_and_stops_the_cluster(tmp_path):
-    base = free_port_block(3 * 2 + 3 * 2)
+    base = free_port_block(cluster_ports(controllers=3, brokers=3))
     # 2 s of the Spark demo's live feed (10 by default): its queries still catch up, take the
     # feed and close windows; the JVM's start and first micro-batch are most of the step anyway.
     run = script("quickstart.sh", "--dir", str(tmp_path / "qs"), "--events", "3000", "--matches", "120",

@@ -2,8 +2,9 @@
 ``pytest -m perf``) the performance regression guard.
 
 The default-suite tests run each tool with small counts against real processes and check what
-the tools promise: the counts add up, latency percentiles are ordered, JSON is complete, bad
-arguments give one-line errors, and failover reports zero loss on a real kill -9. The ``perf``
+the tools promise: the counts add up, latency percentiles are ordered, JSON is complete, the
+progress bar's last figure is the summary's, bad arguments give one-line errors, and failover
+reports zero loss on a real kill -9. The ``perf``
 test compares client throughput with a reference measured in the same run (a fixed pure-Python
 workload, so a slower or busier machine moves both) and fails on a large drop against the
 committed ratios in tests/perf_baseline.json. The many-partitions guard (default suite, ~30 s)
@@ -53,6 +54,9 @@ def test_props_are_typed_and_malformed_ones_are_refused():
                                     "client_id=none", "enable_idempotence=false"]) == {
         "batch_size": 65536, "linger_ms": 0.5, "compression_type": "lz4", "client_id": None,
         "enable_idempotence": False}
+    # Kafka's names, as kafka-producer-perf-test --producer-props takes them
+    assert perf_client.parse_props(["batch.size=65536", "max.in.flight.requests.per.connection=1"]) == {
+        "batch_size": 65536, "max_in_flight_requests_per_connection": 1}
     from raftka.common.errors import ConfigError
     with pytest.raises(ConfigError):
         perf_client.parse_props(["batch_size"])
@@ -105,6 +109,22 @@ def test_throttle_keeps_the_rate():
         throttle.wait(i + 1)
     elapsed = time.perf_counter() - throttle.start
     assert 0.095 <= elapsed < 0.5  # 200 at 2000/s = 0.1 s; generous upper bound on a busy box
+
+
+def test_the_progress_rate_starts_with_the_timed_window_and_ends_on_the_summary_figure(monkeypatch):
+    # A fake clock: 10 s of warm-up before begin(), then 2 s of sending. The bar used to time from
+    # its creation and showed 1,000/12 s while the summary said 1,000/2 s (issue 24).
+    now = [100.0]
+    monkeypatch.setattr(perf_client.time, "perf_counter", lambda: now[0])
+    bar = perf_client.Progress("produce", 2000, False, counted="sent")
+    now[0] += 10.0
+    assert bar._line().endswith("0/2,000 sent, warming up")
+    bar.begin()
+    now[0] += 2.0
+    bar.done = 1000
+    assert bar._line().endswith("1,000/2,000 sent, 500.0 records/s")
+    # the last line is drawn from the summary's own records and seconds
+    assert bar._line((2000, 2.5)).endswith("100.0% 2,000/2,000 sent, 800.0 records/s")
 
 
 def _fake_results(all_rate: float, nats_r3: float) -> dict:
@@ -319,6 +339,45 @@ def test_perf_produce_counts_every_record_and_orders_its_latencies(cluster, caps
     assert out["records"] == 3000 and out["failed_batches"] == 0 and out["records_per_s"] > 0
     assert out["mb_per_s"] == pytest.approx(out["records_per_s"] * 100 / 1e6)
     assert out["latency_ms"]["samples"] == 3000 and ordered(out["latency_ms"])
+
+
+def _last_progress_rate(err: str, what: str) -> float:
+    lines = [line for line in err.splitlines() if line.startswith(f"{what} [")]
+    assert lines, err
+    return float(lines[-1].rsplit(", ", 1)[1].split()[0].replace(",", ""))
+
+
+def _summary_rate(err: str, counted: str) -> float:
+    line = next(line for line in err.splitlines() if f"records {counted}, " in line)
+    return float(line.split(f"records {counted}, ", 1)[1].split()[0].replace(",", ""))
+
+
+@pytest.mark.parametrize("producers", [1, 2])
+def test_perf_produce_progress_ends_on_the_summary_figure(cluster, capsys, producers):
+    # Progress on (stderr is not a terminal here: plain lines); --json moves the summary to stderr.
+    code = main(["perf", "produce", "--bootstrap-server", cluster.bootstrap_servers, "--topic",
+                 f"smoke-progress-{producers}", "--num-records", "4000", "--record-size", "100",
+                 "--producers", str(producers), "--json"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out[captured.out.index("{"):])
+    assert code == 0 and out["records"] == 4000
+    what = "produce" if producers == 1 else f"produce x{producers}"
+    shown = _last_progress_rate(captured.err, what)
+    assert shown == pytest.approx(out["records_per_s"], rel=1e-3)
+    assert shown == pytest.approx(_summary_rate(captured.err, "sent"), rel=1e-3)
+
+
+def test_perf_consume_progress_ends_on_the_summary_figure(cluster, capsys):
+    run_json(capsys, "produce", "--bootstrap-server", cluster.bootstrap_servers, "--topic", "smoke-progress-c",
+             "--num-records", "3000")
+    code = main(["perf", "consume", "--bootstrap-server", cluster.bootstrap_servers, "--topic", "smoke-progress-c",
+                 "--messages", "3001", "--json"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out[captured.out.index("{"):])
+    assert code == 0 and out["records"] == 3001
+    shown = _last_progress_rate(captured.err, "consume")
+    assert shown == pytest.approx(out["records_per_s"], rel=1e-3)
+    assert shown == pytest.approx(_summary_rate(captured.err, "consumed"), rel=1e-3)
 
 
 def test_perf_produce_with_two_producer_processes_and_acks_1(cluster, capsys):

@@ -25,6 +25,8 @@ and out of the JSON.
 
 Each prints a progress bar on stderr (when it is a terminal, else a line every few seconds;
 ``--no-progress`` turns it off), a summary line, and with ``--json`` a JSON object on stdout.
+The bar's rate is timed from where the summary's window starts (after the warm-up) and its last
+line shows the summary's figure.
 Nothing here asserts a target: scripts/bench.sh compares figures with targets and peers.
 """
 from __future__ import annotations
@@ -68,7 +70,7 @@ RESUME_RECENT_S = 0.1  # failover: the latest ack at most this old means acks ar
 def register(perf: argparse._SubParsersAction) -> None:
     """Add produce, consume, e2e and failover to ``raftka perf``."""
     p = perf.add_parser("produce", help="producer throughput and latency (like kafka-producer-perf-test)")
-    _common(p)
+    _common(p, config_alias="--producer.config")
     p.add_argument("--topic", default="perf-produce")
     p.add_argument("--num-records", type=int, required=True)
     p.add_argument("--record-size", type=int, default=100, help="bytes per value (default 100)")
@@ -81,11 +83,11 @@ def register(perf: argparse._SubParsersAction) -> None:
                    help="wait for each acknowledgement before the next send (round-trip latency)")
     _topic_args(p)
     p.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="producer configs, kafka-python names (batch_size=65536 linger_ms=10 ...)")
+                   help="producer configs, Kafka's or kafka-python's names (batch.size=65536 linger_ms=10 ...)")
     p.set_defaults(func=run_produce)
 
     c = perf.add_parser("consume", help="consumer throughput (like kafka-consumer-perf-test)")
-    _common(c)
+    _common(c, config_alias="--consumer.config")
     c.add_argument("--topic", default="perf-consume")
     c.add_argument("--messages", type=int, required=True)
     c.add_argument("--group", default=None, help="group_id (see docs/client.md for group support)")
@@ -121,13 +123,16 @@ def register(perf: argparse._SubParsersAction) -> None:
     f.set_defaults(func=run_failover)
 
 
-def _common(p: argparse.ArgumentParser, cluster_only: bool = False) -> None:
+def _common(p: argparse.ArgumentParser, cluster_only: bool = False, config_alias: str | None = None) -> None:
     if not cluster_only:
         p.add_argument("--bootstrap-server", default=None,
                        help="host:port,...; without it a local 3+3 cluster is started and stopped")
         p.add_argument("--command-config", default=None, metavar="FILE",
                        help="Kafka client properties (security.protocol, sasl.*, ssl.*) for every client "
                             "of the run; needs --bootstrap-server")
+        if config_alias:  # the Kafka perf tool's own name for it (--producer.config, --consumer.config)
+            p.add_argument(config_alias, dest="command_config", default=None, metavar="FILE",
+                           help="Kafka's name for --command-config")
     p.add_argument("--controllers", type=int, default=3, help="own cluster: controllers (default 3)")
     p.add_argument("--brokers", type=int, default=3, help="own cluster: brokers (default 3)")
     p.add_argument("--server-config", action="append", default=[], metavar="KEY=VALUE",
@@ -146,8 +151,9 @@ def _topic_args(p: argparse.ArgumentParser, partitions: int = 1) -> None:
 # -- shared pieces --------------------------------------------------------------------------
 
 def parse_props(items: list[str]) -> dict[str, Any]:
-    """["batch_size=65536", "linger_ms=0", "compression_type=lz4"] -> typed dict (int, float,
-    None, bool or str)."""
+    """["batch_size=65536", "linger.ms=0", "compression_type=lz4"] -> typed dict (int, float,
+    None, bool or str) keyed by kafka-python's names: Kafka's dotted names, as the Kafka perf
+    tools' --producer-props take them, become the same keywords (dots -> underscores)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -165,7 +171,7 @@ def parse_props(items: list[str]) -> dict[str, Any]:
                     break
                 except ValueError:
                     pass
-        out[key.strip()] = value
+        out[key.strip().replace(".", "_")] = value
     return out
 
 
@@ -235,56 +241,88 @@ def _fmt_latency(lat: dict[str, Any]) -> str:
 
 class Progress:
     """A progress bar on stderr: redrawn in place on a terminal, a plain line every few seconds
-    otherwise, nothing when disabled. ``advance`` is called from the measuring thread; drawing
-    runs on its own thread so the hot loop only adds to a counter."""
+    otherwise, nothing when disabled. The measuring thread only sets ``done`` (or ``count`` reads
+    shared counters); drawing runs on its own thread.
+
+    Its rate has the summary's definition: records counted over the time since the measuring code
+    called ``begin()``, right where the summary's timed window starts (after the warm-up: client
+    start, metadata, first round trip); until then the bar says "warming up". The bar counts
+    records as they are sent, the summary once they are acknowledged, so ``close(records,
+    seconds)`` draws the last line from the summary's own figures: the last figure shown is the
+    summary's. (The bar used to time from its creation, warm-up included, and showed a third of
+    the summary's rate.)"""
 
     def __init__(self, what: str, total: int, enabled: bool, count: Callable[[], int] | None = None,
-                 show_rate: bool = True) -> None:
+                 show_rate: bool = True, counted: str = "", unit: str = "records/s") -> None:
         self.what = what
         self.show_rate = show_rate
+        self.counted = counted  # "sent", "read": what the live count is
+        self.unit = unit
         self.total = max(1, total)
         self.done = 0
         self._count = count or (lambda: self.done)
         self.enabled = enabled
         self.tty = sys.stderr.isatty()
         self._stop = threading.Event()
-        self._started = time.perf_counter()
+        self._created = time.perf_counter()
+        self._started: float | None = None  # set by begin(): the summary's window starts
+        self._closed = False
+        self._width = 0  # of the last line drawn in place, to blank a longer one
         self._thread: threading.Thread | None = None
         if enabled:
             self._thread = threading.Thread(target=self._draw_loop, name="perf-progress", daemon=True)
             self._thread.start()
 
-    def _line(self) -> str:
-        n = self._count()
-        elapsed = max(1e-9, time.perf_counter() - self._started)
+    def begin(self) -> None:
+        """The timed window starts now (the first timed send or poll)."""
+        self._started = time.perf_counter()
+
+    def _line(self, final: tuple[int, float] | None = None) -> str:
+        if final is not None:
+            n, seconds = final
+            since: float | None = seconds
+        else:
+            n = self._count()
+            since = None if self._started is None else time.perf_counter() - self._started
         frac = min(1.0, n / self.total)
         width = 30
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        rate = f" {n / elapsed:,.0f}/s" if self.show_rate else f" {elapsed:.0f} s"
-        return f"{self.what} [{bar}] {frac * 100:5.1f}% {n:,}/{self.total:,}{rate}"
+        counted = f" {self.counted}" if self.counted else ""
+        if not self.show_rate:
+            tail = f" {time.perf_counter() - self._created:.0f} s"
+        elif since is None:
+            tail = ", warming up"
+        else:
+            tail = f", {n / max(since, 1e-9):,.1f} {self.unit}"
+        return f"{self.what} [{bar}] {frac * 100:5.1f}% {n:,}/{self.total:,}{counted}{tail}"
 
     def _draw_loop(self) -> None:
         interval = PROGRESS_INTERVAL_S if self.tty else PROGRESS_LINE_INTERVAL_S
         while not self._stop.wait(interval):
             self._draw()
 
-    def _draw(self) -> None:
+    def _draw(self, final: tuple[int, float] | None = None) -> None:
         try:
+            line = self._line(final)
             if self.tty:
-                sys.stderr.write("\r" + self._line())
+                sys.stderr.write("\r" + line.ljust(self._width))
+                self._width = len(line)
             else:
-                sys.stderr.write(self._line() + "\n")
+                sys.stderr.write(line + "\n")
             sys.stderr.flush()
         except (OSError, ValueError):
             pass
 
-    def close(self) -> None:
-        if not self.enabled:
+    def close(self, records: int | None = None, seconds: float | None = None) -> None:
+        """Stop drawing; the last line shows ``records`` over ``seconds`` (the summary's figures)
+        when given, else the live count. Only the first call draws."""
+        if not self.enabled or self._closed:
             return
+        self._closed = True
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2)
-        self._draw()
+        self._draw(None if records is None or seconds is None else (records, seconds))
         if self.tty:
             sys.stderr.write("\n")
             sys.stderr.flush()
@@ -523,12 +561,13 @@ def produce(bootstrap: str, topic: str, num_records: int, record_size: int, conf
     if sync and producers != 1:
         raise _bad("--sync", "takes one producer")
     if producers == 1:
-        bar = Progress("produce", num_records, progress)
+        bar = Progress("produce", num_records, progress, counted="sent")
         try:
             def counter(n: int) -> None:
                 bar.done = n
             out = produce_records(bootstrap, topic, num_records, record_size, configs, throughput, counter,
-                                  sync=sync)
+                                  start_gate=bar.begin, sync=sync)
+            bar.close(out["records"], out["seconds"])
         finally:
             bar.close()
         outs = [out]
@@ -566,7 +605,8 @@ def _produce_processes(bootstrap: str, topic: str, num_records: int, record_size
             if not ready.acquire(timeout=WORKER_START_TIMEOUT_S):
                 raise TimeoutError(f"producer processes not ready within {WORKER_START_TIMEOUT_S} s")
         bar = Progress(f"produce x{producers}", num_records, progress,
-                       count=lambda: sum(c.value for c in counters))
+                       count=lambda: sum(c.value for c in counters), counted="sent")
+        bar.begin()
         go.set()
         outs: dict[int, dict[str, Any]] = {}
         try:
@@ -576,6 +616,10 @@ def _produce_processes(bootstrap: str, topic: str, num_records: int, record_size
                 if "error" in out:
                     raise RuntimeError(f"producer {index} failed: {out['error']}")
                 outs[index] = out
+            ordered = [outs[i] for i in range(producers)]
+            window = max(o["wall_end"] for o in ordered) - min(o["wall_start"] for o in ordered)
+            seconds = max(window, max(o["seconds"] for o in ordered))
+            bar.close(sum(o["records"] for o in ordered), seconds)
         finally:
             bar.close()
         for proc in procs:
@@ -585,17 +629,17 @@ def _produce_processes(bootstrap: str, topic: str, num_records: int, record_size
             if proc.is_alive():
                 proc.kill()
                 proc.join(10)
-    ordered = [outs[i] for i in range(producers)]
-    window = max(o["wall_end"] for o in ordered) - min(o["wall_start"] for o in ordered)
-    return ordered, max(window, max(o["seconds"] for o in ordered))
+    return ordered, seconds
 
 
 # -- consume --------------------------------------------------------------------------------
 
 def consume_records(bootstrap: str, topic: str, messages: int, configs: dict[str, Any], group: str | None,
-                    idle_timeout_ms: int, counter: Callable[[int], None] | None = None) -> dict[str, Any]:
+                    idle_timeout_ms: int, counter: Callable[[int], None] | None = None,
+                    on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Read ``messages`` records of ``topic`` from its beginning with one Consumer; returns
-    counts, bytes, the timed window (first poll to the last record) and poll latencies (ms)."""
+    counts, bytes, the timed window (first poll to the last record) and poll latencies (ms).
+    ``on_start()`` is called right before the first timed poll."""
     import warnings
     from raftka.client import Consumer, TopicPartition
     settings = {"auto_offset_reset": "earliest", **configs}
@@ -617,6 +661,8 @@ def consume_records(bootstrap: str, topic: str, messages: int, configs: dict[str
             consumer.subscribe([topic])
         else:
             consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
+        if on_start is not None:
+            on_start()
         started = clock()
         last_record = clock()
         while count < messages:
@@ -667,14 +713,15 @@ def run_consume(args: argparse.Namespace) -> int:
 def consume(bootstrap: str, topic: str, messages: int, configs: dict[str, Any], group: str | None = None,
             idle_timeout_ms: int = CONSUME_IDLE_TIMEOUT_MS, progress: bool = False) -> dict[str, Any]:
     """The consume figure with a progress bar; records/s and MB/s over the timed window."""
-    bar = Progress("consume", messages, progress)
+    bar = Progress("consume", messages, progress, counted="read")
     try:
         def counter(n: int) -> None:
             bar.done = n
-        out = consume_records(bootstrap, topic, messages, configs, group, idle_timeout_ms, counter)
+        out = consume_records(bootstrap, topic, messages, configs, group, idle_timeout_ms, counter, bar.begin)
+        seconds = max(out["seconds"], 1e-9)
+        bar.close(out["records"], seconds)
     finally:
         bar.close()
-    seconds = max(out["seconds"], 1e-9)
     return {"records": out["records"], "seconds": seconds, "records_per_s": out["records"] / seconds,
             "mb_per_s": out["bytes"] / seconds / 1e6, "poll_latency_ms": percentiles(out["poll_latencies_ms"]),
             "timed_out": out["timed_out"]}
@@ -760,8 +807,9 @@ def e2e(bootstrap: str, topic: str, rate: float, duration_s: float, record_size:
             proc.start()
             if not ready.acquire(timeout=WORKER_START_TIMEOUT_S):
                 raise TimeoutError(f"the e2e consumer was not ready within {WORKER_START_TIMEOUT_S} s")
-            bar = Progress("e2e", total, progress)
+            bar = Progress("e2e", total, progress, counted="sent")
             throttle = Throttle(rate)
+            bar.begin()
             started = time.perf_counter()
             try:
                 for i in range(total):
@@ -772,9 +820,10 @@ def e2e(bootstrap: str, topic: str, rate: float, duration_s: float, record_size:
                     bar.done = i + 1
                     throttle.wait(i + 1)
                 producer.flush(timeout=E2E_DRAIN_TIMEOUT_S)
+                seconds = time.perf_counter() - started
+                bar.close(total, seconds)
             finally:
                 bar.close()
-            seconds = time.perf_counter() - started
         out = results.get(timeout=E2E_DRAIN_TIMEOUT_S + 10)
         if "error" in out:
             raise RuntimeError(f"e2e consumer failed: {out['error']}")

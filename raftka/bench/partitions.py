@@ -261,7 +261,8 @@ def create_partitions(bootstrap: str, topics: list[tuple[str, int]], per_request
     from raftka.client import AdminClient, NewTopic
     total = sum(n for _, n in topics)
     configs = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}
-    bar = perf.Progress("create", total, progress)
+    bar = perf.Progress("create", total, progress, unit="partitions/s")
+    bar.begin()
     started = time.monotonic()
     try:
         with AdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ADMIN_REQUEST_TIMEOUT_MS) as admin:
@@ -351,9 +352,10 @@ def keyed_produce(bootstrap: str, topics: list[tuple[str, int]], records: int, r
         with ThreadPoolExecutor(WARM_UP_THREADS) as pool:
             list(pool.map(producer.partitions_for, [name for name, _ in topics]))
         warm_up_s = time.monotonic() - warm_up
-        bar = perf.Progress("keyed produce", records, progress)
+        bar = perf.Progress("keyed produce", records, progress, counted="sent")
         try:
             send = producer.send
+            bar.begin()
             started = clock()
             for i, (topic, key) in enumerate(plan):
                 future = send(topic, value, key=key)
@@ -363,7 +365,7 @@ def keyed_produce(bootstrap: str, topics: list[tuple[str, int]], records: int, r
                     bar.done = i + 1
             failures = producer.flush(timeout=max(60.0, records / 1000))
             seconds = clock() - started
-            bar.done = records
+            bar.close(records, seconds)  # the last line shows the summary's figure
         finally:
             bar.close()
     return {"records": records, "seconds": seconds, "records_per_s": records / seconds,

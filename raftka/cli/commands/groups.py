@@ -2,7 +2,7 @@
 
     raftka groups list --bootstrap-server HOST:PORT [--state]
     raftka groups describe (GROUP | --group G ... | --all-groups) [--offsets | --members | --state]
-    raftka groups reset-offsets --group G --topic T[:P,P...] | --all-topics
+    raftka groups reset-offsets (--group G ... | --all-groups) --topic T[:P,P...] | --all-topics
                                 --to-earliest | --to-latest | --to-current | --to-offset N
                                 | --shift-by N | --to-datetime T | --by-duration PnDTnHnMnS  [--execute]
     raftka groups delete --group G
@@ -12,7 +12,9 @@ Brokers are found as by every tool: ``--bootstrap-server`` (a comma list) or the
 in ``--dir``. ``describe`` prints one row per partition: committed offset, log end offset (the
 high watermark), lag, and the member that owns it. ``reset-offsets`` prints the plan and changes
 nothing unless ``--execute``; it works only on a group without members (stop its consumers
-first), as Kafka's tool. A time (``--to-datetime``, or now minus ``--by-duration``) gives each
+first), as Kafka's tool. With several groups (``--group`` repeated, or ``--all-groups``) a group
+with members is reported and skipped, the others are reset, and the exit code is 1, as Kafka's
+tool reports such a group and goes on. A time (``--to-datetime``, or now minus ``--by-duration``) gives each
 partition's first offset with a timestamp at or after it (ListOffsets by timestamp), or the log
 end offset when there is none, as Kafka's tool. ``delete-offsets`` deletes committed offsets (Kafka's
 ``--delete-offsets``); a group with members keeps those of the topics it subscribes to.
@@ -57,7 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     reset = sub.add_parser("reset-offsets", help="set a group's committed offsets (group must have no members)")
     common(reset)
-    reset.add_argument("--group", required=True)
+    groups = reset.add_mutually_exclusive_group(required=True)
+    groups.add_argument("--group", dest="groups", action="append", metavar="GROUP", help="a group; repeatable")
+    groups.add_argument("--all-groups", action="store_true",
+                        help="every consumer group (with --all-topics: each group's own committed topics)")
     which = reset.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
                        help="a topic (all its partitions, or the listed ones); repeatable")
@@ -213,51 +218,77 @@ def _named_partitions(admin: Any, specs: Iterable[str], committed: Iterable[Any]
 @one_line_errors
 def run_reset(args: argparse.Namespace) -> int:
     at_time = _reset_time_ms(args)  # a bad time is refused before anything is asked
+    failed = 0
+    plans: dict[str, dict[Any, int]] = {}
     with _admin(args) as admin:
-        info = admin.describe_consumer_groups([args.group])[0]
-        if info.state not in ("Empty", "Dead"):
-            return _fail(f"assignments can only be reset if the group '{args.group}' is inactive, but the current "
-                         f"state is {info.state} ({len(info.members)} member(s)); stop its consumers first")
-        committed = admin.list_consumer_group_offsets(args.group)
-        if args.all_topics:
-            tps = sorted(committed)
-            if not tps:
-                return _fail(f"group '{args.group}' has no committed offsets; name the topics with --topic")
+        if args.all_groups:
+            names = sorted(group_id for group_id, _ in admin.list_consumer_groups())
         else:
+            names = list(dict.fromkeys(args.groups))  # named twice: reset once
+        infos = admin.describe_consumer_groups(names) if names else []
+        for info in infos:
+            group = info.group
+            if info.state not in ("Empty", "Dead"):
+                print(f"error: assignments can only be reset if the group '{group}' is inactive, but the current "
+                      f"state is {info.state} ({len(info.members)} member(s)); stop its consumers first",
+                      file=sys.stderr)
+                failed += 1
+                continue
             try:
-                tps = _named_partitions(admin, args.topic)
+                plan = _reset_plan(admin, group, args, at_time)
             except CommandError as error:
-                return _fail(str(error))
-        earliest = admin.list_offsets({tp: "earliest" for tp in tps})
-        latest = admin.list_offsets({tp: "latest" for tp in tps})
-        by_time = admin.list_offsets({tp: at_time for tp in tps}) if at_time is not None else {}
-        plan = {}
-        for tp in tps:
-            current = committed.get(tp)
-            current_offset = getattr(current, "offset", current)
-            if args.to_earliest:
-                plan[tp] = earliest[tp]
-            elif args.to_latest:
-                plan[tp] = latest[tp]
-            elif args.to_current:
-                plan[tp] = current_offset if current_offset is not None and current_offset >= 0 else latest[tp]
-            elif at_time is not None:  # no record at or after that time: the log end, as Kafka
-                plan[tp] = by_time[tp] if by_time[tp] >= 0 else latest[tp]
-            elif args.shift_by is not None:
-                if current_offset is None or current_offset < 0:
-                    return _fail(f"cannot shift the offset of {tp.topic}-{tp.partition}: group '{args.group}' "
-                                 "has no committed offset for it")
-                plan[tp] = min(max(current_offset + args.shift_by, earliest[tp]), latest[tp])
-            else:
-                plan[tp] = min(max(args.to_offset, earliest[tp]), latest[tp])
-        if args.execute:
-            admin.alter_consumer_group_offsets(args.group, plan)
-    rows: list[Sequence[Any]] = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")]
-    rows += [(args.group, tp.topic, tp.partition, offset) for tp, offset in sorted(plan.items())]
-    _table(rows)
-    if not args.execute:
-        print("(dry run: nothing changed; add --execute to reset these offsets)")
-    return 0
+                if args.all_groups and "has no committed offsets" in str(error):
+                    continue  # --all-groups --all-topics: nothing to reset in this one
+                print(f"error: {error}", file=sys.stderr)
+                failed += 1
+                continue
+            if args.execute:
+                admin.alter_consumer_group_offsets(group, plan)
+            plans[group] = plan
+    if plans:
+        rows: list[Sequence[Any]] = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")]
+        rows += [(group, tp.topic, tp.partition, offset)
+                 for group, plan in sorted(plans.items()) for tp, offset in sorted(plan.items())]
+        _table(rows)
+        if not args.execute:
+            print("(dry run: nothing changed; add --execute to reset these offsets)")
+    elif args.all_groups and not failed:
+        print("no consumer group has offsets to reset")
+    return 1 if failed else 0
+
+
+def _reset_plan(admin: Any, group: str, args: argparse.Namespace, at_time: int | None) -> dict[Any, int]:
+    """{TopicPartition: new offset} of one inactive group; CommandError for what cannot be planned."""
+    committed = admin.list_consumer_group_offsets(group)
+    if args.all_topics:
+        tps = sorted(committed)
+        if not tps:
+            raise CommandError(f"group '{group}' has no committed offsets; name the topics with --topic")
+    else:
+        tps = _named_partitions(admin, args.topic)
+    earliest = admin.list_offsets({tp: "earliest" for tp in tps})
+    latest = admin.list_offsets({tp: "latest" for tp in tps})
+    by_time = admin.list_offsets({tp: at_time for tp in tps}) if at_time is not None else {}
+    plan = {}
+    for tp in tps:
+        current = committed.get(tp)
+        current_offset = getattr(current, "offset", current)
+        if args.to_earliest:
+            plan[tp] = earliest[tp]
+        elif args.to_latest:
+            plan[tp] = latest[tp]
+        elif args.to_current:
+            plan[tp] = current_offset if current_offset is not None and current_offset >= 0 else latest[tp]
+        elif at_time is not None:  # no record at or after that time: the log end, as Kafka
+            plan[tp] = by_time[tp] if by_time[tp] >= 0 else latest[tp]
+        elif args.shift_by is not None:
+            if current_offset is None or current_offset < 0:
+                raise CommandError(f"cannot shift the offset of {tp.topic}-{tp.partition}: group '{group}' "
+                                   "has no committed offset for it")
+            plan[tp] = min(max(current_offset + args.shift_by, earliest[tp]), latest[tp])
+        else:
+            plan[tp] = min(max(args.to_offset, earliest[tp]), latest[tp])
+    return plan
 
 
 _DATETIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d{1,3})?(Z|[+-]\d{2}:?\d{2})?")

@@ -7,6 +7,12 @@ Per-voter log end offsets and lags are known by the active controller; a control
 the active one answers its own view with NOT_LEADER_OR_FOLLOWER, and the tool then asks the
 leader at the CONTROLLER listener the answer's ``nodes`` give for it.
 
+``status --bootstrap-server HOST:PORT[,...]`` (brokers), as kafka-metadata-quorum takes it: a
+Kafka broker forwards DescribeQuorum to the controllers, a Raftka broker does not answer it, so
+the tool asks a live broker for its own ``controller.quorum.bootstrap.servers`` (DescribeConfigs
+of its BROKER resource) and then asks those controllers itself. The controllers' listener must be
+reachable from where the tool runs; ``--command-config`` logs in to both.
+
 ``run``: a local controller quorum (and, with ``--brokers``, brokers) in the foreground, for
 trying Raftka out (scripts/controller-quorum.sh): prints its endpoints, keeps it running until
 Ctrl-C or SIGTERM, then stops every process it started. Unlike `raftka cluster up`, nothing
@@ -20,8 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from raftka.cli.commands._common import (CommandError, add_bootstrap_controller_args, bootstrap_controllers,
+from raftka.cli.commands._common import (CommandError, _host_ports, add_bootstrap_controller_args,
+                                         bootstrap_controllers, bootstrap_servers, command_configs,
                                          controller_dial, describe_error, one_line_errors)
+
+CONTROLLERS_KEY = "controller.quorum.bootstrap.servers"  # a broker's controllers' RPC listeners
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="quorum_command", metavar="ACTION")
     status = sub.add_parser("status", help="leader, leader epoch, high watermark, each voter's and observer's lag")
     add_bootstrap_controller_args(status)
+    status.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+                        help=f"brokers instead: ask the controllers a broker names in its {CONTROLLERS_KEY}")
     status.add_argument("--json", action="store_true",
                         help="print the answer as JSON (controller_client.quorum_view's fields)")
     status.add_argument("--timeout-ms", type=int, default=5000, help="per controller asked")
@@ -51,11 +62,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 @one_line_errors
 def run_status(args: argparse.Namespace) -> int:
-    from raftka.cluster.controller_client import describe_quorum
+    from raftka.cluster.controller_client import PLAINTEXT_DIAL, describe_quorum
     from raftka.common.errors import RaftkaError
     timeout_s = args.timeout_ms / 1000
-    dial = controller_dial(args)
-    addresses = bootstrap_controllers(args)
+    if args.bootstrap_server and args.bootstrap_controller:
+        raise CommandError("only one of --bootstrap-server or --bootstrap-controller must be specified")
+    if args.bootstrap_server:
+        addresses = _controllers_of_brokers(args)
+        dial = controller_dial(args) if args.command_config else PLAINTEXT_DIAL
+    else:
+        dial = controller_dial(args)
+        addresses = bootstrap_controllers(args)
     problems = []
     for address in addresses:  # the first that answers, as Kafka's admin client does
         try:
@@ -101,6 +118,36 @@ def run_status(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
+
+
+def _controllers_of_brokers(args: argparse.Namespace) -> list[str]:
+    """The controllers' RPC listeners the first live broker of ``--bootstrap-server`` that
+    answers names in its controller.quorum.bootstrap.servers."""
+    from raftka.client import AdminClient, ConfigResource, ConfigResourceType
+    from raftka.common.errors import RaftkaError
+    problems = []
+    with AdminClient(**{**command_configs(args, "admin"), "bootstrap_servers": bootstrap_servers(args),
+                        "request_timeout_ms": args.timeout_ms}) as admin:
+        for broker in admin.describe_cluster()["brokers"]:
+            if broker["fenced"]:
+                continue
+            name = str(broker["node_id"])
+            try:
+                entries = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, name)])
+            except RaftkaError as error:
+                if not error.retriable:  # refused (an ACL): every broker would refuse it
+                    raise
+                problems.append(f"broker {name}: {describe_error(error)}")
+                continue
+            except (OSError, TimeoutError) as error:
+                problems.append(f"broker {name}: {describe_error(error)}")
+                continue
+            entry = entries.get(name, {}).get(CONTROLLERS_KEY)
+            if entry is not None and entry.value:
+                return _host_ports(entry.value, f"broker {name}'s {CONTROLLERS_KEY}")
+            problems.append(f"broker {name}: no {CONTROLLERS_KEY}")
+    raise CommandError(f"no broker at {args.bootstrap_server} named its controllers"
+                       + (f" ({'; '.join(problems)})" if problems else ""))
 
 
 @one_line_errors
