@@ -13,7 +13,8 @@
 # DIR/<node>/server.log. Run again, it reuses what exists and starts only what is not running.
 # --stop stops every node (brokers first); --delete also removes DIR's cluster data.
 # Defaults: 3 controllers, 3 brokers, DIR=.raftka, base port 9092 (brokers 9092.., then each
-# controller's Raft and RPC ports, then the brokers' HTTP ports); --base-port 0 picks free ports.
+# controller's Raft and RPC ports, then the brokers' HTTP ports, then the controllers' HTTP
+# ports); --base-port 0 picks free ports.
 # This is `raftka cluster up` / `raftka cluster down` (the raftka.cluster package) with the venv set up.
 set -euo pipefail
 source "$(dirname "$0")/_env.sh"
