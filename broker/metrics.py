@@ -183,14 +183,12 @@ class BrokerMetrics:
         for counts in (self.topic_bytes_in, self.topic_bytes_out):
             for gone in [t for t in counts if t not in topics]:
                 del counts[gone]
-        bytes_in = out.family("raftka_broker_topic_bytes_in_total", "counter",
-                              "Bytes of record batches produced to this broker's leaders, by topic.")
-        for topic, count in sorted(self.topic_bytes_in.items()):
-            bytes_in.sample(count, topic=topic)
-        bytes_out = out.family("raftka_broker_topic_bytes_out_total", "counter",
-                               "Bytes of record batches fetched by consumers from this broker, by topic.")
-        for topic, count in sorted(self.topic_bytes_out.items()):
-            bytes_out.sample(count, topic=topic)
+        out.family("raftka_broker_topic_bytes_in_total", "counter",
+                   "Bytes of record batches produced to this broker's leaders, by topic.").samples(
+            self.topic_bytes_in, "topic")
+        out.family("raftka_broker_topic_bytes_out_total", "counter",
+                   "Bytes of record batches fetched by consumers from this broker, by topic.").samples(
+            self.topic_bytes_out, "topic")
 
 
 # The coordinator's families (broker/group/service.py writes their lines): their HELP text.

@@ -107,6 +107,12 @@ class Family:
         self.lines.append(f"{self.name}{suffix}{text} {format_value(value)}")
         return self
 
+    def samples(self, values: Mapping[Any, float | int], label: str) -> "Family":
+        """One sample per entry of ``values`` (by key order), the key as label ``label``."""
+        for key, value in sorted(values.items()):
+            self.sample(value, **{label: key})
+        return self
+
     def histogram(self, bounds: Iterable[float], counts: Iterable[int], total: float, count: int,
                   **labels: Any) -> "Family":
         """One histogram's samples: ``counts`` per bucket (not cumulative; the last is above the

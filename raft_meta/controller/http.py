@@ -55,13 +55,10 @@ def render(service: Any) -> str:
     for voter in status["voters"]:
         if voter["lag"] is not None:
             voter_lag.sample(voter["lag"], voter=voter["node_id"])
-    requests = out.family("raftka_controller_requests_total", "counter", "Requests received, by API key.")
-    for api_key, count in sorted(service.request_counts.items()):
-        requests.sample(count, api_key=api_key)
-    errors = out.family("raftka_controller_request_errors_total", "counter",
-                        "Requests answered with an error, by API key.")
-    for api_key, count in sorted(service.error_counts.items()):
-        errors.sample(count, api_key=api_key)
+    out.family("raftka_controller_requests_total", "counter", "Requests received, by API key.").samples(
+        service.request_counts, "api_key")
+    out.family("raftka_controller_request_errors_total", "counter",
+               "Requests answered with an error, by API key.").samples(service.error_counts, "api_key")
     add_process_metrics(out)
     return out.render()
 
