@@ -200,7 +200,10 @@ class LogCleaner:
         """Clean the filthiest log that is due, if any; True when one was cleaned (or tried)."""
         now_ms = self._clock_ms()
         with self._lock:
-            candidates = [lg for lg in self._logs() if lg not in self._in_progress and lg not in self._sit_out]
+            # Only compacted logs: a snapshot of each of 10,000 delete-policy logs every backoff
+            # would cost the broker's other threads the GIL for nothing.
+            candidates = [lg for lg in self._logs() if lg.config.compact
+                          and lg not in self._in_progress and lg not in self._sit_out]
         found = self.cleaner.filthiest(candidates, now_ms)
         if found is None:
             return False
