@@ -2,11 +2,15 @@
 controllers tried in turn (or found through a broker: quorum status --bootstrap-server), the local
 cluster found through --dir, kafka-consumer-groups' flags (--group, --all-groups, also for
 reset-offsets, --to-datetime, --shift-by, --by-duration, --to-current), the console
-consumer's --property and --include, a subcommand's own usage on a bad flag, and docs/cli.md
-checked against the argparse definitions so it cannot drift.
+consumer's --property, --include, --consumer-property and --consumer.config, the console
+producer's --topic, --property (Kafka's line reader), --producer-property and --producer.config,
+kafka-topics' describe reports (--under-replicated-partitions & co) and --exclude-internal, a
+subcommand's own usage on a bad flag, and docs/cli.md checked against the argparse definitions so
+it cannot drift.
 
-The commands run in this process through `raftka.cli.main` (stdout and stderr captured), against
-one module cluster (1 controller, 1 broker); the docs and parser checks need no cluster.
+The commands run in this process through `raftka.cli.main` (stdout, stderr and stdin replaced),
+against one module cluster (1 controller, 2 brokers, so that a partition can lose an ISR member);
+the docs and parser checks need no cluster.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import json
 import re
 import shlex
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -47,6 +52,16 @@ def cli(*args: str) -> tuple[int, str, str]:
         signal.signal(signal.SIGTERM, sigterm)
     assert "Traceback" not in err.getvalue(), err.getvalue()
     return code, out.getvalue(), err.getvalue()
+
+
+def cli_stdin(stdin: bytes, *args: str) -> tuple[int, str, str]:
+    """`cli(*args)` reading ``stdin`` (the console producer reads sys.stdin.buffer)."""
+    saved = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    try:
+        return cli(*args)
+    finally:
+        sys.stdin = saved
 
 
 def ok(*args: str) -> str:
@@ -173,11 +188,48 @@ def test_console_consumer_properties_set_the_formatter():
             apply_properties(args)
 
 
+def test_console_producer_properties_split_lines_as_kafkas_line_reader():
+    # [HEADERS<headers.delimiter>][KEY<key.separator>]VALUE, null.marker for nulls, ignore.error
+    # for a missing separator; an unknown key or an unusable separator is refused by name.
+    from raftka.cli.commands.produce import line_format, parse_line
+    from raftka.cli.commands._common import CommandError
+
+    def fmt(*words: str):
+        return line_format(build_parser().parse_args(["produce", "t", *words]))
+
+    tab_key = fmt("--property", "parse.key=TRUE")
+    assert parse_line("k\tv\tw", tab_key, 1) == (b"k", b"v\tw", None), "key.separator defaults to tab"
+    assert parse_line("k:v", fmt("--property", "key.separator=:"), 1) == (None, b"k:v", None), "no parse.key"
+    full = fmt("--property", "parse.key=true", "--property", "key.separator=::", "--property", "parse.headers=true",
+               "--property", "headers.delimiter=|", "--property", "headers.separator=;",
+               "--property", "headers.key.separator==", "--property", "null.marker=NULL")
+    assert parse_line("a=1;b=NULL|k::v", full, 1) == (b"k", b"v", [("a", b"1"), ("b", None)])
+    assert parse_line("|NULL::NULL", full, 1) == (None, None, []), "empty headers; null key and value"
+    assert parse_line("NULL|k::v", full, 1)[2] == []
+    assert fmt("--key-separator", ":", "--headers") == fmt(
+        "--property", "parse.key=true", "--property", "key.separator=:", "--property", "parse.headers=true")
+    lenient = fmt("--property", "parse.key=true", "--property", "parse.headers=true", "--property", "ignore.error=true")
+    assert parse_line("just a value", lenient, 1) == (None, b"just a value", None)
+    assert parse_line("flag,a:1\tk\tv", lenient, 1) == (b"k", b"v", [("flag", None), ("a", b"1")])
+    with pytest.raises(CommandError, match="line 3: no key separator"):
+        parse_line("no separator", tab_key, 3)
+    with pytest.raises(CommandError, match="line 2: header 'x' is not KEY=VALUE"):
+        parse_line("x|k::v", full, 2)
+    with pytest.raises(CommandError, match="null.marker"):
+        parse_line("NULL=1|k::v", full, 4)
+    for words, message in ((["--property", "parse.keys=true"], "parse.keys: unknown"),
+                           (["--property", "parse.key"], "KEY=VALUE"),
+                           (["--property", "key.separator="], "key.separator must not be empty"),
+                           (["--headers", "--property", "headers.separator=:"], "must differ")):
+        with pytest.raises(CommandError, match=message):
+            fmt(*words)
+
+
 # -- against a cluster ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def cluster(module_cluster_factory):
-    return module_cluster_factory("cli-parity", controllers=1, brokers=1)
+    return module_cluster_factory("cli-parity", controllers=1, brokers=2)
 
 
 @pytest.fixture(scope="module")
@@ -185,11 +237,11 @@ def admin(cluster, module_admin_factory):
     return module_admin_factory(cluster)
 
 
-def new_topic(admin, partitions: int, prefix: str = "t") -> str:
+def new_topic(admin, partitions: int, prefix: str = "t", replication_factor: int = 1) -> str:
     from raftka.client import NewTopic
     from helpers import wait_for_topic
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replication_factor)])
     wait_for_topic(admin, name, partitions)
     return name
 
@@ -357,3 +409,144 @@ def test_reset_offsets_of_several_and_all_groups_skips_a_group_with_members(clus
     code, _, err = cli("groups", "reset-offsets", *root, "--all-groups", "--group", g1, "--all-topics",
                        "--to-earliest")
     assert code == 2 and "not allowed with argument" in err
+
+
+def test_console_producer_topic_flag_and_properties_then_consume_shows_them(cluster, admin, tmp_path):
+    # Kafka's console producer invocation, run unchanged but for the tool's name: --topic and
+    # the line reader's --property keys; the console consumer prints the keys and headers back.
+    topic = new_topic(admin, 1)
+    root = ("--dir", str(cluster.root))
+    lines = b"src=web;n=1|k1::v1\n|k2::v2\nh=NULL|NULL::v3\n"
+    code, _, err = cli_stdin(lines, "produce", *root, "--topic", topic, "--property", "parse.key=true",
+                             "--property", "key.separator=::", "--property", "parse.headers=true",
+                             "--property", "headers.delimiter=|", "--property", "headers.separator=;",
+                             "--property", "headers.key.separator==", "--property", "null.marker=NULL",
+                             "--producer-property", "linger.ms=0", "--producer-property", "compression.type=gzip")
+    assert code == 0 and f"produced 3 records to {topic}" in err, err
+    out = ok("consume", *root, "--topic", topic, "--from-beginning", "--max-messages", "3", "--timeout-ms", "10000",
+             "--property", "print.key=true", "--property", "print.headers=true", "--property", "key.separator= ")
+    assert out.splitlines() == ["src:web,n:1 k1 v1", "NO_HEADERS k2 v2", "h:null null v3"]
+    # --producer.config: producer-only keys (acks, linger.ms) go to the producer, not the admin
+    # client the tool opens first, which would refuse them.
+    config = tmp_path / "producer.properties"
+    config.write_text("acks=1\nlinger.ms=0\nbatch.size=1024\n")
+    code, _, err = cli_stdin(b"k4\tv4\n", "produce", topic, *root, "--producer.config", str(config),
+                             "--property", "parse.key=true")
+    assert code == 0 and "(acks=1)" in err, err
+    out = ok("consume", *root, topic, "--partition", "0", "--offset", "3", "--max-messages", "1",
+             "--timeout-ms", "10000", "--print-key")
+    assert out == "k4\tv4\n"
+    # a producer property takes effect, and a flag given wins over it: the batches on disk are
+    # gzip (the first run's compression.type), none (the file's run), lz4 (--compression-type)
+    code, _, err = cli_stdin(b"v5\n", "produce", topic, *root, "--compression-type", "lz4",
+                             "--producer-property", "compression.type=gzip")
+    assert code == 0, err
+    replica = next(cluster.nodes[b].data_dir / "data" / f"{topic}-0" for b in cluster.broker_ids
+                   if (cluster.nodes[b].data_dir / "data" / f"{topic}-0").exists())
+    codecs = re.findall(r"compresscodec: (\w+)", ok("dump-log", str(replica)))
+    assert [c for i, c in enumerate(codecs) if i == 0 or codecs[i - 1] != c] == ["gzip", "none", "lz4"], codecs
+    assert "linger.ms: expected an integer" in one_line_error("produce", topic, *root, "--producer-property",
+                                                              "linger.ms=soon")
+    assert "--producer-property: no.such.key" in one_line_error("produce", topic, *root, "--producer-property",
+                                                               "no.such.key=1")
+    assert "not both" in one_line_error("produce", topic, *root, "--producer.config", str(config),
+                                        "--command-config", str(config))
+    assert "name the topic once" in one_line_error("produce", topic, *root, "--topic", topic)
+    assert "name the topic once" in one_line_error("produce", *root)
+
+
+def test_consumer_property_and_consumer_config_take_effect(cluster, admin, tmp_path):
+    # auto.offset.reset=earliest by --consumer-property (or the file) reads what is already
+    # there, where the default (latest) reads nothing; bad values are refused by the key's name.
+    topic = new_topic(admin, 1)
+    produce(cluster, topic, [(0, None, b"first", None), (0, None, b"second", None)])
+    root = ("--dir", str(cluster.root))
+    assert ok("consume", *root, topic, "--timeout-ms", "1500") == "", "latest: nothing yet"
+    assert ok("consume", *root, topic, "--timeout-ms", "10000", "--max-messages", "2",
+              "--consumer-property", "auto.offset.reset=earliest") == "first\nsecond\n"
+    config = tmp_path / "consumer.properties"
+    config.write_text("auto.offset.reset=earliest\nmax.poll.records=1\nclient.id=parity\n")
+    assert ok("consume", *root, topic, "--timeout-ms", "10000", "--max-messages", "2",
+              "--consumer.config", str(config)) == "first\nsecond\n"
+    line = one_line_error("consume", *root, topic, "--consumer-property", "max.poll.records=many")
+    assert "--consumer-property: max.poll.records: expected an integer" in line, line
+    line = one_line_error("consume", *root, topic, "--consumer-property", "fetch.max.wait.msec=5")
+    assert "fetch.max.wait.msec" in line, line
+    assert "auto.offset.reset=latest" in one_line_error("consume", *root, topic, "--from-beginning",
+                                                        "--consumer-property", "auto.offset.reset=latest")
+    assert "differ" in one_line_error("consume", *root, topic, "--group", "a", "--consumer-property", "group.id=b")
+    # group.id as a property is --group: the group's offsets are committed
+    group = f"g-{topic}"
+    assert ok("consume", *root, topic, "--from-beginning", "--max-messages", "2", "--timeout-ms", "15000",
+              "--consumer-property", f"group.id={group}") == "first\nsecond\n"
+    from raftka.client import TopicPartition
+    committed = admin.list_consumer_group_offsets(group)[TopicPartition(topic, 0)]
+    assert getattr(committed, "offset", committed) == 2
+
+
+def _partition_lines(out: str) -> list[tuple[str, int]]:
+    """(topic, partition) of each of kafka-topics' partition lines in ``out``; fails on any other line."""
+    found = []
+    for line in out.splitlines():
+        match = re.fullmatch(r"\tTopic: (\S+)\tPartition: (\d+)\tLeader: \S+\tReplicas: [\d,]+\tIsr: [\d,]*.*", line)
+        assert match, f"not a partition line: {line!r}"
+        found.append((match[1], int(match[2])))
+    return sorted(found)
+
+
+def test_topics_describe_reports_only_the_partitions_they_name(cluster, admin):
+    # A topic of RF 2 and one of RF 1 across the two brokers; with every replica in sync the
+    # under-replicated report prints nothing; once a broker is stopped it prints exactly the RF 2
+    # partitions (their ISR lost it), and --unavailable-partitions exactly the RF 1 partitions
+    # that lived only there. The broker is restarted and the report is empty again.
+    from raftka.cluster import wait_until
+    both = new_topic(admin, 2, "rf2", replication_factor=2)
+    single = new_topic(admin, 4, "rf1")
+    victim, survivor = cluster.broker_ids[-1], cluster.broker_ids[0]
+    on_victim = sorted((single, p["partition"]) for p in admin.describe_topics([single])[0]["partitions"]
+                       if p["replicas"] == [victim])
+    assert on_victim, "no RF 1 partition was placed on the broker to stop"
+    live = ("--bootstrap-server", cluster.broker_address(survivor))
+
+    def report(flag: str) -> list[tuple[str, int]]:
+        return _partition_lines(ok("topics", "describe", both, single, *live, flag))
+
+    wait_until(lambda: report("--under-replicated-partitions") == [], 30, interval_s=0.5, what="full ISRs")
+    assert report("--unavailable-partitions") == [] and report("--under-min-isr-partitions") == []
+    at_min = report("--at-min-isr-partitions")  # min.insync.replicas=1: the RF 1 partitions
+    assert at_min == [(single, p) for p in range(4)], at_min
+    try:
+        cluster.stop(victim)
+        expected = [(both, 0), (both, 1)]
+        wait_until(lambda: report("--under-replicated-partitions") == expected, 60, interval_s=0.5,
+                   what=f"the RF 2 partitions without broker {victim} in their ISR")
+        assert report("--unavailable-partitions") == on_victim
+        assert report("--under-min-isr-partitions") == on_victim, "min.insync.replicas=1: only leaderless ones"
+        code, out, err = cli("topics", "describe", both, *live, "--under-replicated-partitions",
+                             "--unavailable-partitions")
+        assert code == 2 and "not allowed with argument" in err, "one report at a time, as kafka-topics"
+    finally:
+        cluster.restart(victim)
+    wait_until(lambda: report("--under-replicated-partitions") == [], 60, interval_s=0.5,
+               what=f"broker {victim} back in every ISR")
+    assert report("--unavailable-partitions") == []
+
+
+def test_topics_list_and_describe_exclude_internal_topics(cluster, admin):
+    topic = new_topic(admin, 1)
+    root = ("--dir", str(cluster.root))
+    # a committed offset makes sure __consumer_offsets exists
+    ok("groups", "reset-offsets", *root, "--group", f"g-{topic}", "--topic", topic, "--to-earliest", "--execute")
+    from raftka.cluster import wait_until
+    wait_until(lambda: "__consumer_offsets" in ok("topics", "list", *root).split(), 30, interval_s=0.5,
+               what="__consumer_offsets listed")
+    everything = ok("topics", "list", *root).split()
+    assert ok("topics", "list", *root, "--exclude-internal").split() == [t for t in everything if not t.startswith("__")]
+    described = ok("topics", "describe", *root, "--exclude-internal")
+    assert f"Topic: {topic}\t" in described and "__consumer_offsets" not in described
+    assert "Topic: __consumer_offsets\t" in ok("topics", "describe", *root)
+    out = ok("topics", "describe", *root, topic, "--topics-with-overrides")
+    assert out == "", "no overrides: no line"
+    ok("topics", "alter", *root, topic, "--add-config", "retention.ms=3600000")
+    out = ok("topics", "describe", *root, topic, "--topics-with-overrides")
+    assert out.startswith(f"Topic: {topic}\tTopicId: ") and "retention.ms=3600000" in out and "Partition:" not in out

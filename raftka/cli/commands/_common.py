@@ -56,22 +56,76 @@ def command_configs(args: argparse.Namespace, role: str) -> dict[str, Any]:
     cannot be read or a key the client cannot take."""
     from raftka.client.properties import client_configs
     from raftka.common.errors import ConfigError
-    from raftka.common.server_config import parse_properties
+    path = _command_config_path(args)
+    if path is None:
+        return {}
+    properties = _read_properties(path, "--command-config")
+    try:
+        return client_configs(properties, _client_defaults(role))
+    except ConfigError as error:
+        raise CommandError(f"--command-config {path}: {error.message}") from None
+
+
+def _command_config_path(args: argparse.Namespace) -> str | None:
     path = getattr(args, "command_config", None)
     if path is None and not getattr(args, "bootstrap_server", None):
         local = os.path.join(cluster_dir(args), CLIENT_PROPERTIES)
         path = local if os.path.exists(local) else None
-    if path is None:
-        return {}
+    return path
+
+
+def _read_properties(path: str, flag: str) -> dict[str, str]:
+    """The Kafka properties file ``path`` without bootstrap.servers (--bootstrap-server / --dir
+    say where); CommandError naming ``flag`` when it cannot be read."""
+    from raftka.common.server_config import parse_properties
     try:
         with open(path, encoding="utf-8") as file:
             properties = parse_properties(file.read())
-        properties.pop("bootstrap.servers", None)  # --bootstrap-server / --dir say where
-        return client_configs(properties, _client_defaults(role))
     except OSError as error:
-        raise CommandError(f"--command-config {path}: {error.strerror or error}") from None
+        raise CommandError(f"{flag} {path}: {error.strerror or error}") from None
+    properties.pop("bootstrap.servers", None)
+    return properties
+
+
+def add_client_property_args(parser: argparse.ArgumentParser, role: str) -> None:
+    """The console producer's and consumer's own names (``role`` "producer" or "consumer"):
+    ``--producer.config FILE`` (what --command-config is to the other tools) and
+    ``--producer-property KEY=VALUE``, repeatable, over the file's keys."""
+    parser.add_argument(f"--{role}.config", dest="client_config", metavar="FILE",
+                        help=f"Kafka {role} properties file (Kafka's name for --command-config; not both)")
+    parser.add_argument(f"--{role}-property", dest="client_property", action="append", metavar="KEY=VALUE",
+                        help=f"a {role} config by Kafka's name (or kafka-python's), over the file's; repeatable")
+
+
+def client_role_configs(args: argparse.Namespace, role: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the keywords of the ``role`` client, those of the admin client the command also opens),
+    from ``--command-config`` or ``--<role>.config`` FILE and then ``--<role>-property KEY=VALUE``
+    over it, as Kafka's console tools merge them. Every key is checked against the ``role``
+    client (CommandError naming the key and where it came from); the admin gets the keys it
+    takes (security, timeouts), not the role's own (linger.ms, max.poll.records, ...)."""
+    from raftka.client.properties import client_configs
+    from raftka.common.errors import ConfigError
+    file_flag = f"--{role}.config"
+    if args.client_config is not None and args.command_config is not None:
+        raise CommandError(f"give --command-config or {file_flag}, not both (the same file)")
+    flag, path = ((file_flag, args.client_config) if args.client_config is not None
+                  else ("--command-config", _command_config_path(args)))
+    properties = _read_properties(path, flag) if path is not None else {}
+    named: dict[str, str] = {}
+    for item in args.client_property or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CommandError(f"--{role}-property {item!r}: expected KEY=VALUE")
+        named[key.strip()] = value.strip()
+    named.pop("bootstrap.servers", None)
+    try:
+        configs = client_configs({**properties, **named}, _client_defaults(role))
     except ConfigError as error:
-        raise CommandError(f"--command-config {path}: {error.message}") from None
+        where = f"--{role}-property" if error.key in named else f"{flag} {path}"
+        raise CommandError(f"{where}: {error.message}") from None
+    from raftka.client.aio.configs import IGNORED
+    admin_keys = set(_client_defaults("admin")) | set(IGNORED)
+    return configs, {k: v for k, v in configs.items() if k in admin_keys}
 
 
 def _client_defaults(role: str) -> dict[str, Any]:

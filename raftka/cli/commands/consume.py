@@ -7,6 +7,9 @@
 internal topics excluded): without ``--group`` those there at the start, with ``--group`` also
 ones created later. ``--property`` takes the console consumer's formatter properties
 (print.key, print.timestamp, ..., key.separator; see FORMATTER_PROPERTIES).
+``--consumer-property KEY=VALUE`` and ``--consumer.config FILE`` take consumer configs by Kafka's
+names (max.poll.records, auto.offset.reset, client.id, group.id, ...); --from-beginning and
+--group win over them, and contradicting them is an error, as in Kafka's tool.
 
 Without ``--group`` it reads every partition (or ``--partition``) itself and commits nothing.
 With ``--group`` it joins that consumer group (its partitions are shared among the group's
@@ -23,8 +26,8 @@ import sys
 import warnings
 from typing import Any
 
-from raftka.cli.commands._common import (CommandError, add_bootstrap_args, bootstrap_servers, command_configs,
-                                         one_line_errors, say)
+from raftka.cli.commands._common import (CommandError, add_bootstrap_args, add_client_property_args,
+                                         bootstrap_servers, client_role_configs, one_line_errors, say)
 
 POLL_MS = 500
 
@@ -52,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--include", metavar="REGEX",
                         help="every topic whose name matches this regular expression (Kafka's --include)")
     add_bootstrap_args(parser)
+    add_client_property_args(parser, "consumer")
     parser.add_argument("--from-beginning", action="store_true",
                         help="start at the earliest offset (default: only records produced from now on)")
     parser.add_argument("--group", metavar="GROUP", help="consume as a member of this consumer group")
@@ -151,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
     from raftka.client import Consumer, TopicPartition
     from raftka.cli.commands.produce import check_topic
     apply_properties(args)
+    properties, admin_configs = client_role_configs(args, "consumer")
+    _merge_group_and_reset(args, properties)
     topic, pattern = _topics(args)
     if args.offset is not None and args.partition is None:
         raise CommandError("--offset needs --partition")
@@ -161,14 +167,15 @@ def run(args: argparse.Namespace) -> int:
     servers = bootstrap_servers(args)
     partitions: list[tuple[str, int]] = []  # assigned by hand, without --group
     if pattern is None:
-        described = check_topic(servers, topic, 30_000, partition=args.partition,
-                                configs=command_configs(args, "admin"))
+        described = check_topic(servers, topic, 30_000, partition=args.partition, configs=admin_configs)
         partitions = ([(topic, args.partition)] if args.partition is not None
                       else [(topic, p["partition"]) for p in described["partitions"]])
     elif not args.group:
-        partitions = _matching_partitions(servers, pattern, command_configs(args, "admin"))
-    configs: dict[str, Any] = {**command_configs(args, "consumer"), "bootstrap_servers": servers, "client_id": "raftka-consume",
-                               "auto_offset_reset": "earliest" if args.from_beginning else "latest"}
+        partitions = _matching_partitions(servers, pattern, admin_configs)
+    configs: dict[str, Any] = {"client_id": "raftka-consume", "auto_offset_reset": "latest", **properties,
+                               "bootstrap_servers": servers}
+    if args.from_beginning:
+        configs["auto_offset_reset"] = "earliest"
     if args.group:
         configs["group_id"] = args.group
     with warnings.catch_warnings(record=True) as caught:
@@ -219,6 +226,19 @@ def run(args: argparse.Namespace) -> int:
         say(f"Processed a total of {count} messages")
         consumer.close()
     return 0
+
+
+def _merge_group_and_reset(args: argparse.Namespace, properties: dict[str, Any]) -> None:
+    """group.id among the consumer properties is --group (the two must agree); auto.offset.reset
+    must agree with --from-beginning. Kafka's console consumer refuses the same conflicts."""
+    group = properties.pop("group_id", None)
+    if group is not None:
+        if args.group is not None and args.group != group:
+            raise CommandError(f"--group {args.group} and group.id={group} differ: give one")
+        args.group = group
+    reset = properties.get("auto_offset_reset")
+    if args.from_beginning and reset is not None and reset != "earliest":
+        raise CommandError(f"--from-beginning and auto.offset.reset={reset} do not go together")
 
 
 def _room(args: argparse.Namespace, count: int) -> int | None:

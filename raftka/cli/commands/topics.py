@@ -4,6 +4,7 @@
     raftka topics describe orders
     raftka topics alter orders --config retention.ms=3600000 --delete-config segment.bytes
     raftka topics alter orders --partitions 12        (kafka-topics --alter --partitions: only grows)
+    raftka topics describe --under-replicated-partitions   (only those partitions' lines, as kafka-topics)
 """
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ from raftka.cli.commands._common import (CommandError, add_bootstrap_args, boots
                                          one_line_errors, parse_key_values)
 
 LEADERS_WAIT_S = 15.0  # after create: brokers learn the topic from the metadata log a moment later
+# kafka-topics --describe's reports: each prints only what it names (partition lines, or for
+# --topics-with-overrides topic lines), without the other lines.
+REPORTS = {
+    "--under-replicated-partitions": "only partitions whose ISR is shorter than their replicas",
+    "--unavailable-partitions": "only partitions without a live leader",
+    "--under-min-isr-partitions": "only partitions whose ISR is below min.insync.replicas (or without a live leader)",
+    "--at-min-isr-partitions": "only partitions whose ISR is exactly min.insync.replicas",
+    "--topics-with-overrides": "only the topic lines of topics with config overrides",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,10 +55,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.set_defaults(func=run_create)
 
     listing = action("list", "list topic names", topic=None)
+    listing.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets & co")
     listing.set_defaults(func=run_list)
 
     describe = action("describe", "partitions with leader, replicas and ISR", topic="many")
-    describe.set_defaults(func=run_describe)
+    describe.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets & co")
+    report = describe.add_mutually_exclusive_group()  # kafka-topics takes one report at a time
+    for flag, text in REPORTS.items():
+        report.add_argument(flag, dest="report", action="store_const", const=flag, help=text)
+    describe.set_defaults(func=run_describe, report=None)
 
     delete = action("delete", "delete a topic")
     delete.add_argument("--if-exists", action="store_true", help="no error when the topic does not exist")
@@ -115,11 +130,17 @@ def wait_for_leaders(admin: Any, name: str, timeout_s: float, partitions: int | 
         time.sleep(0.1)
 
 
+def _internal(name: str) -> bool:
+    from raftka.client.aio.subscription_state import INTERNAL_TOPICS
+    return name in INTERNAL_TOPICS
+
+
 @one_line_errors
 def run_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         for name in admin.list_topics():
-            print(name)
+            if not (args.exclude_internal and _internal(name)):
+                print(name)
     return 0
 
 
@@ -129,22 +150,56 @@ def run_describe(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         if not names:
             names = admin.list_topics()
-        described = admin.describe_topics(names)
+        if args.exclude_internal:
+            names = [n for n in names if not _internal(n)]
+        described = admin.describe_topics(names) if names else []
         for topic in described:
             if topic["error_code"] != 0:
                 raise _unknown(topic["topic"])
         configs = admin.describe_configs(names) if names else {}
+        live: set[int] = set()
+        if args.report in ("--unavailable-partitions", "--under-min-isr-partitions"):
+            live = {b["node_id"] for b in admin.describe_cluster()["brokers"] if not b.get("fenced")}
     for topic in described:
         name, parts = topic["topic"], topic["partitions"]
         overrides = ",".join(f"{k}={e.value}" for k, e in sorted(configs.get(name, {}).items()) if not e.is_default)
         rf = max((len(p["replicas"]) for p in parts), default=0)
-        print(f"Topic: {name}\tTopicId: {topic['topic_id']}\tPartitionCount: {len(parts)}\t"
-              f"ReplicationFactor: {rf}\tConfigs: {overrides}")
+        if args.report is None or (args.report == "--topics-with-overrides" and overrides):
+            print(f"Topic: {name}\tTopicId: {topic['topic_id']}\tPartitionCount: {len(parts)}\t"
+                  f"ReplicationFactor: {rf}\tConfigs: {overrides}")
+        if args.report == "--topics-with-overrides":
+            continue
+        min_isr = _min_isr(configs.get(name, {}))
         for p in parts:
+            if args.report is not None and not _reported(args.report, p, live, min_isr):
+                continue
             offline = f"\tOffline: {_ids(p['offline_replicas'])}" if p.get("offline_replicas") else ""
             print(f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader'] if p['leader'] >= 0 else 'none'}"
                   f"\tReplicas: {_ids(p['replicas'])}\tIsr: {_ids(p['isr'])}{offline}")
     return 0
+
+
+def _min_isr(entries: dict[str, Any]) -> int | None:
+    entry = entries.get("min.insync.replicas")
+    try:
+        return int(entry.value) if entry is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _reported(report: str, p: dict[str, Any], live: set[int], min_isr: int | None) -> bool:
+    """Whether partition ``p`` belongs in ``report`` (kafka-topics' rules for each)."""
+    has_leader = p["leader"] >= 0 and (not live or p["leader"] in live)
+    isr = len(p["isr"])
+    if report == "--under-replicated-partitions":
+        return isr < len(p["replicas"])
+    if report == "--unavailable-partitions":
+        return not has_leader
+    if report == "--under-min-isr-partitions":
+        return not has_leader or (min_isr is not None and isr < min_isr)
+    if report == "--at-min-isr-partitions":
+        return min_isr is not None and isr == min_isr
+    raise AssertionError(report)
 
 
 def _ids(ids: list[int]) -> str:
