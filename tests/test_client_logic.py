@@ -362,6 +362,21 @@ def test_a_full_buffer_blocks_send_for_max_block_ms_then_raises_and_close_fails_
     asyncio.run(main())
 
 
+def test_a_record_over_max_request_size_is_refused_at_send_on_the_fast_path_too():
+    kafka = FakeKafka({"t": 1})
+
+    async def main() -> None:
+        p = producer(kafka, max_request_size=200, linger_ms=0)
+        await (await p.send("t", b"x" * 10))  # metadata known: the next sends take the fast path
+        for key, headers in ((None, None), (b"k", None), (None, [("h", b"v")])):
+            with pytest.raises(errors.MessageTooLargeError, match="max_request_size=200"):
+                await p.send("t", b"x" * 500, key=key, headers=headers)
+        await (await p.send("t", b"x" * 10))  # the producer goes on
+        await p.close()
+
+    asyncio.run(main())
+
+
 def test_consumer_drops_records_before_its_position_and_at_or_above_the_high_watermark():
     kafka = FakeKafka({"t": 1})
     tp = TopicPartition("t", 0)

@@ -335,6 +335,9 @@ class Producer:
             size = (RECORD_OVERHEAD_BYTES + (key_size if key_size > 0 else 0)
                     + (value_size if value_size > 0 else 0))
             header_size = 0
+        if size > self.accumulator.max_request_size:  # Kafka's ensureValidRecordSize, before any batch
+            raise errors.MessageTooLargeError(f"the record is about {size} bytes, over max_request_size="
+                                              f"{self.accumulator.max_request_size}")
         ts = timestamp_ms if timestamp_ms is not None else int(_time() * 1000)
         appended = self.accumulator.try_append(tp, ts, key_bytes, value_bytes, header_list, size)
         if appended is None:
