@@ -149,6 +149,24 @@ class BrokerMetrics:
                     b.replicas.corrupt_replicas)
         out.counter("raftka_broker_healed_replicas_total", "Corrupt replicas re-replicated and back in the ISR.",
                     b.replicas.healed_replicas)
+        # The replication throttle (broker/quota.py; Kafka's LeaderReplication / FollowerReplication
+        # byte-rate, as totals) and how often it held a partition back.
+        for side, quota in (("leader", b.replicas.leader_quota), ("follower", b.replicas.follower_quota)):
+            out.counter(f"raftka_broker_{side}_replication_throttled_bytes_total",
+                        f"Bytes of throttled replicas this broker {'sent as leader' if side == 'leader' else 'fetched as follower'} "
+                        f"({side}.replication.throttled.rate applies).", quota.bytes_total)
+            out.counter(f"raftka_broker_{side}_replication_held_back_total",
+                        f"Times the {side} throttle held a throttled partition back for a round.", quota.held_back_total)
+        cleaner = b.logs.cleaner
+        if cleaner is not None:  # log.cleaner.enable (storage/log_cleaner.py)
+            out.counter("raftka_broker_log_cleanings_total", "Log cleanings finished (compacted topics).",
+                        cleaner.cleanings)
+            out.counter("raftka_broker_log_cleanings_aborted_total",
+                        "Log cleanings given up because retention, truncation or deletion changed the log.",
+                        cleaner.aborted)
+            out.counter("raftka_broker_log_cleaner_failures_total",
+                        "Log cleanings that failed (a disk error, a corrupt batch): the log sits out a while.",
+                        cleaner.failures)
         requests = out.family("raftka_broker_requests_total", "counter", "Requests received, by API.")
         for key, count in sorted(self.requests.items()):
             requests.sample(count, api=API_NAMES.get(key, key))

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from helpers import FAST_CLUSTER_CONFIGS, wait_for_topic
+from test_metrics_parity import total as metric_total
 from raftka.client import Consumer, NewTopic, Producer, TopicPartition
 from raftka.client.structs import ConfigResource
 from raftka.cluster import wait_until
@@ -109,6 +110,9 @@ def test_a_changelog_is_compacted_on_every_replica_and_a_new_leader_serves_the_s
     assert records[-1].offset == total - 1  # the active segment is never cleaned
     assert len(records) < total  # offsets kept: the removed ones are gaps (here mostly before the last round)
     _check_compacted(records, latest, tombstones_gone=False)
+    # Each broker cleaned its own replica, and its /metrics says so.
+    assert all(metric_total(cluster, [b], "raftka_broker_log_cleanings_total") >= 1 for b in cluster.broker_ids)
+    assert metric_total(cluster, cluster.broker_ids, "raftka_broker_log_cleaner_failures_total") == 0
     # The tombstone goes at a cleaning once delete.retention.ms has passed since the first one
     # that covered it (so at the third cleaning at the earliest); updates make the log dirty again.
     rounds = iter(range(ROUNDS, 10 * ROUNDS, 5))

@@ -45,6 +45,7 @@ from raftka.storage.log import Log
 from helpers import FAST_CLUSTER_CONFIGS, wait_for_topic
 from test_broker_replica_fetch_wire import FOLLOWER, LEADER, TOPIC, Leader, _follower, _info
 from test_fetch_sessions import _answered, _batch, _body, _close, _named
+from test_metrics_parity import total as metric_total
 
 
 class Seconds:
@@ -352,6 +353,12 @@ def test_a_throttled_move_takes_what_the_rate_allows_while_other_topics_keep_rep
               f"unthrottled acks=all meanwhile: longest {max(stalls) * 1000:.0f} ms)")
         assert took >= least, took
         assert took < 3 * size / RATE, "the throttle stalled the move"
+        # /metrics: the source counted what it sent of the throttled replica, the target what it
+        # fetched, and both held the partition back at times.
+        assert metric_total(cluster, [source], "raftka_broker_leader_replication_throttled_bytes_total") >= 0.9 * size
+        assert metric_total(cluster, [target], "raftka_broker_follower_replication_throttled_bytes_total") >= 0.9 * size
+        assert metric_total(cluster, [source, target], "raftka_broker_leader_replication_held_back_total") \
+            + metric_total(cluster, [source, target], "raftka_broker_follower_replication_held_back_total") > 0
 
         done = _raftka("reassign", "--bootstrap-server", servers, "--verify", "--reassignment-json-file", str(plan))
         assert done.returncode == 0, done.stdout + done.stderr
